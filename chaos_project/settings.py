@@ -1,0 +1,107 @@
+"""Settings for the rivet host project: admin, API, demo job kinds and the chaos harness.
+
+Everything a deployment changes comes from the environment (django-environ); the committed
+``.env`` supplies local defaults. With no DATABASE_URL at all, rivet runs on the embedded
+default: a SQLite file beside manage.py.
+"""
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+if env.bool("RIVET_READ_DOTENV", default=True):
+    environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+SECRET_KEY = env("DJANGO_SECRET_KEY", default="rivet-dev-only-not-a-secret")
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rivet",
+    "chaos_project",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "chaos_project.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+WSGI_APPLICATION = "chaos_project.wsgi.application"
+
+SQLITE_OPTIONS = {
+    # BEGIN IMMEDIATE takes the write lock up front, so two claimers never both read a row
+    # as free; WAL lets readers run beside the one writer.
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 30,
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+}
+
+
+def _database(url: str) -> dict:
+    config = env.db_url_config(url)
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        config["OPTIONS"] = {**SQLITE_OPTIONS, **config.get("OPTIONS", {})}
+    else:
+        config.setdefault("CONN_MAX_AGE", 0)
+    return config
+
+
+DATABASES = {
+    "default": _database(env("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'rivet.sqlite3'}")),
+}
+
+# Tests and the conformance suite also exercise the embedded store on its own file.
+if env("RIVET_SQLITE_URL", default=""):
+    DATABASES["sqlite"] = _database(env("RIVET_SQLITE_URL"))
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+
+EFFECT_SERVICE_URL = env("EFFECT_SERVICE_URL", default="http://127.0.0.1:8081")
+
+RIVET = {
+    "QUEUE": env("RIVET_QUEUE", default="default"),
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"rivet": {"handlers": ["console"], "level": env("RIVET_LOG_LEVEL", default="INFO")}},
+}

@@ -1,0 +1,56 @@
+"""Django system checks for settings.RIVET (ids rivet.E001 ...)."""
+
+from __future__ import annotations
+
+import difflib
+
+from django.core.checks import Error, register
+
+from rivet.conf import DEFAULTS, rivet_settings
+
+_POSITIVE_NUMBERS = (
+    "MAX_ATTEMPTS",
+    "MAX_PAYLOAD_BYTES",
+    "MAX_NAME_LENGTH",
+    "MAX_IDEM_KEY_LENGTH",
+    "LEASE_TTL_SECS",
+    "CONCURRENCY",
+    "POOL_SIZE",
+    "POLL_INTERVAL_SECS",
+    "SHUTDOWN_TIMEOUT_SECS",
+)
+_STORES = ("auto", "memory", "sqlite", "postgres")
+
+
+@register()
+def check_rivet_settings(app_configs=None, **kwargs):
+    errors = []
+    for key in rivet_settings.unknown_keys():
+        close = difflib.get_close_matches(key, DEFAULTS, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(DEFAULTS)}"
+        errors.append(Error(f"unknown setting RIVET[{key!r}]", hint=hint, id="rivet.E001"))
+    for key in _POSITIVE_NUMBERS:
+        value = getattr(rivet_settings, key)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            errors.append(
+                Error(
+                    f"RIVET[{key!r}] must be a positive number, got {value!r}",
+                    id="rivet.E002",
+                )
+            )
+    if rivet_settings.STORE not in _STORES:
+        errors.append(
+            Error(
+                f"RIVET['STORE'] is {rivet_settings.STORE!r}; expected one of {', '.join(_STORES)}",
+                id="rivet.E003",
+            )
+        )
+    backoff, cap = rivet_settings.RETRY_BACKOFF_SECS, rivet_settings.RETRY_BACKOFF_CAP_SECS
+    if not all(isinstance(v, int | float) and v >= 0 for v in (backoff, cap)):
+        errors.append(
+            Error(
+                "RIVET['RETRY_BACKOFF_SECS'] and RIVET['RETRY_BACKOFF_CAP_SECS'] must be >= 0",
+                id="rivet.E004",
+            )
+        )
+    return errors

@@ -1,0 +1,53 @@
+"""rivet's settings: one namespaced dict, ``settings.RIVET``, read through ``rivet_settings``.
+
+Unknown keys are refused by name (system check rivet.E001) rather than silently ignored: a
+setting that is read, believed and then dropped is worse than one that is rejected.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+DEFAULTS: dict[str, Any] = {
+    # Queue a job goes to when neither the job nor the enqueue names one.
+    "QUEUE": "default",
+    # Store implementation: "auto" picks by the database vendor of DATABASE_ALIAS.
+    "STORE": "auto",
+    "DATABASE_ALIAS": "default",
+    "MAX_ATTEMPTS": 3,
+    "MAX_PAYLOAD_BYTES": 1024 * 1024,
+    "MAX_NAME_LENGTH": 100,
+    "MAX_IDEM_KEY_LENGTH": 200,
+    "MAX_ERROR_LENGTH": 4000,
+    "LEASE_TTL_SECS": 30.0,
+    "CONCURRENCY": 4,
+    "RETRY_BACKOFF_SECS": 1.0,
+    "RETRY_BACKOFF_CAP_SECS": 300.0,
+    "POOL_SIZE": 4,
+    "POLL_INTERVAL_SECS": 1.0,
+    "JOB_TIMEOUT_SECS": None,
+    "SHUTDOWN_TIMEOUT_SECS": 30.0,
+    # Modules imported at worker start so their @rivet.job functions register.
+    "JOB_MODULES": [],
+    "NOTIFY_CHANNEL": "rivet_task",
+}
+
+
+class RivetSettings:
+    """Lazy view of settings.RIVET with defaults; re-reads Django settings on each access."""
+
+    def _user(self) -> dict[str, Any]:
+        return dict(getattr(settings, "RIVET", {}) or {})
+
+    def unknown_keys(self) -> list[str]:
+        return sorted(set(self._user()) - set(DEFAULTS))
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"unknown rivet setting {name!r}; known: {', '.join(DEFAULTS)}")
+        return self._user().get(name, DEFAULTS[name])
+
+
+rivet_settings = RivetSettings()

@@ -1,0 +1,39 @@
+"""The one exception tree of rivet, rooted in RivetError."""
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+class RivetError(Exception):
+    """Base of every error rivet raises on purpose."""
+
+
+class InvalidInput(RivetError, ValueError):
+    """A value given to rivet is out of bounds or malformed; nothing was written."""
+
+
+class PayloadTooLarge(InvalidInput):
+    """The encoded payload is larger than RIVET['MAX_PAYLOAD_BYTES']."""
+
+
+class IdempotencyMismatch(RivetError):
+    """An idempotency key was reused for different work (a producer bug)."""
+
+    def __init__(self, idem_key: str, existing_id: int) -> None:
+        self.idem_key = idem_key
+        self.existing_id = existing_id
+        super().__init__(
+            f"idempotency key {idem_key!r} is already used by task {existing_id} with different "
+            "work (queue, kind or payload differ); use a new key for new work"
+        )
+
+
+class UnknownJob(RivetError, LookupError):
+    """A task names a job kind that no registered job has."""
+
+
+class StoreError(RivetError):
+    """The database behind a store failed; the driver error is the __cause__."""
+
+
+class RivetConfigError(RivetError, ImproperlyConfigured):
+    """rivet's settings are wrong; the message names the setting."""

@@ -1,0 +1,109 @@
+"""The task table (one table, three states) and the durable record of fenced writes."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import F, Q
+from django.db.models.functions import Now
+
+from rivet.values import TaskState
+
+
+class Task(models.Model):
+    """One unit of work. A claimed task is a pending task whose visible_at is in the future."""
+
+    id = models.BigAutoField(primary_key=True)
+    queue = models.CharField(max_length=100)
+    kind = models.CharField(max_length=100)
+    payload = models.JSONField(null=True, blank=True)
+    idem_key = models.CharField(max_length=200, null=True, blank=True, unique=True)
+    unique_key = models.CharField(max_length=200, null=True, blank=True)
+    state = models.CharField(
+        max_length=7, choices=TaskState.choices, default=TaskState.PENDING, db_default="pending"
+    )
+    attempts = models.IntegerField(default=0, db_default=0)
+    max_attempts = models.IntegerField(default=3, db_default=3)
+    lease_epoch = models.BigIntegerField(default=0, db_default=0)
+    lease_owner = models.CharField(max_length=200, null=True, blank=True)
+    visible_at = models.DateTimeField(db_default=Now())
+    priority = models.SmallIntegerField(default=0, db_default=0)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+    last_error = models.TextField(blank=True, default="", db_default="")
+    result = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        db_table = "rivet_task"
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=TaskState.values), name="rivet_task_state_valid"
+            ),
+            models.CheckConstraint(condition=Q(max_attempts__gte=1), name="rivet_task_max_attempts"),
+            models.CheckConstraint(condition=Q(attempts__gte=0), name="rivet_task_attempts"),
+            models.UniqueConstraint(
+                fields=["kind", "unique_key"],
+                condition=Q(state="pending", unique_key__isnull=False),
+                name="rivet_task_unique_pending",
+            ),
+        ]
+        indexes = [
+            # Serves the claim: runnable-now and lease-expired are one condition on this index.
+            models.Index(
+                F("queue"),
+                F("priority").desc(),
+                F("visible_at"),
+                F("id"),
+                condition=Q(state="pending"),
+                name="rivet_task_claim_idx",
+            ),
+            models.Index(fields=["queue", "state"], name="rivet_task_queue_state_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind}#{self.id} ({self.state})"
+
+
+class DeadTaskManager(models.Manager):
+    def get_queryset(self):
+        return super().get_queryset().filter(state=TaskState.DEAD)
+
+
+class DeadLetter(Task):
+    """The dead-letter queue: tasks whose attempts are used up (a view over state='dead')."""
+
+    objects = DeadTaskManager()
+
+    class Meta:
+        proxy = True
+        verbose_name = "dead letter"
+        verbose_name_plural = "dead letters"
+
+
+class FencedWrite(models.Model):
+    """A write (ack or fail) refused because its lease epoch was stale: the fence firing.
+
+    Kept in the queue database so the count survives the worker that hit it.
+    """
+
+    class Op(models.TextChoices):
+        ACK = "ack", "ack"
+        """A stale worker tried to mark the task done."""
+        FAIL = "fail", "fail"
+        """A stale worker tried to record a failed attempt."""
+
+    id = models.BigAutoField(primary_key=True)
+    task_id = models.BigIntegerField(db_index=True)
+    queue = models.CharField(max_length=100)
+    op = models.CharField(max_length=4, choices=Op.choices)
+    owner = models.CharField(max_length=200, blank=True, default="")
+    epoch = models.BigIntegerField()
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "rivet_fenced_write"
+        ordering = ["id"]
+        indexes = [models.Index(fields=["queue", "op"], name="rivet_fence_queue_op_idx")]
+
+    def __str__(self) -> str:
+        return f"fenced {self.op} on task {self.task_id} (epoch {self.epoch})"

@@ -1,0 +1,111 @@
+"""The Store interface: every operation the job API and the worker need from a queue database.
+
+Rules every implementation keeps (``rivet.conformance`` checks each one):
+
+- Three states: pending, done, dead. A claimed task is pending with visible_at in the future.
+- Every timestamp (visible_at, created_at, updated_at) comes from the store's own clock: the
+  database server's ``now()`` for SQL stores, the injected clock for the memory store.
+- A claim increments attempts and lease_epoch and sets visible_at = now + lease_ttl. A claim
+  that meets a pending task whose attempts are used up buries it instead, with last_error
+  ending in WORKER_LOST_SUFFIX.
+- ack, fail and lease_extend name the epoch they hold; with a stale epoch they change nothing.
+  A stale ack or fail is recorded durably as a fenced write and reported as FENCED.
+- A fail on the last attempt buries the task, last_error ending in HANDLER_ERROR_SUFFIX.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+from rivet.values import (
+    AckOutcome,
+    ClaimBatch,
+    EnqueueResult,
+    FailOutcome,
+    Lease,
+    QueueStats,
+    TaskRecord,
+    TaskSpec,
+)
+
+
+class Store(ABC):
+    """A queue database. Methods are entity-then-verb; each is one atomic operation."""
+
+    #: Short name used in test ids and logs: "memory", "sqlite", "postgres".
+    name: str = ""
+    #: True when an enqueue joins the caller's transaction.atomic() on the Django connection.
+    joins_django_transaction: bool = False
+    #: True when idle workers can sleep on a wake-up (LISTEN) instead of polling.
+    supports_wakeup: bool = False
+
+    @abstractmethod
+    def task_enqueue(self, spec: TaskSpec) -> EnqueueResult:
+        """Insert a task, or return the existing one for a key used before with the same work."""
+
+    @abstractmethod
+    def task_enqueue_many(self, specs: Sequence[TaskSpec]) -> list[EnqueueResult]:
+        """Enqueue several tasks in one transaction; results are in the order given."""
+
+    @abstractmethod
+    def task_claim(
+        self, *, queues: Sequence[str], owner: str, limit: int, lease_ttl: float
+    ) -> ClaimBatch:
+        """Lease up to ``limit`` runnable tasks, trying queues in the order given."""
+
+    @abstractmethod
+    def lease_extend(self, leases: Sequence[Lease], lease_ttl: float) -> set[int]:
+        """Push visible_at to now + lease_ttl for each lease still held; return their task ids."""
+
+    @abstractmethod
+    def task_ack(self, lease: Lease, result: Any = None, *, owner: str = "") -> AckOutcome:
+        """Mark the task done with its result, if the lease is still held."""
+
+    @abstractmethod
+    def task_fail(
+        self, lease: Lease, error: str, retry_delay: float, *, owner: str = ""
+    ) -> FailOutcome:
+        """Record a failed attempt: retry after ``retry_delay`` seconds, or bury on the last."""
+
+    @abstractmethod
+    def task_get(self, task_id: int) -> TaskRecord | None:
+        """One task by id, or None."""
+
+    @abstractmethod
+    def task_list(
+        self, *, queue: str | None = None, state: str | None = None, limit: int = 100
+    ) -> list[TaskRecord]:
+        """Tasks filtered by queue and state, oldest id first."""
+
+    @abstractmethod
+    def queue_stats(self, queue: str) -> QueueStats:
+        """Ready, leased, delayed, done, dead, oldest-ready age and fenced writes for a queue."""
+
+    @abstractmethod
+    def dead_requeue(self, queue: str, task_id: int) -> bool:
+        """Make a dead task pending again with fresh attempts; keeps its idempotency key."""
+
+    @abstractmethod
+    def dead_sweep(self, queue: str) -> int:
+        """Bury pending tasks whose attempts are used up and whose lease lapsed; return count."""
+
+    @abstractmethod
+    def dead_purge(self, queue: str, *, older_than_secs: float | None = None) -> int:
+        """Delete dead tasks (releasing their idempotency keys); return how many."""
+
+    @abstractmethod
+    def fenced_count(self, queue: str | None = None, op: str | None = None) -> int:
+        """How many fenced writes were recorded, for one queue or all."""
+
+    def dead_list(self, queue: str, limit: int = 100) -> list[TaskRecord]:
+        """Dead tasks of a queue, oldest first."""
+        return self.task_list(queue=queue, state="dead", limit=limit)
+
+    def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
+        """Block up to ``timeout`` seconds for an enqueue signal; False when none came."""
+        return False
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections the store opened itself."""

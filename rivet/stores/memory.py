@@ -1,0 +1,350 @@
+"""MemoryStore: the Store semantics in pure Python, thread-safe, with an injectable clock.
+
+It mirrors the SQL stores operation by operation; ``rivet.conformance`` is the proof.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import threading
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar
+
+from django.utils import timezone
+
+from rivet.errors import IdempotencyMismatch
+from rivet.stores.base import Store
+from rivet.values import (
+    HANDLER_ERROR_SUFFIX,
+    WORKER_LOST_SUFFIX,
+    AckOutcome,
+    ClaimBatch,
+    Claimed,
+    EnqueueResult,
+    FailOutcome,
+    Lease,
+    QueueStats,
+    TaskRecord,
+    TaskSpec,
+)
+
+
+class FakeClock:
+    """A clock for tests: starts at a fixed instant and moves only when told."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or datetime(2026, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, secs: float) -> None:
+        self.now += timedelta(seconds=secs)
+
+
+def _copy(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def join_error(previous: str, suffix: str) -> str:
+    """last_error for a burial: the earlier reason, if any, then the fixed suffix."""
+    return f"{previous}; {suffix}" if previous else suffix
+
+
+class MemoryStore(Store):
+    """Tasks in a dict under one lock. Good for unit tests and the testing fake."""
+
+    name = "memory"
+    _shared: ClassVar[MemoryStore | None] = None
+
+    def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
+        self.clock = clock or timezone.now
+        self._lock = threading.RLock()
+        self._tasks: dict[int, TaskRecord] = {}
+        self._ids = itertools.count(1)
+        self._fences: list[tuple[int, str, str]] = []  # (task_id, queue, op)
+        self._wakeup = threading.Condition(self._lock)
+
+    @classmethod
+    def shared(cls) -> MemoryStore:
+        """One process-wide instance, for RIVET['STORE'] = 'memory'."""
+        if cls._shared is None:
+            cls._shared = cls()
+        return cls._shared
+
+    # -- enqueue -----------------------------------------------------------------------------
+
+    def task_enqueue(self, spec: TaskSpec) -> EnqueueResult:
+        with self._lock:
+            return self._enqueue_locked(spec)
+
+    def task_enqueue_many(self, specs: Sequence[TaskSpec]) -> list[EnqueueResult]:
+        with self._lock:
+            snapshot = (dict(self._tasks), self._ids)
+            try:
+                return [self._enqueue_locked(spec) for spec in specs]
+            except Exception:
+                self._tasks, self._ids = snapshot
+                raise
+
+    def _enqueue_locked(self, spec: TaskSpec) -> EnqueueResult:
+        existing = self._find_existing(spec)
+        if existing is not None:
+            return existing
+        now = self.clock()
+        visible = spec.run_at or now + timedelta(seconds=spec.delay_secs)
+        task_id = next(self._ids)
+        self._tasks[task_id] = TaskRecord(
+            id=task_id,
+            queue=spec.queue,
+            kind=spec.kind,
+            payload=_copy(spec.payload),
+            idem_key=spec.idem_key,
+            unique_key=spec.unique_key,
+            state="pending",
+            attempts=0,
+            max_attempts=spec.max_attempts,
+            lease_epoch=0,
+            lease_owner=None,
+            visible_at=visible,
+            priority=spec.priority,
+            created_at=now,
+            updated_at=now,
+            last_error="",
+        )
+        self._wakeup.notify_all()
+        return EnqueueResult(task_id=task_id)
+
+    def _find_existing(self, spec: TaskSpec) -> EnqueueResult | None:
+        for task in self._tasks.values():
+            if spec.idem_key is not None and task.idem_key == spec.idem_key:
+                same = (task.queue, task.kind, task.payload) == (
+                    spec.queue,
+                    spec.kind,
+                    _copy(spec.payload),
+                )
+                if not same:
+                    raise IdempotencyMismatch(spec.idem_key, task.id)
+                return EnqueueResult(task_id=task.id, duplicate=True)
+        for task in self._tasks.values():
+            if (
+                spec.unique_key is not None
+                and task.state == "pending"
+                and (task.kind, task.unique_key) == (spec.kind, spec.unique_key)
+            ):
+                return EnqueueResult(task_id=task.id, duplicate=True)
+        return None
+
+    # -- claim and leases --------------------------------------------------------------------
+
+    def task_claim(
+        self, *, queues: Sequence[str], owner: str, limit: int, lease_ttl: float
+    ) -> ClaimBatch:
+        claimed: list[Claimed] = []
+        buried = 0
+        with self._lock:
+            now = self.clock()
+            for queue in queues:
+                runnable = sorted(
+                    (
+                        t
+                        for t in self._tasks.values()
+                        if t.queue == queue and t.state == "pending" and t.visible_at <= now
+                    ),
+                    key=lambda t: (-t.priority, t.visible_at, t.id),
+                )
+                for task in runnable:
+                    if len(claimed) >= limit:
+                        break
+                    if task.attempts >= task.max_attempts:
+                        self._bury(task, join_error(task.last_error, WORKER_LOST_SUFFIX), now)
+                        buried += 1
+                        continue
+                    claimed.append(self._lease(task, owner, lease_ttl, now))
+        return ClaimBatch(claimed=claimed, buried=buried)
+
+    def _lease(self, task: TaskRecord, owner: str, ttl: float, now: datetime) -> Claimed:
+        task = dataclasses.replace(
+            task,
+            attempts=task.attempts + 1,
+            lease_epoch=task.lease_epoch + 1,
+            lease_owner=owner,
+            visible_at=now + timedelta(seconds=ttl),
+            updated_at=now,
+        )
+        self._tasks[task.id] = task
+        return Claimed(
+            task_id=task.id,
+            queue=task.queue,
+            kind=task.kind,
+            payload=_copy(task.payload),
+            idem_key=task.idem_key,
+            attempt=task.attempts,
+            max_attempts=task.max_attempts,
+            epoch=task.lease_epoch,
+            owner=owner,
+            priority=task.priority,
+        )
+
+    def _bury(self, task: TaskRecord, error: str, now: datetime) -> None:
+        self._tasks[task.id] = dataclasses.replace(
+            task, state="dead", last_error=error, updated_at=now
+        )
+
+    def _held(self, lease: Lease) -> TaskRecord | None:
+        task = self._tasks.get(lease.task_id)
+        if task is None or task.state != "pending" or task.lease_epoch != lease.epoch:
+            return None
+        return task
+
+    def lease_extend(self, leases: Sequence[Lease], lease_ttl: float) -> set[int]:
+        held: set[int] = set()
+        with self._lock:
+            now = self.clock()
+            for lease in leases:
+                task = self._held(lease)
+                if task is not None:
+                    self._tasks[task.id] = dataclasses.replace(
+                        task, visible_at=now + timedelta(seconds=lease_ttl), updated_at=now
+                    )
+                    held.add(task.id)
+        return held
+
+    def _fence(self, lease: Lease, op: str) -> None:
+        task = self._tasks.get(lease.task_id)
+        self._fences.append((lease.task_id, task.queue if task else "", op))
+
+    def task_ack(self, lease: Lease, result: Any = None, *, owner: str = "") -> AckOutcome:
+        with self._lock:
+            task = self._held(lease)
+            if task is None:
+                self._fence(lease, "ack")
+                return AckOutcome.FENCED
+            self._tasks[task.id] = dataclasses.replace(
+                task, state="done", result=_copy(result), updated_at=self.clock()
+            )
+            return AckOutcome.ACKED
+
+    def task_fail(
+        self, lease: Lease, error: str, retry_delay: float, *, owner: str = ""
+    ) -> FailOutcome:
+        with self._lock:
+            task = self._held(lease)
+            if task is None:
+                self._fence(lease, "fail")
+                return FailOutcome.FENCED
+            now = self.clock()
+            if task.attempts >= task.max_attempts:
+                self._bury(task, join_error(error, HANDLER_ERROR_SUFFIX), now)
+                return FailOutcome.DEAD
+            self._tasks[task.id] = dataclasses.replace(
+                task,
+                last_error=error,
+                lease_owner=None,
+                visible_at=now + timedelta(seconds=max(retry_delay, 0.0)),
+                updated_at=now,
+            )
+            self._wakeup.notify_all()
+            return FailOutcome.RETRY
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def task_get(self, task_id: int) -> TaskRecord | None:
+        with self._lock:
+            return self._tasks.get(task_id)
+
+    def task_list(
+        self, *, queue: str | None = None, state: str | None = None, limit: int = 100
+    ) -> list[TaskRecord]:
+        with self._lock:
+            rows = [
+                t
+                for t in sorted(self._tasks.values(), key=lambda t: t.id)
+                if (queue is None or t.queue == queue) and (state is None or t.state == state)
+            ]
+        return rows[:limit]
+
+    def queue_stats(self, queue: str) -> QueueStats:
+        with self._lock:
+            now = self.clock()
+            tasks = [t for t in self._tasks.values() if t.queue == queue]
+            pending = [t for t in tasks if t.state == "pending"]
+            ready = [t for t in pending if t.visible_at <= now]
+            future = [t for t in pending if t.visible_at > now]
+            oldest = min((t.visible_at for t in ready), default=None)
+            return QueueStats(
+                queue=queue,
+                ready=len(ready),
+                leased=sum(1 for t in future if t.lease_owner is not None),
+                delayed=sum(1 for t in future if t.lease_owner is None),
+                done=sum(1 for t in tasks if t.state == "done"),
+                dead=sum(1 for t in tasks if t.state == "dead"),
+                oldest_ready_age_secs=(now - oldest).total_seconds() if oldest else None,
+                fenced=sum(1 for f in self._fences if f[1] == queue),
+            )
+
+    def fenced_count(self, queue: str | None = None, op: str | None = None) -> int:
+        with self._lock:
+            return sum(
+                1
+                for f in self._fences
+                if (queue is None or f[1] == queue) and (op is None or f[2] == op)
+            )
+
+    # -- dead letters ------------------------------------------------------------------------
+
+    def dead_requeue(self, queue: str, task_id: int) -> bool:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None or task.queue != queue or task.state != "dead":
+                return False
+            if task.unique_key is not None and any(
+                t.state == "pending" and (t.kind, t.unique_key) == (task.kind, task.unique_key)
+                for t in self._tasks.values()
+            ):
+                return False
+            now = self.clock()
+            self._tasks[task_id] = dataclasses.replace(
+                task, state="pending", attempts=0, lease_owner=None, visible_at=now, updated_at=now
+            )
+            self._wakeup.notify_all()
+            return True
+
+    def dead_sweep(self, queue: str) -> int:
+        with self._lock:
+            now = self.clock()
+            exhausted = [
+                t
+                for t in self._tasks.values()
+                if t.queue == queue
+                and t.state == "pending"
+                and t.visible_at <= now
+                and t.attempts >= t.max_attempts
+            ]
+            for task in exhausted:
+                self._bury(task, join_error(task.last_error, WORKER_LOST_SUFFIX), now)
+            return len(exhausted)
+
+    def dead_purge(self, queue: str, *, older_than_secs: float | None = None) -> int:
+        with self._lock:
+            now = self.clock()
+            doomed = [
+                t.id
+                for t in self._tasks.values()
+                if t.queue == queue
+                and t.state == "dead"
+                and (
+                    older_than_secs is None
+                    or t.updated_at <= now - timedelta(seconds=older_than_secs)
+                )
+            ]
+            for task_id in doomed:
+                del self._tasks[task_id]
+            return len(doomed)
+
+    def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
+        with self._wakeup:
+            return self._wakeup.wait(timeout)

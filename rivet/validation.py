@@ -1,0 +1,117 @@
+"""Bounds on what a producer may enqueue. A bad value raises InvalidInput and writes nothing."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import datetime
+from typing import Any
+
+from rivet.conf import rivet_settings
+from rivet.errors import InvalidInput, PayloadTooLarge
+from rivet.values import TaskSpec
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
+PRIORITY_MIN, PRIORITY_MAX = -100, 100
+
+
+def check_name(what: str, value: Any) -> str:
+    """A queue or kind name: 1..MAX_NAME_LENGTH of letters, digits and ``_ . : -``."""
+    limit = rivet_settings.MAX_NAME_LENGTH
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(f"{what} must be a non-empty string, got {value!r}")
+    if len(value) > limit:
+        raise InvalidInput(f"{what} {value[:20]!r}... is {len(value)} characters; at most {limit}")
+    if not NAME_RE.match(value):
+        raise InvalidInput(
+            f"{what} {value!r} has characters outside letters, digits and '_.:-' "
+            "(and must start with a letter or digit)"
+        )
+    return value
+
+
+def check_key(what: str, value: Any) -> str | None:
+    """An idempotency or unique key: None, or 1..MAX_IDEM_KEY_LENGTH printable characters."""
+    if value is None:
+        return None
+    limit = rivet_settings.MAX_IDEM_KEY_LENGTH
+    if not isinstance(value, str) or not value or not value.isprintable():
+        raise InvalidInput(f"{what} must be a non-empty printable string, got {value!r}")
+    if len(value) > limit:
+        raise InvalidInput(f"{what} is {len(value)} characters; at most {limit}")
+    return value
+
+
+def encode_payload(payload: Any) -> str:
+    """The payload as JSON text, refused if it is not JSON or is over MAX_PAYLOAD_BYTES."""
+    try:
+        text = json.dumps(payload, allow_nan=False, separators=(",", ":"), sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"payload must be JSON-serialisable: {exc}") from exc
+    size, limit = len(text.encode()), rivet_settings.MAX_PAYLOAD_BYTES
+    if size > limit:
+        raise PayloadTooLarge(f"payload is {size} bytes encoded; the limit is {limit} bytes")
+    return text
+
+
+def parse_payload(text: str) -> Any:
+    """Payload JSON given as text (the CLI), refused with the parser's message if malformed."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"payload is not valid JSON: {exc}") from exc
+
+
+def _check_int(what: str, value: Any, low: int, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{what} must be an integer, got {value!r}")
+    if value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f">= {low}"
+        raise InvalidInput(f"{what} must be {bound}, got {value}")
+    return value
+
+
+def build_spec(
+    *,
+    queue: str,
+    kind: str,
+    payload: Any = None,
+    idem_key: str | None = None,
+    unique_key: str | None = None,
+    delay: float | None = None,
+    run_at: datetime | None = None,
+    priority: int = 0,
+    max_attempts: int | None = None,
+) -> TaskSpec:
+    """Validate every input of an enqueue and return the TaskSpec the stores take."""
+    delay = 0.0 if delay is None else delay
+    if hasattr(delay, "total_seconds"):
+        delay = delay.total_seconds()
+    if isinstance(delay, bool) or not isinstance(delay, int | float) or not math.isfinite(delay):
+        raise InvalidInput(f"delay must be a number of seconds, got {delay!r}")
+    if delay < 0:
+        raise InvalidInput(f"delay must be >= 0 seconds, got {delay}")
+    if run_at is not None and (not isinstance(run_at, datetime) or run_at.tzinfo is None):
+        raise InvalidInput(f"run_at must be a timezone-aware datetime, got {run_at!r}")
+    if run_at is not None and delay:
+        raise InvalidInput("give delay or run_at, not both")
+    encode_payload(payload)
+    attempts = rivet_settings.MAX_ATTEMPTS if max_attempts is None else max_attempts
+    return TaskSpec(
+        queue=check_name("queue", queue),
+        kind=check_name("kind", kind),
+        payload=payload,
+        idem_key=check_key("idem_key", idem_key),
+        unique_key=check_key("unique_key", unique_key),
+        delay_secs=float(delay),
+        run_at=run_at,
+        priority=_check_int("priority", priority, PRIORITY_MIN, PRIORITY_MAX),
+        max_attempts=_check_int("max_attempts", attempts, 1, 1000),
+    )
+
+
+def clip_error(text: str) -> str:
+    """An error message cut to MAX_ERROR_LENGTH, keeping the end where the reason usually is."""
+    limit = rivet_settings.MAX_ERROR_LENGTH
+    return text if len(text) <= limit else "..." + text[-(limit - 3) :]

@@ -103,5 +103,7 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"rivet": {"handlers": ["console"], "level": env("RIVET_LOG_LEVEL", default="INFO")}},
+    "loggers": {
+        "rivet": {"handlers": ["console"], "level": env("RIVET_LOG_LEVEL", default="INFO")}
+    },
 }

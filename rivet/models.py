@@ -39,7 +39,9 @@ class Task(models.Model):
             models.CheckConstraint(
                 condition=Q(state__in=TaskState.values), name="rivet_task_state_valid"
             ),
-            models.CheckConstraint(condition=Q(max_attempts__gte=1), name="rivet_task_max_attempts"),
+            models.CheckConstraint(
+                condition=Q(max_attempts__gte=1), name="rivet_task_max_attempts"
+            ),
             models.CheckConstraint(condition=Q(attempts__gte=0), name="rivet_task_attempts"),
             models.UniqueConstraint(
                 fields=["kind", "unique_key"],

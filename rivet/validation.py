@@ -31,12 +31,17 @@ def check_name(what: str, value: Any) -> str:
     return value
 
 
-def check_key(what: str, value: Any) -> str | None:
-    """An idempotency or unique key: None, or 1..MAX_IDEM_KEY_LENGTH printable characters."""
+def check_key(what: str, value: Any, *, allow_empty: bool = False) -> str | None:
+    """An idempotency or unique key: None, or up to MAX_IDEM_KEY_LENGTH printable characters.
+
+    The empty string is allowed only where it means something: a unique key of ``""`` is
+    "one pending task of this kind, whoever asks".
+    """
     if value is None:
         return None
     limit = rivet_settings.MAX_IDEM_KEY_LENGTH
-    if not isinstance(value, str) or not value or not value.isprintable():
+    empty_refused = not value and not allow_empty
+    if not isinstance(value, str) or empty_refused or not value.isprintable():
         raise InvalidInput(f"{what} must be a non-empty printable string, got {value!r}")
     if len(value) > limit:
         raise InvalidInput(f"{what} is {len(value)} characters; at most {limit}")
@@ -44,9 +49,11 @@ def check_key(what: str, value: Any) -> str | None:
 
 
 def encode_payload(payload: Any) -> str:
-    """The payload as JSON text, refused if it is not JSON or is over MAX_PAYLOAD_BYTES."""
+    """The payload as JSON text, refused if not JSON or over MAX_PAYLOAD_BYTES of UTF-8."""
     try:
-        text = json.dumps(payload, allow_nan=False, separators=(",", ":"), sort_keys=True)
+        text = json.dumps(
+            payload, allow_nan=False, separators=(",", ":"), sort_keys=True, ensure_ascii=False
+        )
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"payload must be JSON-serialisable: {exc}") from exc
     size, limit = len(text.encode()), rivet_settings.MAX_PAYLOAD_BYTES
@@ -103,7 +110,7 @@ def build_spec(
         kind=check_name("kind", kind),
         payload=payload,
         idem_key=check_key("idem_key", idem_key),
-        unique_key=check_key("unique_key", unique_key),
+        unique_key=check_key("unique_key", unique_key, allow_empty=True),
         delay_secs=float(delay),
         run_at=run_at,
         priority=_check_int("priority", priority, PRIORITY_MIN, PRIORITY_MAX),

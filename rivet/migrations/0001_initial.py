@@ -5,69 +5,112 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='FencedWrite',
+            name="FencedWrite",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('task_id', models.BigIntegerField(db_index=True)),
-                ('queue', models.CharField(max_length=100)),
-                ('op', models.CharField(choices=[('ack', 'ack'), ('fail', 'fail')], max_length=4)),
-                ('owner', models.CharField(blank=True, default='', max_length=200)),
-                ('epoch', models.BigIntegerField()),
-                ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("task_id", models.BigIntegerField(db_index=True)),
+                ("queue", models.CharField(max_length=100)),
+                ("op", models.CharField(choices=[("ack", "ack"), ("fail", "fail")], max_length=4)),
+                ("owner", models.CharField(blank=True, default="", max_length=200)),
+                ("epoch", models.BigIntegerField()),
+                (
+                    "created_at",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
             ],
             options={
-                'db_table': 'rivet_fenced_write',
-                'ordering': ['id'],
-                'indexes': [models.Index(fields=['queue', 'op'], name='rivet_fence_queue_op_idx')],
+                "db_table": "rivet_fenced_write",
+                "ordering": ["id"],
+                "indexes": [models.Index(fields=["queue", "op"], name="rivet_fence_queue_op_idx")],
             },
         ),
         migrations.CreateModel(
-            name='Task',
+            name="Task",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('queue', models.CharField(max_length=100)),
-                ('kind', models.CharField(max_length=100)),
-                ('payload', models.JSONField(blank=True, null=True)),
-                ('idem_key', models.CharField(blank=True, max_length=200, null=True, unique=True)),
-                ('unique_key', models.CharField(blank=True, max_length=200, null=True)),
-                ('state', models.CharField(choices=[('pending', 'pending'), ('done', 'done'), ('dead', 'dead')], db_default='pending', default='pending', max_length=7)),
-                ('attempts', models.IntegerField(db_default=0, default=0)),
-                ('max_attempts', models.IntegerField(db_default=3, default=3)),
-                ('lease_epoch', models.BigIntegerField(db_default=0, default=0)),
-                ('lease_owner', models.CharField(blank=True, max_length=200, null=True)),
-                ('visible_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('priority', models.SmallIntegerField(db_default=0, default=0)),
-                ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('updated_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('last_error', models.TextField(blank=True, db_default='', default='')),
-                ('result', models.JSONField(blank=True, null=True)),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("queue", models.CharField(max_length=100)),
+                ("kind", models.CharField(max_length=100)),
+                ("payload", models.JSONField(blank=True, null=True)),
+                ("idem_key", models.CharField(blank=True, max_length=200, null=True, unique=True)),
+                ("unique_key", models.CharField(blank=True, max_length=200, null=True)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[("pending", "pending"), ("done", "done"), ("dead", "dead")],
+                        db_default="pending",
+                        default="pending",
+                        max_length=7,
+                    ),
+                ),
+                ("attempts", models.IntegerField(db_default=0, default=0)),
+                ("max_attempts", models.IntegerField(db_default=3, default=3)),
+                ("lease_epoch", models.BigIntegerField(db_default=0, default=0)),
+                ("lease_owner", models.CharField(blank=True, max_length=200, null=True)),
+                (
+                    "visible_at",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
+                ("priority", models.SmallIntegerField(db_default=0, default=0)),
+                (
+                    "created_at",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
+                (
+                    "updated_at",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
+                ("last_error", models.TextField(blank=True, db_default="", default="")),
+                ("result", models.JSONField(blank=True, null=True)),
             ],
             options={
-                'db_table': 'rivet_task',
-                'ordering': ['id'],
-                'indexes': [models.Index(models.F('queue'), models.OrderBy(models.F('priority'), descending=True), models.F('visible_at'), models.F('id'), condition=models.Q(('state', 'pending')), name='rivet_task_claim_idx'), models.Index(fields=['queue', 'state'], name='rivet_task_queue_state_idx')],
-                'constraints': [models.CheckConstraint(condition=models.Q(('state__in', ['pending', 'done', 'dead'])), name='rivet_task_state_valid'), models.CheckConstraint(condition=models.Q(('max_attempts__gte', 1)), name='rivet_task_max_attempts'), models.CheckConstraint(condition=models.Q(('attempts__gte', 0)), name='rivet_task_attempts'), models.UniqueConstraint(condition=models.Q(('state', 'pending'), ('unique_key__isnull', False)), fields=('kind', 'unique_key'), name='rivet_task_unique_pending')],
+                "db_table": "rivet_task",
+                "ordering": ["id"],
+                "indexes": [
+                    models.Index(
+                        models.F("queue"),
+                        models.OrderBy(models.F("priority"), descending=True),
+                        models.F("visible_at"),
+                        models.F("id"),
+                        condition=models.Q(("state", "pending")),
+                        name="rivet_task_claim_idx",
+                    ),
+                    models.Index(fields=["queue", "state"], name="rivet_task_queue_state_idx"),
+                ],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("state__in", ["pending", "done", "dead"])),
+                        name="rivet_task_state_valid",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("max_attempts__gte", 1)), name="rivet_task_max_attempts"
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("attempts__gte", 0)), name="rivet_task_attempts"
+                    ),
+                    models.UniqueConstraint(
+                        condition=models.Q(("state", "pending"), ("unique_key__isnull", False)),
+                        fields=("kind", "unique_key"),
+                        name="rivet_task_unique_pending",
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='DeadLetter',
-            fields=[
-            ],
+            name="DeadLetter",
+            fields=[],
             options={
-                'verbose_name': 'dead letter',
-                'verbose_name_plural': 'dead letters',
-                'proxy': True,
-                'indexes': [],
-                'constraints': [],
+                "verbose_name": "dead letter",
+                "verbose_name_plural": "dead letters",
+                "proxy": True,
+                "indexes": [],
+                "constraints": [],
             },
-            bases=('rivet.task',),
+            bases=("rivet.task",),
         ),
     ]

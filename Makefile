@@ -1,0 +1,63 @@
+# rivet developer tasks. Every target that runs Python first makes sure .venv is installed.
+
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.rivet-installed
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help venv test pytest lint demo bench clean distclean
+
+help:
+	@echo "make venv   create .venv and install rivet with its test extras"
+	@echo "make test   find or start PostgreSQL, run pytest against it, then lint"
+	@echo "make lint   ruff check, ruff format --check, makemigrations --check"
+	@echo "make demo   run the demo on SQLite files in demo/"
+	@echo "make bench  run the benchmark (manage.py rivet_chaos bench)"
+	@echo "make clean  remove caches, build output and demo/ (distclean: .venv too)"
+
+venv: $(STAMP)
+
+# Re-installs only when pyproject.toml is newer than the stamp.
+$(STAMP): pyproject.toml
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+# scripts/find_postgres.py chooses the server (DATABASE_URL, .env, Docker, or a throwaway
+# initdb cluster), exports DATABASE_URL and EFFECT_DATABASE_URL, and stops what it started.
+test: venv
+	$(VPY) scripts/find_postgres.py run -- $(VPY) -m pytest $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory lint
+
+# pytest against whatever DATABASE_URL says, without discovery.
+pytest: venv
+	$(VPY) -m pytest $(PYTEST_ARGS)
+
+# The migration check needs no server: an in-memory SQLite database is enough for it.
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	DATABASE_URL=sqlite://:memory: $(VPY) manage.py makemigrations --check --dry-run
+	@if [ -f effect_project/settings.py ]; then \
+		echo "EFFECT_DATABASE_URL=sqlite://:memory: $(VPY) -m django makemigrations --check --dry-run --settings=effect_project.settings"; \
+		EFFECT_DATABASE_URL=sqlite://:memory: DATABASE_URL=sqlite://:memory: \
+			$(VPY) -m django makemigrations --check --dry-run --settings=effect_project.settings; \
+	fi
+
+demo: venv
+	mkdir -p demo
+	DATABASE_URL=sqlite:///$(CURDIR)/demo/rivet.sqlite3 \
+	EFFECT_DATABASE_URL=sqlite:///$(CURDIR)/demo/effect.sqlite3 \
+		$(VPY) manage.py rivet_demo
+
+bench: venv
+	$(VPY) manage.py rivet_chaos bench
+
+clean:
+	rm -rf demo build dist .pytest_cache .ruff_cache *.egg-info
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,81 @@
+"""The effect API: POST /effects (idempotent), GET /effects/<key>, GET /verify."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Count, Exists, OuterRef
+from django.db.models.functions import Now
+from rest_framework import serializers
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from effect_project.effects.models import Effect
+from rivet.errors import RivetError
+from rivet.idempotency.conf import setting
+from rivet.idempotency.decorators import KEY_HEADER, idempotent
+from rivet.idempotency.models import IdempotencyRecord
+
+SCOPE = "effects"
+INVARIANTS = ("duplicate_effects", "effects_without_dedup", "dedup_without_effect")
+
+
+class FailpointHit(RivetError):
+    """The EFFECT_FAIL_BETWEEN_WRITES failpoint fired; the transaction rolls back."""
+
+
+class EffectSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Effect
+        fields = ["id", "key", "body", "created_at"]
+
+
+class EffectCreateView(APIView):
+    @idempotent(scope=SCOPE)
+    def post(self, request: Request) -> Response:
+        if not isinstance(request.data, dict):
+            raise ValidationError({"body": 'must be a JSON object, e.g. {"amount": 100}'})
+        effect = Effect.objects.create(key=request.headers[KEY_HEADER], body=request.data)
+        if settings.EFFECT_FAIL_BETWEEN_WRITES:
+            raise FailpointHit("EFFECT_FAIL_BETWEEN_WRITES: effect written, answer not stored")
+        return Response(EffectSerializer(effect).data, status=201)
+
+
+class EffectDetailView(APIView):
+    def get(self, request: Request, key: str) -> Response:
+        effect = Effect.objects.filter(key=key).order_by("id").first()
+        if effect is None:
+            raise NotFound(f"no effect has the key {key!r}")
+        return Response(EffectSerializer(effect).data)
+
+
+class VerifyView(APIView):
+    def get(self, request: Request) -> Response:
+        return Response(verify())
+
+
+def verify() -> dict[str, int | bool]:
+    """Count the effects and the violations of each invariant (each must be 0)."""
+    dedup = IdempotencyRecord.objects.filter(scope=SCOPE)
+    # Dedup rows past retention are pruned on purpose, so only younger effects must have one.
+    retained = Now() - timedelta(seconds=setting("IDEMPOTENCY_RETENTION_SECS"))
+    report = {
+        "effects_written": Effect.objects.count(),
+        "keys": Effect.objects.values("key").distinct().count(),
+        "duplicate_effects": (
+            Effect.objects.values("key").annotate(n=Count("id")).filter(n__gt=1).count()
+        ),
+        "effects_without_dedup": (
+            Effect.objects.filter(created_at__gte=retained)
+            .filter(~Exists(dedup.filter(key=OuterRef("key"))))
+            .count()
+        ),
+        "dedup_without_effect": (
+            dedup.filter(~Exists(Effect.objects.filter(key=OuterRef("key")))).count()
+        ),
+    }
+    report["ok"] = not any(report[name] for name in INVARIANTS)
+    return report

@@ -1,0 +1,93 @@
+"""Settings for the effect service: the idempotent side-effect API, on its own database.
+
+Everything comes from the environment (django-environ); the repository's ``.env`` supplies local
+defaults and the environment wins. EFFECT_DATABASE_URL names the database; with none at all the
+service runs on a SQLite file beside manage.py.
+"""
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+if env.bool("RIVET_READ_DOTENV", default=True):
+    environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+SECRET_KEY = env("DJANGO_SECRET_KEY", default="effect-dev-only-not-a-secret")
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+ALLOWED_HOSTS = env.list("EFFECT_ALLOWED_HOSTS", default=["127.0.0.1", "localhost"])
+
+INSTALLED_APPS = [
+    "rest_framework",
+    "rivet.idempotency",
+    "effect_project.effects",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.middleware.common.CommonMiddleware",
+]
+
+ROOT_URLCONF = "effect_project.urls"
+WSGI_APPLICATION = "effect_project.wsgi.application"
+
+SQLITE_OPTIONS = {
+    # BEGIN IMMEDIATE takes the write lock up front: two requests with one new key are
+    # serialized by the database, and the second one replays.
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 30,
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+}
+
+
+def _database(url: str) -> dict:
+    config = env.db_url_config(url)
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        config["OPTIONS"] = {**SQLITE_OPTIONS, **config.get("OPTIONS", {})}
+    else:
+        config.setdefault("CONN_MAX_AGE", 0)
+    return config
+
+
+DATABASES = {
+    "default": _database(
+        env("EFFECT_DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'effect.sqlite3'}")
+    ),
+}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [],
+    "DEFAULT_PERMISSION_CLASSES": [],
+    "UNAUTHENTICATED_USER": None,
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+}
+
+# rivet.idempotency: how long a key is remembered, and the largest accepted request body.
+IDEMPOTENCY_RETENTION_SECS = env.int("IDEMPOTENCY_RETENTION_SECS", default=7 * 24 * 3600)
+IDEMPOTENCY_MAX_BODY_BYTES = env.int("IDEMPOTENCY_MAX_BODY_BYTES", default=64 * 1024)
+
+# Failpoint for tests: raise after the effect row is written, inside its transaction.
+EFFECT_FAIL_BETWEEN_WRITES = env.bool("EFFECT_FAIL_BETWEEN_WRITES", default=False)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {
+        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
+    },
+}
+
+# `python -m effect_project serve` defaults; its flags override them.
+EFFECT_BIND = env("EFFECT_BIND", default="127.0.0.1:8081")
+EFFECT_WORKERS = env.int("EFFECT_WORKERS", default=2)
+EFFECT_THREADS = env.int("EFFECT_THREADS", default=4)

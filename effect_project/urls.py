@@ -1,0 +1,9 @@
+from django.urls import path
+
+from effect_project.effects import views
+
+urlpatterns = [
+    path("effects", views.EffectCreateView.as_view(), name="effect-create"),
+    path("effects/<path:key>", views.EffectDetailView.as_view(), name="effect-detail"),
+    path("verify", views.VerifyView.as_view(), name="verify"),
+]

@@ -1,0 +1,157 @@
+"""The producer API: ``rivet.enqueue`` and ``rivet.enqueue_many``.
+
+Defaults come from the registered job of the kind (queue, max_attempts, priority, unique key),
+then from ``settings.RIVET`` (QUEUE, MAX_ATTEMPTS). A kind that is not registered here may
+still be enqueued: the producer can be a different deployment from the worker. The worker
+that claims it without knowing the kind fails the attempt with an error naming the kind.
+
+On the SQL stores an enqueue runs on Django's own connection, so inside the caller's
+``transaction.atomic()`` the task commits or rolls back with the business rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from rivet.conf import rivet_settings
+from rivet.errors import InvalidInput
+from rivet.jobs import registry
+from rivet.stores.base import Store
+from rivet.validation import build_spec
+from rivet.values import EnqueueResult, TaskSpec
+
+__all__ = ["enqueue", "enqueue_many", "resolve_store", "task_spec"]
+
+#: The keys a dict given to enqueue_many may carry.
+ITEM_KEYS = frozenset(
+    {
+        "kind",
+        "payload",
+        "queue",
+        "idem_key",
+        "delay",
+        "run_at",
+        "priority",
+        "max_attempts",
+        "unique_key",
+    }
+)
+
+
+def enqueue(
+    kind: str,
+    payload: Any = None,
+    *,
+    queue: str | None = None,
+    idem_key: str | None = None,
+    delay: float | timedelta | None = None,
+    run_at: datetime | None = None,
+    priority: int | None = None,
+    max_attempts: int | None = None,
+    unique_key: str | None = None,
+    using: str | Store | None = None,
+) -> EnqueueResult:
+    """Enqueue one task; a key used before with the same work returns it as a duplicate.
+
+    ``using`` picks the store: None for the configured one, a Django database alias, or a
+    Store. Raises InvalidInput (nothing written) for a bad value and IdempotencyMismatch when
+    ``idem_key`` already names different work.
+    """
+    spec = task_spec(
+        kind,
+        payload,
+        queue=queue,
+        idem_key=idem_key,
+        delay=delay,
+        run_at=run_at,
+        priority=priority,
+        max_attempts=max_attempts,
+        unique_key=unique_key,
+    )
+    return resolve_store(using).task_enqueue(spec)
+
+
+def enqueue_many(
+    items: Iterable[Mapping[str, Any] | tuple], *, using: str | Store | None = None
+) -> list[EnqueueResult]:
+    """Enqueue several tasks in one transaction: all are written, or none.
+
+    Each item is a dict of enqueue's arguments (``kind`` required) or a ``(kind, payload)``
+    tuple. Every item is validated before anything is written; results keep the given order.
+    """
+    specs = [_item_spec(index, item) for index, item in enumerate(items)]
+    if not specs:
+        return []
+    return resolve_store(using).task_enqueue_many(specs)
+
+
+def task_spec(kind: str, payload: Any = None, **options: Any) -> TaskSpec:
+    """Validate an enqueue and fill its defaults from the registered job, then settings."""
+    definition = registry.find(kind) if isinstance(kind, str) else None
+    queue = _first(options.get("queue"), definition and definition.queue, rivet_settings.QUEUE)
+    priority = _first(options.get("priority"), definition and definition.priority, 0)
+    max_attempts = _first(options.get("max_attempts"), definition and definition.max_attempts)
+    unique_key = options.get("unique_key")
+    if unique_key is None and definition is not None:
+        unique_key = definition.unique_key(payload)
+    return build_spec(
+        queue=queue,
+        kind=kind,
+        payload=payload,
+        idem_key=options.get("idem_key"),
+        unique_key=unique_key,
+        delay=options.get("delay"),
+        run_at=options.get("run_at"),
+        priority=priority,
+        max_attempts=max_attempts,
+    )
+
+
+def resolve_store(using: str | Store | None = None) -> Store:
+    """The store an enqueue writes to; the active ``rivet.testing`` fake wins over all."""
+    from rivet import testing
+
+    fake = testing.active_fake()
+    if fake is not None:
+        return fake.store
+    if using is None:
+        from rivet.stores import get_store
+
+        return get_store()
+    if isinstance(using, Store):
+        return using
+    if isinstance(using, str):
+        from rivet.stores import store_for_alias
+
+        return store_for_alias(using)
+    raise InvalidInput(
+        f"using must be a Django database alias or a rivet Store, got {type(using).__name__}"
+    )
+
+
+def _item_spec(index: int, item: Mapping[str, Any] | tuple) -> TaskSpec:
+    if isinstance(item, tuple):
+        if len(item) not in (1, 2):
+            raise InvalidInput(f"item {index}: a tuple must be (kind, payload), got {item!r}")
+        return task_spec(*item)
+    if not isinstance(item, Mapping):
+        raise InvalidInput(
+            f"item {index}: expected a dict or a (kind, payload) tuple, got {type(item).__name__}"
+        )
+    unknown = sorted(set(item) - ITEM_KEYS)
+    if unknown:
+        raise InvalidInput(
+            f"item {index}: unknown keys {', '.join(unknown)}; "
+            f"known: {', '.join(sorted(ITEM_KEYS))}"
+        )
+    if "kind" not in item:
+        raise InvalidInput(f"item {index}: 'kind' is required")
+    options = dict(item)
+    return task_spec(options.pop("kind"), options.pop("payload", None), **options)
+
+
+def _first(*values: Any) -> Any:
+    """The first value that is not None (a job's default of 0 is a real value)."""
+    return next((value for value in values if value is not None), None)

@@ -1,0 +1,249 @@
+"""A django.tasks backend that runs Django ``@task`` functions on rivet.
+
+::
+
+    TASKS = {"default": {"BACKEND": "rivet.backends.RivetBackend", "QUEUES": ["default"]}}
+
+An enqueue stores one rivet task of kind ``rivet.django_task`` whose payload names the function
+(its module path) and holds its JSON arguments, on the Task's queue, with its priority, visible
+at its ``run_after``. A rivet worker runs it through the job registered below, which imports the
+function and calls it; the return value becomes the task's result. ``get_result`` reads the
+task row back. The worker process must import this module so the kind is registered.
+
+OPTIONS: ``database`` (a Django alias for the store; default RIVET['DATABASE_ALIAS']) and
+``max_attempts`` (default: RIVET['MAX_ATTEMPTS']). A handler error is retried like any rivet
+task; the Task is FAILED only once its attempts are used up.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import traceback
+from dataclasses import fields
+from typing import Any
+
+import django
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from rivet.api import enqueue, resolve_store
+from rivet.errors import InvalidInput, RivetConfigError, RivetError
+from rivet.jobs import JobContext, job
+from rivet.validation import check_name
+from rivet.values import TaskRecord
+
+if django.VERSION >= (6, 0):
+    from django.tasks import exceptions as _exceptions
+    from django.tasks import task_backends
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+else:  # the django-tasks backport
+    from django_tasks import exceptions as _exceptions
+    from django_tasks import task_backends
+    from django_tasks.backends.base import BaseTaskBackend
+    from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+    from django_tasks.signals import task_enqueued, task_finished, task_started
+
+TaskResultDoesNotExist = _exceptions.TaskResultDoesNotExist
+InvalidTask = getattr(_exceptions, "InvalidTask", None) or _exceptions.InvalidTaskError
+
+__all__ = [
+    "DJANGO_TASK_KIND",
+    "InvalidTask",
+    "RivetBackend",
+    "TaskResultDoesNotExist",
+    "TaskResultStatus",
+    "task_backends",
+    "task_result",
+]
+
+DJANGO_TASK_KIND = "rivet.django_task"
+OPTION_KEYS = frozenset({"database", "max_attempts"})
+_RAISED = "django task raised"
+_RAISED_RE = re.compile(re.escape(_RAISED) + r" ([A-Za-z_][\w.]*)")
+_RESULT_FIELDS = {f.name for f in fields(TaskResult) if f.init}
+
+
+class DjangoTaskFailed(RivetError):
+    """A Django task raised; the message ends naming the exception's class."""
+
+
+class DjangoTaskAbandoned(RivetError):
+    """A Django task used up its attempts without any handler error (its worker was lost)."""
+
+
+class RivetBackend(BaseTaskBackend):
+    """Django's Tasks API over a rivet queue."""
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict) -> None:
+        super().__init__(alias, params)
+        unknown = sorted(set(self.options) - OPTION_KEYS)
+        if unknown:
+            raise RivetConfigError(
+                f"TASKS[{alias!r}]['OPTIONS'] has unknown keys {', '.join(unknown)}; "
+                f"RivetBackend knows {', '.join(sorted(OPTION_KEYS))}"
+            )
+        self.database: str | None = self.options.get("database")
+        self.max_attempts: int | None = self.options.get("max_attempts")
+
+    def validate_task(self, task: Task) -> None:
+        super().validate_task(task)
+        try:
+            check_name("queue", task.queue_name)
+        except InvalidInput as exc:
+            raise InvalidTask(str(exc)) from exc
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        self.validate_task(task)
+        payload = {
+            "func": task.module_path,
+            "args": list(args),
+            "kwargs": dict(kwargs),
+            "backend": self.alias,
+        }
+        enqueued = enqueue(
+            DJANGO_TASK_KIND,
+            payload,
+            queue=task.queue_name,
+            priority=task.priority,
+            run_at=task.run_after,
+            max_attempts=self.max_attempts,
+            using=self.database,
+        )
+        result = self.get_result(str(enqueued.task_id))
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult:
+        """The task's result now: READY, RUNNING (leased), SUCCESSFUL (done) or FAILED (dead)."""
+        try:
+            record = resolve_store(self.database).task_get(int(result_id))
+        except (TypeError, ValueError):
+            record = None
+        if record is None or record.kind != DJANGO_TASK_KIND:
+            raise TaskResultDoesNotExist(result_id)
+        return task_result(record, backend=self.alias)
+
+
+def task_result(record: TaskRecord, *, backend: str) -> TaskResult:
+    """A TaskResult from a task row.
+
+    rivet keeps only the current lease owner, so ``worker_ids`` repeats it once per attempt
+    (its length is the attempt count), and only the last error, so ``errors`` has at most one.
+    """
+    status = _status(record)
+    attempted = record.updated_at if record.attempts else None
+    finished = record.updated_at if status in _FINISHED else None
+    result = _build_result(
+        task=_load_task(record.payload["func"]).using(
+            queue_name=record.queue, priority=record.priority
+        ),
+        id=str(record.id),
+        status=status,
+        enqueued_at=record.created_at,
+        started_at=attempted,
+        finished_at=finished,
+        last_attempted_at=attempted,
+        args=record.payload.get("args", []),
+        kwargs=record.payload.get("kwargs", {}),
+        backend=backend,
+        errors=[_task_error(record.last_error)] if record.last_error else [],
+        worker_ids=[record.lease_owner or "unknown"] * record.attempts,
+    )
+    if status == TaskResultStatus.SUCCESSFUL:
+        object.__setattr__(result, "_return_value", record.result)
+    return result
+
+
+_FINISHED = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
+
+
+def _status(record: TaskRecord) -> TaskResultStatus:
+    if record.state == "done":
+        return TaskResultStatus.SUCCESSFUL
+    if record.state == "dead":
+        return TaskResultStatus.FAILED
+    leased = record.lease_owner is not None and record.visible_at > timezone.now()
+    return TaskResultStatus.RUNNING if leased else TaskResultStatus.READY
+
+
+def _build_result(**values: Any) -> TaskResult:
+    """TaskResult(**values), passing only the fields this Django version's TaskResult has."""
+    return TaskResult(**{k: v for k, v in values.items() if k in _RESULT_FIELDS})
+
+
+def _task_error(last_error: str) -> TaskError:
+    found = _RAISED_RE.findall(last_error)
+    path = found[-1] if found else f"{__name__}.{DjangoTaskAbandoned.__qualname__}"
+    return TaskError(exception_class_path=path, traceback=last_error)
+
+
+def _load_task(path: str) -> Task:
+    target = import_string(path)
+    if not isinstance(target, Task):
+        raise RivetError(
+            f"{path} is {type(target).__name__}, not a Django Task; decorate it with @task"
+        )
+    return target
+
+
+@job(DJANGO_TASK_KIND)
+def run_django_task(context: JobContext) -> Any:
+    """Import the Task the payload names and call it; its JSON return value is the result."""
+    payload = context.payload
+    task = _load_task(payload["func"])
+    running = _build_result(
+        task=task.using(queue_name=context.queue),
+        id=str(context.task_id),
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=None,
+        started_at=timezone.now(),
+        finished_at=None,
+        last_attempted_at=timezone.now(),
+        args=payload.get("args", []),
+        kwargs=payload.get("kwargs", {}),
+        backend=payload.get("backend", "default"),
+        errors=[],
+        worker_ids=[context.owner or "unknown"] * context.attempt,
+    )
+    task_started.send(RivetBackend, task_result=running)
+    try:
+        value = _call(task, running)
+    except Exception as exc:
+        if context.is_last_attempt:
+            _finish(running, TaskResultStatus.FAILED)
+        raise DjangoTaskFailed(_failure_text(exc)) from exc
+    _finish(running, TaskResultStatus.SUCCESSFUL)
+    return value
+
+
+def _call(task: Task, running: TaskResult) -> Any:
+    args, kwargs = running.args, running.kwargs
+    if task.takes_context:
+        value = task.call(TaskContext(task_result=running), *args, **kwargs)
+    else:
+        value = task.call(*args, **kwargs)
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError) as exc:
+        raise RivetError(f"{task.module_path} returned a value that is not JSON: {exc}") from exc
+
+
+def _finish(running: TaskResult, status: TaskResultStatus) -> None:
+    object.__setattr__(running, "status", status)
+    object.__setattr__(running, "finished_at", timezone.now())
+    task_finished.send(RivetBackend, task_result=running)
+
+
+def _failure_text(exc: BaseException) -> str:
+    """The traceback, then the class path last, where a clipped last_error still keeps it."""
+    path = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    text = "".join(traceback.format_exception(exc)).rstrip()
+    return f"{text}\n{_RAISED} {path}"

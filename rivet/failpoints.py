@@ -1,0 +1,164 @@
+"""Failpoints: abort the process (SIGABRT) at named points, to hit crash windows on purpose.
+
+``RIVET_FAILPOINT=name:probability[,name:probability]`` arms points; ``failpoint(name)`` then
+calls ``os.abort()`` with that probability. ``RIVET_FAILPOINT_SEED`` seeds the random source,
+so a chaos run that failed can be repeated. The points, in the order a task meets them:
+
+- ``after_claim``: the worker holds a lease and has not started the handler.
+- ``before_effect``: nothing has happened yet. The worker fires it just before the handler,
+  unless the handler is marked with ``@fires("before_effect")`` because it fires the point
+  itself just before its side effect (the ``effect`` kind does, before its HTTP call).
+- ``after_effect_before_ack``: the handler returned (its effect happened); the ack is not sent.
+  This is the window that makes duplicate deliveries.
+- ``after_ack``: the task is done.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rivet.errors import RivetConfigError
+
+ENV_VAR = "RIVET_FAILPOINT"
+SEED_VAR = "RIVET_FAILPOINT_SEED"
+POINTS = ("after_claim", "before_effect", "after_effect_before_ack", "after_ack")
+FORMAT = "name:probability[,name:probability], e.g. after_effect_before_ack:1.0"
+
+logger = logging.getLogger("rivet.failpoints")
+
+
+class FailpointConfigError(RivetConfigError):
+    """RIVET_FAILPOINT or RIVET_FAILPOINT_SEED is malformed; the message names the variable."""
+
+
+def parse(text: str) -> dict[str, float]:
+    """``name:prob[,name:prob]`` as a dict; raises FailpointConfigError naming the variable."""
+    armed: dict[str, float] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, sep, prob_text = item.partition(":")
+        name = name.strip()
+        if not sep or name not in POINTS:
+            raise _bad(f"{item!r} does not name a known point ({', '.join(POINTS)})")
+        try:
+            prob = float(prob_text)
+        except ValueError:
+            prob = -1.0
+        if not 0.0 <= prob <= 1.0:
+            raise _bad(f"probability {prob_text.strip()!r} for {name} is not a number in [0, 1]")
+        armed[name] = prob
+    return armed
+
+
+def _bad(detail: str) -> FailpointConfigError:
+    return FailpointConfigError(f"{ENV_VAR} is malformed: {detail}; expected {FORMAT}")
+
+
+def parse_seed(text: str | None) -> int | None:
+    """The seed from RIVET_FAILPOINT_SEED: None when unset or empty, else an integer."""
+    if text is None or not text.strip():
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise FailpointConfigError(
+            f"{SEED_VAR} must be an integer, got {text!r}; unset it for an unseeded run"
+        ) from None
+
+
+class Failpoints:
+    """A set of armed points and the seeded random source that decides when they fire."""
+
+    def __init__(
+        self,
+        armed: Mapping[str, float] | None = None,
+        *,
+        seed: int | None = None,
+        abort: Callable[[], Any] = os.abort,
+    ) -> None:
+        self.armed = dict(armed or {})
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+        self._abort = abort
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> Failpoints:
+        """Points armed by RIVET_FAILPOINT, seeded by RIVET_FAILPOINT_SEED."""
+        return cls(parse(environ.get(ENV_VAR, "")), seed=parse_seed(environ.get(SEED_VAR)))
+
+    def should_fire(self, name: str) -> bool:
+        prob = self.armed.get(name, 0.0)
+        if prob <= 0.0:
+            return False
+        with self._lock:
+            return self._random.random() < prob
+
+    def fire(self, name: str) -> None:
+        """Abort the process at ``name`` if the point is armed and the draw says so."""
+        if name not in POINTS:
+            raise ValueError(f"unknown failpoint {name!r}; known: {', '.join(POINTS)}")
+        if self.should_fire(name):
+            logger.critical("failpoint %s fired: aborting the process", name)
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            self._abort()
+
+
+_active: Failpoints | None = None
+_active_lock = threading.Lock()
+
+
+def install(points: Failpoints) -> Failpoints:
+    """Make ``points`` the process-wide set that ``failpoint(name)`` consults."""
+    global _active
+    with _active_lock:
+        _active = points
+    return points
+
+
+def active() -> Failpoints:
+    """The process-wide set, read from the environment on first use."""
+    global _active
+    with _active_lock:
+        if _active is None:
+            _active = Failpoints.from_env()
+        return _active
+
+
+def failpoint(name: str) -> None:
+    """Abort here (SIGABRT) with the probability RIVET_FAILPOINT gives ``name``."""
+    active().fire(name)
+
+
+def fires(*names: str) -> Callable[[Any], Any]:
+    """Mark a handler that fires these points itself, so the worker does not fire them too.
+
+    Put it below ``@rivet.job`` (it must reach the function the job registers)::
+
+        @rivet.job("effect")
+        @fires("before_effect")
+        def effect(context): ...
+    """
+    unknown = sorted(set(names) - set(POINTS))
+    if unknown:
+        raise ValueError(f"unknown failpoints {', '.join(unknown)}; known: {', '.join(POINTS)}")
+
+    def mark(handler: Any) -> Any:
+        target = getattr(handler, "handle", handler)
+        func = getattr(target, "__func__", target)
+        func.__rivet_failpoints__ = frozenset(names) | getattr(func, "__rivet_failpoints__", set())
+        return handler
+
+    return mark
+
+
+def fired_by(handler: Any) -> frozenset[str]:
+    """The points a handler fires itself (see ``fires``)."""
+    return frozenset(getattr(handler, "__rivet_failpoints__", ()))

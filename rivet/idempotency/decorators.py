@@ -1,0 +1,175 @@
+"""``@idempotent``: replay the first answer to every later request with the same key.
+
+Usage, on an APIView method or under ``@api_view``::
+
+    class PaymentView(APIView):
+        @idempotent(scope="payments")
+        def post(self, request):
+            payment = Payment.objects.create(...)
+            return Response(PaymentSerializer(payment).data, status=201)
+
+One ``transaction.atomic()`` holds the dedup row, everything the view writes and the stored answer,
+so they commit together or not at all. The dedup row is inserted *before* the view runs: a second
+request with the same new key blocks on the unique index until the first commits, then replays
+its answer (or, if the first rolled back, runs the view itself). The view therefore runs at most
+once per committed key, and a racing duplicate gets success, never an error.
+
+On Postgres this needs READ COMMITTED (the default): the waiting request must see the row the
+winner committed. On SQLite, ``transaction_mode: IMMEDIATE`` serializes the transactions instead.
+The view's own writes must go to the same database as the dedup table (``using``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from django.db import router, transaction
+from django.http import HttpResponse, HttpResponseBase
+from django.http.request import RawPostDataException
+from rest_framework.exceptions import UnsupportedMediaType
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from rivet.idempotency.conf import MAX_KEY_LENGTH, setting
+from rivet.idempotency.errors import (
+    IdempotencyKeyMissing,
+    IdempotencyKeyReused,
+    IdempotencyKeyTooLong,
+    RequestBodyTooLarge,
+)
+from rivet.idempotency.fingerprint import request_fingerprint
+from rivet.idempotency.models import IdempotencyRecord
+
+KEY_HEADER = "Idempotency-Key"
+REPLAY_HEADER = "idempotent-replay"
+
+
+class _Discard(Exception):
+    """Carries a non-2xx answer out of the transaction, which then rolls back."""
+
+    def __init__(self, response: HttpResponseBase) -> None:
+        self.response = response
+
+
+def idempotent(scope: str, *, using: str | None = None, max_body_bytes: int | None = None):
+    """Make a DRF view method idempotent under the ``Idempotency-Key`` header.
+
+    scope: names the key space, so two views may use the same key for different things.
+    using: database alias of the dedup table; default: the router's choice for writes.
+    max_body_bytes: larger bodies get 413; default: setting IDEMPOTENCY_MAX_BODY_BYTES.
+    """
+    if not scope or len(scope) > 100:
+        raise ValueError(f"scope must be 1 to 100 characters, got {scope!r}")
+
+    def decorate(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
+        @functools.wraps(view)
+        def wrapper(*args: Any, **kwargs: Any) -> HttpResponseBase:
+            request = _drf_request(args, view)
+            limit = max_body_bytes or setting("IDEMPOTENCY_MAX_BODY_BYTES")
+            key, fingerprint = _admit(request, limit)
+            db = using or router.db_for_write(IdempotencyRecord)
+            return _run_once(scope, key, fingerprint, db, lambda: view(*args, **kwargs))
+
+        return wrapper
+
+    return decorate
+
+
+def _drf_request(args: tuple[Any, ...], view: Callable[..., Any]) -> Request:
+    for arg in args[:2]:
+        if isinstance(arg, Request):
+            return arg
+    raise TypeError(
+        f"@idempotent on {view.__qualname__}: no DRF Request among the arguments; "
+        "decorate an APIView method or a function under @api_view"
+    )
+
+
+def _admit(request: Request, limit: int) -> tuple[str, str]:
+    """Check the key and the body before any database work; return the key and fingerprint."""
+    key = request.headers.get(KEY_HEADER, "")
+    if not key:
+        raise IdempotencyKeyMissing()
+    if len(key) > MAX_KEY_LENGTH:
+        raise IdempotencyKeyTooLong(len(key))
+    _check_body_size(request, limit)
+    return key, request_fingerprint(request.method, request.get_full_path(), _body_data(request))
+
+
+def _check_body_size(request: Request, limit: int) -> None:
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > limit:  # refuse without reading it
+        raise RequestBodyTooLarge(declared, limit)
+    try:
+        size = len(request.body)
+    except RawPostDataException:  # already parsed by someone, so it was within the limits
+        return
+    if size > limit:
+        raise RequestBodyTooLarge(size, limit)
+
+
+def _body_data(request: Request) -> Any:
+    """The parsed body in a form that encodes canonically; malformed JSON raises ParseError."""
+    if not request.content_type and request.body:
+        # DRF would read a body without a Content-Type as empty, and fingerprint it as {}.
+        raise UnsupportedMediaType("", detail="a request body needs Content-Type: application/json")
+    data = request.data
+    if hasattr(data, "lists"):  # a QueryDict from a form body
+        return dict(sorted(data.lists()))
+    return data
+
+
+def _run_once(
+    scope: str, key: str, fingerprint: str, db: str, call_view: Callable[[], HttpResponseBase]
+) -> HttpResponseBase:
+    try:
+        with transaction.atomic(using=db):
+            # Blocks here while another transaction holds an uncommitted row for this key.
+            record, created = IdempotencyRecord.objects.using(db).get_or_create(
+                scope=scope, key=key, defaults={"fingerprint": fingerprint}
+            )
+            if not created:
+                if record.fingerprint != fingerprint:
+                    raise IdempotencyKeyReused(key)
+                return _answer(record, replay=True)
+            response = call_view()
+            if not 200 <= response.status_code < 300:
+                raise _Discard(response)  # an error is not remembered: the client may retry
+            _store(record, response, db)
+            return _answer(record, replay=False)
+    except _Discard as discard:
+        return discard.response
+
+
+def _store(record: IdempotencyRecord, response: HttpResponseBase, db: str) -> None:
+    if isinstance(response, Response):
+        body, content_type = JSONRenderer().render(response.data), "application/json"
+    elif isinstance(response, HttpResponse):
+        body, content_type = response.content, response["Content-Type"]
+    else:
+        raise TypeError(f"an @idempotent view must return a Response, got {type(response)}")
+    record.response_status = response.status_code
+    record.response_content_type = content_type
+    record.response_body = body.decode(getattr(response, "charset", None) or "utf-8")
+    record.save(
+        using=db,
+        update_fields=["response_status", "response_content_type", "response_body"],
+    )
+
+
+def _answer(record: IdempotencyRecord, *, replay: bool) -> HttpResponse:
+    """The stored answer; the first request and every replay get the same bytes."""
+    response = HttpResponse(
+        record.response_body,
+        status=200 if replay else record.response_status,
+        content_type=record.response_content_type,
+    )
+    if replay:
+        response[REPLAY_HEADER] = "true"
+    return response

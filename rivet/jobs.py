@@ -1,0 +1,174 @@
+"""Job kinds: stable wire names registered to code, and the context a handler runs with.
+
+A task stores only a kind (a string) and a JSON payload; the registry turns the kind back into
+code in the worker. The name goes on the wire: renaming it strands every queued task of that
+kind, so prefix by domain (``billing.invoice``) and keep it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rivet.errors import InvalidInput, RivetError, UnknownJob
+from rivet.validation import check_name
+
+
+class LeaseLost(RivetError):
+    """The handler's lease was fenced or its local deadline passed; stop and do not ack."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobContext:
+    """What a running handler knows about its task and its lease."""
+
+    task_id: int
+    queue: str
+    kind: str
+    payload: Any
+    attempt: int
+    max_attempts: int
+    idem_key: str | None = None
+    epoch: int = 0
+    owner: str = ""
+    stop_event: threading.Event = field(default_factory=threading.Event, compare=False)
+    stop_reason: list[str] = field(default_factory=list, compare=False)
+
+    @property
+    def is_last_attempt(self) -> bool:
+        return self.attempt >= self.max_attempts
+
+    @property
+    def should_stop(self) -> bool:
+        """True once the lease was lost or the deadline passed: the result will not be acked."""
+        return self.stop_event.is_set()
+
+    def stop(self, reason: str) -> None:
+        """Called by the worker's guard; the handler sees it through should_stop/check."""
+        if not self.stop_event.is_set():
+            self.stop_reason.append(reason)
+            self.stop_event.set()
+
+    def check(self) -> None:
+        """Raise LeaseLost if the handler should stop (call between steps of long work)."""
+        if self.stop_event.is_set():
+            reason = self.stop_reason[0] if self.stop_reason else "stopped"
+            raise LeaseLost(f"task {self.task_id} epoch {self.epoch}: {reason}")
+
+
+Handler = Callable[[JobContext], Any]
+FailedHook = Callable[[JobContext, BaseException], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobDefinition:
+    """A registered kind: its handler and its defaults."""
+
+    name: str
+    handler: Handler
+    queue: str | None = None
+    max_attempts: int | None = None
+    timeout_secs: float | None = None
+    priority: int = 0
+    failed: FailedHook | None = None
+    unique: Callable[[Any], str | None] | None = None
+
+    def __call__(self, context: JobContext) -> Any:
+        return self.handler(context)
+
+    def unique_key(self, payload: Any) -> str | None:
+        return None if self.unique is None else self.unique(payload)
+
+    def enqueue(self, payload: Any = None, **options: Any):
+        """Enqueue this kind; see rivet.enqueue for the options."""
+        from rivet.api import enqueue
+
+        return enqueue(self.name, payload, **options)
+
+
+class JobRegistry:
+    """Kind name -> JobDefinition. A name may be registered once (re-imports are tolerated)."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, JobDefinition] = {}
+        self._lock = threading.Lock()
+
+    def register(self, definition: JobDefinition) -> JobDefinition:
+        check_name("job kind", definition.name)
+        with self._lock:
+            current = self._jobs.get(definition.name)
+            if current is not None and _origin(current) != _origin(definition):
+                raise InvalidInput(
+                    f"job kind {definition.name!r} is already registered to "
+                    f"{_origin(current)}; kind names must be unique"
+                )
+            self._jobs[definition.name] = definition
+        return definition
+
+    def get(self, kind: str) -> JobDefinition:
+        try:
+            return self._jobs[kind]
+        except KeyError:
+            raise UnknownJob(
+                f"unknown job kind {kind!r}: no job is registered under that name "
+                f"(known: {', '.join(sorted(self._jobs)) or 'none'}); "
+                "check RIVET['JOB_MODULES'] and the @rivet.job name"
+            ) from None
+
+    def find(self, kind: str) -> JobDefinition | None:
+        return self._jobs.get(kind)
+
+    def unregister(self, kind: str) -> None:
+        with self._lock:
+            self._jobs.pop(kind, None)
+
+    def names(self) -> list[str]:
+        return sorted(self._jobs)
+
+
+def _origin(definition: JobDefinition) -> str:
+    handler = definition.handler
+    return f"{getattr(handler, '__module__', '?')}.{getattr(handler, '__qualname__', handler)}"
+
+
+registry = JobRegistry()
+
+
+def job(
+    name: str,
+    *,
+    queue: str | None = None,
+    max_attempts: int | None = None,
+    timeout: float | None = None,
+    priority: int = 0,
+    unique: Callable[[Any], str | None] | None = None,
+    failed: FailedHook | None = None,
+    registry: JobRegistry = registry,
+):
+    """Register a function ``fn(context)`` or a class with ``handle(self, context)``.
+
+    A class may also define ``failed(self, context, error)``, run once after the last attempt.
+    """
+
+    def wrap(target):
+        if isinstance(target, type):
+            instance = target()
+            handler = instance.handle
+            hook = failed or getattr(instance, "failed", None)
+        else:
+            handler, hook = target, failed
+        definition = JobDefinition(
+            name=name,
+            handler=handler,
+            queue=queue,
+            max_attempts=max_attempts,
+            timeout_secs=timeout,
+            priority=priority,
+            failed=hook,
+            unique=unique,
+        )
+        return registry.register(definition)
+
+    return wrap

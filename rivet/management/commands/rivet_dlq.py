@@ -1,0 +1,151 @@
+"""manage.py rivet_dlq: the dead-letter queue of one queue.
+
+A task is dead when its attempts are used up; a claim buries it, so no reaper is needed.
+Exit codes: 0 done, 1 refused (e.g. the id is not a dead task of the queue), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from django.core.management.base import BaseCommand, CommandError
+
+from rivet.api import resolve_store
+from rivet.conf import rivet_settings
+from rivet.errors import InvalidInput
+from rivet.stores.base import Store
+from rivet.validation import check_name
+from rivet.values import TaskRecord
+
+ACTIONS = ("list", "show", "requeue", "sweep", "purge")
+NEEDS_ID = ("show", "requeue")
+PURGE_CAVEAT = (
+    "A purge deletes the rows, so it releases their idempotency keys. Purge only tasks older "
+    "than the dedup retention of the effect service; sooner, the same key can make a second "
+    "effect."
+)
+REQUEUE_NOTE = (
+    "it keeps idempotency key {key!r}: if its effect already happened, the new attempt gets a "
+    "replay and the effect does not happen a second time"
+)
+ERROR_WIDTH = 60
+
+
+class Command(BaseCommand):
+    help = (
+        "Inspect and act on dead tasks: list, show ID, requeue ID (keeps the idempotency key), "
+        "sweep (bury pending tasks with no attempts left and no live lease; use only when no "
+        "worker polls the queue), purge (delete dead rows; asks first unless --yes)."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("action", choices=ACTIONS)
+        parser.add_argument("task_id", nargs="?", type=int, help="task id, for show and requeue")
+        parser.add_argument("--queue", help="queue name (default: RIVET['QUEUE'])")
+        parser.add_argument("--limit", type=int, default=100, help="rows to list (default 100)")
+        parser.add_argument(
+            "--older-than-secs", type=float, help="purge: only tasks dead for at least N seconds"
+        )
+        parser.add_argument("--yes", action="store_true", help="purge: do not ask to confirm")
+        parser.add_argument("--database", help="Django database alias (default: the store's)")
+
+    def handle(self, *args, **options):
+        action, task_id = options["action"], options["task_id"]
+        queue = self._queue(options["queue"])
+        if action in NEEDS_ID and task_id is None:
+            raise CommandError(f"{action} needs a task id: rivet_dlq {action} ID", returncode=2)
+        if action not in NEEDS_ID and task_id is not None:
+            raise CommandError(f"{action} takes no task id (got {task_id})", returncode=2)
+        if action != "purge" and (options["older_than_secs"] is not None or options["yes"]):
+            raise CommandError("--older-than-secs and --yes apply to purge only", returncode=2)
+        store = resolve_store(options["database"])
+        if action == "list":
+            self.list_dead(store, queue, options["limit"])
+        elif action == "show":
+            self.show_task(store, queue, task_id)
+        elif action == "requeue":
+            self.requeue(store, queue, task_id)
+        elif action == "sweep":
+            count = store.dead_sweep(queue)
+            self.stdout.write(f"swept {count} task(s) with no attempts left into the dead letters")
+        else:
+            self.purge(store, queue, options["older_than_secs"], options["yes"])
+
+    def _queue(self, queue: str | None) -> str:
+        try:
+            return check_name("queue", queue or rivet_settings.QUEUE)
+        except InvalidInput as exc:
+            raise CommandError(str(exc), returncode=2) from exc
+
+    def list_dead(self, store: Store, queue: str, limit: int) -> None:
+        tasks = store.dead_list(queue, limit=limit)
+        if not tasks:
+            self.stdout.write(f"no dead tasks in queue {queue}")
+            return
+        self.stdout.write(f"{'id':>8}  {'kind':<20} {'attempts':>8}  {'updated_at':<26} last_error")
+        for task in tasks:
+            self.stdout.write(
+                f"{task.id:>8}  {task.kind:<20} {task.attempts:>8}  "
+                f"{task.updated_at.isoformat(timespec='seconds'):<26} {_short(task.last_error)}"
+            )
+
+    def show_task(self, store: Store, queue: str, task_id: int) -> None:
+        task = self._dead_task(store, queue, task_id)
+        for name, value in vars(task).items():
+            self.stdout.write(f"{name:<13} {value}")
+
+    def requeue(self, store: Store, queue: str, task_id: int) -> None:
+        task = self._dead_task(store, queue, task_id)
+        if not store.dead_requeue(queue, task_id):
+            raise CommandError(
+                f"task {task_id} was not requeued: a pending task of kind {task.kind!r} already "
+                f"holds its unique key {task.unique_key!r}, or it left the dead letters meanwhile",
+                returncode=1,
+            )
+        note = (
+            REQUEUE_NOTE.format(key=task.idem_key)
+            if task.idem_key
+            else "it has no idempotency key, so its handler's effect is not protected"
+        )
+        self.stdout.write(f"requeued {task_id} with fresh attempts; {note}")
+
+    def purge(self, store: Store, queue: str, older_than: float | None, yes: bool) -> None:
+        if older_than is not None and older_than < 0:
+            raise CommandError(f"--older-than-secs must be >= 0, got {older_than}", returncode=2)
+        self.stdout.write(PURGE_CAVEAT)
+        which = f"dead tasks of queue {queue}" + (
+            f" dead for at least {older_than:g}s" if older_than is not None else ""
+        )
+        if not yes:
+            self._confirm(f"Delete the {which}? [y/N] ")
+        count = store.dead_purge(queue, older_than_secs=older_than)
+        self.stdout.write(f"purged {count} {which}")
+
+    def _confirm(self, prompt: str) -> None:
+        if not sys.stdin.isatty():
+            raise CommandError(
+                "purge deletes rows and releases their idempotency keys, so it asks first, but "
+                "stdin is not a terminal to ask on; pass --yes to purge without asking",
+                returncode=2,
+            )
+        self.stdout.write(prompt, ending="")
+        self.stdout.flush()
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            raise CommandError("purge cancelled; nothing deleted", returncode=1)
+
+    def _dead_task(self, store: Store, queue: str, task_id: int) -> TaskRecord:
+        task = store.task_get(task_id)
+        if task is None or task.queue != queue:
+            raise CommandError(f"task {task_id} not found in queue {queue}", returncode=1)
+        if task.state != "dead":
+            raise CommandError(
+                f"task {task_id} is {task.state}, not in the dead letters of queue {queue}",
+                returncode=1,
+            )
+        return task
+
+
+def _short(text: str) -> str:
+    """The error on one line, cut from the front: the reason a task died is at the end."""
+    line = " ".join(text.split())
+    return line if len(line) <= ERROR_WIDTH else "..." + line[-(ERROR_WIDTH - 3) :]

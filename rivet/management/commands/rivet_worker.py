@@ -1,0 +1,86 @@
+"""manage.py rivet_worker: claim and run tasks until stopped.
+
+Each flag also reads its RIVET_* variable, then settings.RIVET (flag beats variable beats
+setting). Exit codes: 0 stopped cleanly (SIGTERM/SIGINT, --once, --max-jobs); 1 --once could
+not claim (database error); 2 a bad option or RIVET_FAILPOINT; 3 handlers had to be abandoned (restart the worker); 128+N a second signal
+N (exit at once); -6/134 (SIGABRT) a failpoint fired.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import import_module
+
+from django.core.management.base import BaseCommand, CommandError
+
+from rivet import logs
+from rivet.conf import rivet_settings
+from rivet.errors import RivetConfigError
+from rivet.failpoints import Failpoints, install
+from rivet.retry import RetryPolicy
+from rivet.runtime.options import OPTIONS, resolve
+from rivet.worker import EXIT_STORE_ERROR, Worker, install_signal_handlers
+
+
+class Command(BaseCommand):
+    help = (
+        "Run a worker: claim tasks into free slots, heartbeat their leases, ack or fail each "
+        "attempt. SIGTERM/SIGINT: stop claiming and finish in-flight work; a second signal "
+        "exits at once."
+    )
+
+    def add_arguments(self, parser):
+        for option in OPTIONS:
+            parser.add_argument(option.flag, dest=option.dest, help=f"{option.help} [{option.env}]")
+        parser.add_argument(
+            "--once", action="store_true", help="run what is runnable now, then exit 0"
+        )
+
+    def handle(self, *args, **options):
+        try:
+            values = resolve(options, os.environ)
+            points = Failpoints.from_env()
+        except RivetConfigError as exc:
+            raise CommandError(str(exc), returncode=2) from exc
+        logs.configure(values.pop("log_format"))
+        import_job_modules()
+        worker = build_worker(values, once=options["once"], failpoints=install(points))
+        install_signal_handlers(worker)
+        try:
+            stats = worker.run()
+        finally:
+            worker.store.close()
+        if stats.exit_code == EXIT_STORE_ERROR:
+            raise CommandError("--once could not claim: the database failed (see the log)")
+        if stats.exit_code:
+            raise CommandError(
+                f"{stats.abandoned} handler(s) were abandoned; exiting {stats.exit_code} so a "
+                "supervisor restarts the worker",
+                returncode=stats.exit_code,
+            )
+
+
+def import_job_modules() -> None:
+    """Import RIVET['JOB_MODULES'] so their @rivet.job kinds are registered."""
+    for module in rivet_settings.JOB_MODULES:
+        try:
+            import_module(module)
+        except ImportError as exc:
+            raise CommandError(
+                f"RIVET['JOB_MODULES'] names {module!r}, which cannot be imported: {exc}",
+                returncode=2,
+            ) from exc
+
+
+def build_worker(values: dict, *, once: bool, failpoints: Failpoints) -> Worker:
+    """A Worker on the configured store from resolved option values."""
+    from rivet.stores import get_store
+
+    try:
+        store = get_store()
+    except RivetConfigError as exc:
+        raise CommandError(str(exc), returncode=2) from exc
+    retry = RetryPolicy(
+        backoff_secs=values.pop("retry_backoff"), cap_secs=values.pop("retry_backoff_cap")
+    )
+    return Worker(store=store, retry_policy=retry, once=once, failpoints=failpoints, **values)

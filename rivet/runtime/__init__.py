@@ -1,0 +1,1 @@
+"""Parts of the worker runtime that rivet.worker composes: settling attempts, worker options."""

@@ -1,0 +1,402 @@
+"""The worker runtime: claim into free slots, run handlers on threads, settle each attempt.
+
+One loop thread claims, acks and fails; one guard thread (rivet.guard) heartbeats; each handler
+runs on its own daemon thread. A claim asks for exactly as many tasks as there are free slots,
+so no claimed task waits behind another while its lease runs out.
+
+Each attempt ends in exactly one store write (or, when the lease cannot be confirmed, none):
+``rivet.runtime.settle`` says which. A handler the guard stopped (lease fenced, local deadline
+passed) is never acked.
+
+Handlers that will not return. Python cannot kill a thread. A handler stopped by the guard (or
+timed out) is told to stop through ``context.should_stop`` / ``context.check()``; its task is
+settled at once, and its thread keeps its slot until it returns, so the worker claims less. A
+thread still running ``lease_ttl`` seconds after its stop is *abandoned*: logged, counted, and
+if it returns later its slot comes back. When ``max_abandoned`` threads (default: half the
+slots, at least one) are abandoned at once, the worker stops claiming, drains, and exits with
+code 3 so a supervisor restarts it with fresh slots. At shutdown, handlers still running after
+``shutdown_timeout`` are stopped and abandoned (their leases lapse; the tasks are delivered
+again) and the worker exits with code 3 instead of 0.
+
+Database connections (``pool_size``, the budget). Django gives each thread its own
+connection. The runtime itself holds two: the loop's (claim, ack, fail) and the guard's
+(heartbeats), so ``pool_size`` must be at least 2. A handler thread that uses the ORM opens one
+more and closes it when the handler returns: the worst case is ``2 + concurrency`` (plus the
+store's LISTEN connection on PostgreSQL, if it keeps one); size max_connections for that sum.
+Stale connections are closed between jobs (``close_old_connections`` before the loop goes
+idle) and after any database error.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue as queue_module
+import signal
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import close_old_connections, connections
+
+from rivet import logs, signals
+from rivet.errors import InvalidInput, UnknownJob
+from rivet.failpoints import Failpoints, active, fired_by
+from rivet.guard import Guard, Running, StopKind
+from rivet.jobs import JobContext, JobRegistry, registry
+from rivet.retry import RetryPolicy
+from rivet.runtime.settle import Outcome, Settler, send_signal
+from rivet.stores.base import Store
+from rivet.validation import check_name
+from rivet.values import Claimed
+
+EXIT_OK = 0
+EXIT_STORE_ERROR = 1  # --once could not claim: the database failed
+EXIT_ABANDONED = 3
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerStats:
+    """What one run of a worker did."""
+
+    claimed: int = 0
+    acked: int = 0
+    failed: int = 0  # attempts that ended in an error, a timeout or an unknown kind
+    retried: int = 0
+    dead: int = 0
+    fenced: int = 0
+    lost: int = 0  # attempts left to lapse: no heartbeat could confirm the lease, or a write failed
+    abandoned: int = 0
+    buried: int = 0  # exhausted tasks a claim buried on the way
+    exit_code: int = EXIT_OK
+
+    @property
+    def processed(self) -> int:
+        """Attempts this worker settled, whatever the outcome."""
+        return self.acked + self.retried + self.dead + self.fenced + self.lost
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Worker:
+    """Runs the handlers of claimed tasks until stopped; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        queues: Sequence[str],
+        owner: str | None = None,
+        lease_ttl: float = 30.0,
+        concurrency: int = 4,
+        retry_policy: RetryPolicy | None = None,
+        pool_size: int = 4,
+        poll_interval: float = 1.0,
+        job_timeout: float | None = None,
+        shutdown_timeout: float = 30.0,
+        once: bool = False,
+        max_jobs: int | None = None,
+        max_abandoned: int | None = None,
+        registry: JobRegistry = registry,
+        clock: Callable[[], float] = time.monotonic,
+        failpoints: Failpoints | None = None,
+    ) -> None:
+        self.store = store
+        self.queues = [check_name("queue", q) for q in queues]
+        self.owner = owner or default_owner()
+        self.lease_ttl = _positive("lease_ttl", lease_ttl)
+        self.concurrency = _at_least("concurrency", concurrency, 1)
+        self.retry_policy = retry_policy or RetryPolicy()
+        self.pool_size = _at_least("pool_size", pool_size, 2)
+        self.poll_interval = _positive("poll_interval", poll_interval)
+        self.job_timeout = None if job_timeout is None else _positive("job_timeout", job_timeout)
+        self.shutdown_timeout = _positive("shutdown_timeout", shutdown_timeout, zero_ok=True)
+        self.once = once
+        self.max_jobs = None if max_jobs is None else _at_least("max_jobs", max_jobs, 1)
+        self.max_abandoned = max_abandoned or max(1, self.concurrency // 2)
+        self.registry = registry
+        self.clock = clock
+        self.failpoints = failpoints or active()
+        if not self.queues:
+            raise InvalidInput("a worker needs at least one queue")
+        self.guard = Guard(store=store, lease_ttl=self.lease_ttl, clock=clock, notify=self._notify)
+        self._events: queue_module.SimpleQueue = queue_module.SimpleQueue()
+        self._running: dict[Any, Running] = {}
+        self._stopping = threading.Event()
+        self._counts: Counter[str] = Counter()
+        self.settler = Settler(
+            worker=self,
+            store=store,
+            guard=self.guard,
+            retry_policy=self.retry_policy,
+            failpoints=self.failpoints,
+            clock=clock,
+            counts=self._counts,
+        )
+        self._gave_up = False
+        self._exit_code = EXIT_OK
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def stop(self) -> None:
+        """Stop claiming; run() finishes in-flight work within shutdown_timeout and returns."""
+        self._stopping.set()
+        self._events.put(None)
+
+    def run(self) -> WorkerStats:
+        """Claim and run tasks until stopped (or --once / --max-jobs says enough)."""
+        logs.event(
+            "worker_started",
+            owner=self.owner,
+            queues=",".join(self.queues),
+            concurrency=self.concurrency,
+            lease_ttl=self.lease_ttl,
+            pool_size=self.pool_size,
+        )
+        self.guard.start()
+        try:
+            self._loop()
+            logs.event("worker_stopping", owner=self.owner, in_flight=self._busy())
+            stranded = self._drain()
+        finally:
+            self.guard.close()
+            connections.close_all()
+        code = EXIT_ABANDONED if (stranded or self._gave_up) else self._exit_code
+        stats = WorkerStats(**self._counts, exit_code=code)
+        logs.event("worker_stopped", owner=self.owner, exit_code=code, **_summary(stats))
+        return stats
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            self._process_events(timeout=0)
+            self._check_abandoned()
+            if self._enough_jobs():
+                return
+            got = self._claim()
+            if self.once and got is None:
+                self._exit_code = EXIT_STORE_ERROR
+                return
+            if self.once and not got and not self._unsettled():
+                return
+            self._wait()
+
+    def _wait(self) -> None:
+        if self._running:
+            self._process_events(timeout=self.poll_interval)
+            return
+        close_old_connections()
+        if self.store.supports_wakeup:
+            self.store.wait_for_work(self.queues, self.poll_interval)
+        else:
+            self._stopping.wait(self.poll_interval)
+
+    def _drain(self) -> int:
+        """Wait for in-flight handlers up to shutdown_timeout; abandon the rest."""
+        deadline = self.clock() + self.shutdown_timeout
+        while self._busy() and self.clock() < deadline:
+            self._process_events(timeout=min(0.1, max(deadline - self.clock(), 0.0)))
+        for running in [r for r in self._running.values() if not r.returned]:
+            running.stop(StopKind.SHUTDOWN, "worker shutting down", self.clock())
+            if not running.settled:
+                self.settler.settle_stopped(running)
+            self._abandon(running)
+        return self._busy()
+
+    # -- slots and claims --------------------------------------------------------------------
+
+    def _unsettled(self) -> int:
+        return sum(1 for r in self._running.values() if not r.settled)
+
+    def _busy(self) -> int:
+        return sum(1 for r in self._running.values() if not r.returned)
+
+    def _free_slots(self) -> int:
+        free = self.concurrency - self._busy()
+        if self.max_jobs is not None:
+            free = min(free, self.max_jobs - self._finished() - self._unsettled())
+        return max(free, 0)
+
+    def _finished(self) -> int:
+        return sum(self._counts[k] for k in ("acked", "retried", "dead", "fenced", "lost"))
+
+    def _enough_jobs(self) -> bool:
+        return self.max_jobs is not None and self._finished() >= self.max_jobs
+
+    def _claim(self) -> int | None:
+        """Claim as many tasks as there are free slots and start them; None on a DB error."""
+        wanted = self._free_slots()
+        if wanted <= 0:
+            return 0
+        started = self.clock()
+        try:
+            batch = self.store.task_claim(
+                queues=self.queues, owner=self.owner, limit=wanted, lease_ttl=self.lease_ttl
+            )
+        except Exception as exc:
+            logs.event(
+                "claim_failed",
+                logging.ERROR,
+                owner=self.owner,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            close_old_connections()
+            return None
+        if batch.buried:
+            self._counts["buried"] += batch.buried
+            logs.event("buried", owner=self.owner, count=batch.buried)
+        for claimed in batch.claimed:
+            self._start(claimed, started)
+        return len(batch.claimed)
+
+    def _start(self, claimed: Claimed, started: float) -> None:
+        self._counts["claimed"] += 1
+        logs.task_event("claimed", claimed)
+        self.failpoints.fire("after_claim")
+        definition = self.registry.find(claimed.kind)
+        timeout = definition.timeout_secs if definition else None
+        running = Running(
+            claimed=claimed,
+            context=_context(claimed),
+            definition=definition,
+            started=started,
+            lease_ttl=self.lease_ttl,
+            timeout_secs=timeout or self.job_timeout,
+        )
+        self._running[running.lease] = running
+        if definition is None:
+            self._fail_unknown(running)
+            return
+        self.guard.track(running)
+        thread = threading.Thread(
+            target=self._execute, args=(running,), name=f"rivet-task-{claimed.task_id}"
+        )
+        thread.daemon = True
+        thread.start()
+
+    def _execute(self, running: Running) -> None:
+        """The handler thread: run the handler, hand the outcome to the loop."""
+        try:
+            send_signal(signals.task_processing, self, running)
+            if "before_effect" not in fired_by(running.definition.handler):
+                self.failpoints.fire("before_effect")
+            outcome = Outcome(result=running.definition(running.context))
+        except BaseException as exc:  # a handler may raise anything; it is the attempt's error
+            outcome = Outcome(error=exc)
+        finally:
+            connections.close_all()  # this thread's connections only
+        self._events.put((running, outcome))
+
+    # -- events from handler threads and the guard -------------------------------------------
+
+    def _notify(self, running: Running) -> None:
+        self._events.put((running, None))
+
+    def _process_events(self, timeout: float) -> None:
+        try:
+            item = self._events.get(timeout=timeout) if timeout > 0 else self._events.get_nowait()
+            while True:
+                if item is not None:
+                    self._on_event(*item)
+                item = self._events.get_nowait()
+        except queue_module.Empty:
+            return
+
+    def _on_event(self, running: Running, outcome: Outcome | None) -> None:
+        if outcome is not None:
+            running.returned = True
+            if running.abandoned:
+                logs.task_event("rejoined", running.claimed)
+        if not running.settled:
+            if outcome is None or running.stop_kind is not None:
+                self.settler.settle_stopped(running)
+            else:
+                self.settler.settle(running, outcome)
+        if running.settled and running.returned:
+            self._running.pop(running.lease, None)
+
+    def _check_abandoned(self) -> None:
+        now = self.clock()
+        for running in list(self._running.values()):
+            late = running.stopped_at is not None and now - running.stopped_at >= self.lease_ttl
+            if late and not running.returned and not running.abandoned:
+                self._abandon(running)
+        stuck = sum(1 for r in self._running.values() if r.abandoned and not r.returned)
+        if stuck >= self.max_abandoned and not self._gave_up:
+            self._gave_up = True
+            logs.event("too_many_abandoned", logging.ERROR, owner=self.owner, abandoned=stuck)
+            self.stop()
+
+    def _fail_unknown(self, running: Running) -> None:
+        """An unknown kind is never run: the attempt fails with the error naming the kind."""
+        try:
+            self.registry.get(running.claimed.kind)
+        except UnknownJob as exc:
+            logs.task_event("unknown_kind", running.claimed, logging.ERROR)
+            self.settler.fail(running, exc)
+        self._running.pop(running.lease, None)
+
+    def _abandon(self, running: Running) -> None:
+        if not running.abandoned:
+            running.abandoned = True
+            self._counts["abandoned"] += 1
+            logs.task_event(
+                "abandoned", running.claimed, logging.WARNING, reason=running.stop_reason
+            )
+
+
+def _context(claimed: Claimed) -> JobContext:
+    return JobContext(
+        task_id=claimed.task_id,
+        queue=claimed.queue,
+        kind=claimed.kind,
+        payload=claimed.payload,
+        attempt=claimed.attempt,
+        max_attempts=claimed.max_attempts,
+        idem_key=claimed.idem_key,
+        epoch=claimed.epoch,
+        owner=claimed.owner,
+    )
+
+
+def _summary(stats: WorkerStats) -> dict[str, int]:
+    fields = ("claimed", "acked", "failed", "retried", "dead", "fenced", "lost", "abandoned")
+    return {name: getattr(stats, name) for name in fields}
+
+
+def _positive(name: str, value: float, *, zero_ok: bool = False) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or value < 0 or (value == 0 and not zero_ok):
+        raise InvalidInput(f"{name} must be a number {'>= 0' if zero_ok else '> 0'}, got {value!r}")
+    return float(value)
+
+
+def _at_least(name: str, value: int, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise InvalidInput(f"{name} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def install_signal_handlers(worker: Worker) -> None:
+    """SIGTERM/SIGINT stop the worker gracefully; a second one exits at once (os._exit)."""
+
+    def on_signal(signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if worker.stopping:
+            logs.event("worker_exit_now", logging.WARNING, owner=worker.owner, signal=name)
+            logging.shutdown()
+            os._exit(128 + signum)
+        logs.event("worker_signal", owner=worker.owner, signal=name)
+        worker.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)

@@ -1,0 +1,212 @@
+"""The effect service over HTTP: a real gunicorn, a real Postgres database."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+
+from rivet.idempotency.fingerprint import request_fingerprint
+
+pytestmark = pytest.mark.acceptance
+
+MAX_BODY_BYTES = 64 * 1024  # effect_project's default IDEMPOTENCY_MAX_BODY_BYTES
+
+
+def new_key(label: str = "k") -> str:
+    return f"{label}-{uuid.uuid4().hex}"
+
+
+def test_first_request_writes_the_effect_and_its_dedup_row(effect_service, effect_db):
+    key = new_key()
+    reply = effect_service.post(key, {"amount": 100})
+    assert reply.status == 201
+    assert not reply.replay
+    effect = reply.json
+    assert set(effect) == {"id", "key", "body", "created_at"}
+    assert (effect["key"], effect["body"]) == (key, {"amount": 100})
+    assert (effect_db.effects(key), effect_db.dedups(key)) == (1, 1)
+
+
+def test_repeat_replays_the_first_answer_with_the_replay_header(effect_service, effect_db):
+    key = new_key()
+    first = effect_service.post(key, {"amount": 100})
+    # Same JSON value, different key order and spacing: the canonical form is what counts.
+    again = effect_service.post(key, raw=b'{ "amount" : 100 }')
+    assert (first.status, again.status) == (201, 200)
+    assert again.replay
+    assert again.text == first.text
+    assert effect_db.effects(key) == 1
+
+
+def test_same_key_with_a_different_body_is_422_naming_the_key(effect_service, effect_db):
+    key = new_key()
+    assert effect_service.post(key, {"amount": 100}).status == 201
+    reply = effect_service.post(key, {"amount": 999})
+    assert reply.status == 422
+    assert reply.json["idempotency_key"] == key
+    assert key in reply.json["detail"]
+    assert effect_db.effects(key) == 1
+
+
+def test_missing_key_is_400_and_writes_nothing(effect_service, effect_db):
+    reply = effect_service.post(None, {"amount": 1})
+    assert reply.status == 400
+    assert "Idempotency-Key" in reply.json["detail"]
+    assert effect_db.scalar("SELECT count(*) FROM effects_effect") == 0
+
+
+def test_key_longer_than_200_characters_is_400(effect_service, effect_db):
+    assert effect_service.post("k" * 201, {"amount": 1}).status == 400
+    assert effect_db.effects("k" * 201) == 0
+    assert effect_service.post("k" * 200, {"amount": 1}).status == 201
+
+
+def test_malformed_json_is_400_and_writes_nothing(effect_service, effect_db):
+    key = new_key()
+    reply = effect_service.post(key, raw=b'{"amount": 1')
+    assert reply.status == 400
+    assert (effect_db.effects(key), effect_db.dedups(key)) == (0, 0)
+
+
+def test_a_refused_body_is_not_remembered_so_the_key_stays_usable(effect_service, effect_db):
+    key = new_key()
+    assert effect_service.post(key, [1, 2]).status == 400  # not a JSON object
+    assert (effect_db.effects(key), effect_db.dedups(key)) == (0, 0)
+    assert effect_service.post(key, {"amount": 1}).status == 201
+
+
+def test_body_over_the_limit_is_413_and_writes_nothing(effect_service, effect_db):
+    key = new_key()
+    pad = MAX_BODY_BYTES - len(b'{"pad":""}')
+    assert effect_service.post(key, raw=b'{"pad":"' + b"x" * (pad + 1) + b'"}').status == 413
+    assert (effect_db.effects(key), effect_db.dedups(key)) == (0, 0)
+    assert effect_service.post(key, raw=b'{"pad":"' + b"x" * pad + b'"}').status == 201
+
+
+def test_racing_identical_requests_make_exactly_one_effect(effect_service, effect_db):
+    racers = 16  # = the server's 2 workers x 8 threads, so all of them are inside at once
+    for _ in range(5):
+        key = new_key("race")
+        start = threading.Barrier(racers)
+
+        def post(_: int, key: str = key, start: threading.Barrier = start):
+            start.wait()
+            return effect_service.post(key, {"amount": 7})
+
+        with ThreadPoolExecutor(racers) as pool:
+            replies = list(pool.map(post, range(racers)))
+        assert sorted(r.status for r in replies) == [200] * (racers - 1) + [201]
+        assert all(r.replay for r in replies if r.status == 200)
+        assert len({r.text for r in replies}) == 1
+        assert (effect_db.effects(key), effect_db.dedups(key)) == (1, 1)
+    assert effect_service.get("/verify").json["ok"]
+
+
+def _hold_key(db_url: str, key: str, body: dict, answer: str) -> psycopg.Connection:
+    """Open a transaction that has written an effect and its dedup row, and not committed."""
+    holder = psycopg.connect(db_url)
+    holder.execute("INSERT INTO effects_effect (key, body) VALUES (%s, %s)", (key, '{"x":1}'))
+    holder.execute(
+        "INSERT INTO rivet_idempotency_record (scope, key, fingerprint, response_status, "
+        "response_content_type, response_body) VALUES ('effects', %s, %s, 201, "
+        "'application/json', %s)",
+        (key, request_fingerprint("POST", "/effects", body), answer),
+    )
+    return holder
+
+
+def test_a_request_for_a_key_in_flight_waits_then_replays(effect_service, effect_db):
+    key, body, answer = new_key(), {"amount": 3}, '{"answer":"from the first request"}'
+    with _hold_key(effect_db.url, key, body, answer) as holder, ThreadPoolExecutor(1) as pool:
+        second = pool.submit(effect_service.post, key, body)
+        effect_db.wait_for_lock_waiter()
+        holder.commit()
+        reply = second.result()
+    assert (reply.status, reply.replay, reply.text) == (200, True, answer)
+    assert effect_db.effects(key) == 1
+
+
+def test_a_request_for_a_key_in_flight_runs_if_the_first_rolls_back(effect_service, effect_db):
+    key, body = new_key(), {"amount": 4}
+    with _hold_key(effect_db.url, key, body, "{}") as holder, ThreadPoolExecutor(1) as pool:
+        second = pool.submit(effect_service.post, key, body)
+        effect_db.wait_for_lock_waiter()
+        holder.rollback()
+        reply = second.result()
+    assert (reply.status, reply.replay, reply.json["body"]) == (201, False, body)
+    assert (effect_db.effects(key), effect_db.dedups(key)) == (1, 1)
+
+
+def test_failure_between_the_writes_leaves_neither_row(
+    effect_service, failing_effect_service, effect_db
+):
+    key, body = new_key(), {"amount": 5}
+    next_id = "SELECT nextval(pg_get_serial_sequence('effects_effect', 'id'))"
+    before = effect_db.scalar(next_id)
+    assert failing_effect_service.post(key, body).status == 500
+    # The effect INSERT ran (it used an id) and was rolled back with the dedup row.
+    assert effect_db.scalar(next_id) > before + 1
+    assert (effect_db.effects(key), effect_db.dedups(key)) == (0, 0)
+    assert "EFFECT_FAIL_BETWEEN_WRITES" in failing_effect_service.output()
+    retry = effect_service.post(key, body)
+    assert (retry.status, retry.replay) == (201, False)
+    assert (effect_db.effects(key), effect_db.dedups(key)) == (1, 1)
+
+
+def test_verify_counts_effects_and_reports_broken_invariants(effect_service, effect_db):
+    keys = [new_key() for _ in range(3)]
+    for key in keys:
+        assert effect_service.post(key, {"amount": 1}).status == 201
+    assert effect_service.post(keys[0], {"amount": 1}).status == 200
+    assert effect_service.get("/verify").json == {
+        "effects_written": 3,
+        "keys": 3,
+        "duplicate_effects": 0,
+        "effects_without_dedup": 0,
+        "dedup_without_effect": 0,
+        "ok": True,
+    }
+    # Break each invariant behind the service's back; /verify must see every one.
+    add_effect = "INSERT INTO effects_effect (key, body) VALUES (%s, '{}')"
+    effect_db.conn.execute(add_effect, (keys[0],))
+    effect_db.conn.execute(add_effect, ("no-dedup",))
+    effect_db.conn.execute(
+        "INSERT INTO rivet_idempotency_record (scope, key, fingerprint, response_status, "
+        "response_content_type, response_body) VALUES ('effects', 'no-effect', '', 201, '', '')"
+    )
+    assert effect_service.get("/verify").json == {
+        "effects_written": 5,
+        "keys": 4,
+        "duplicate_effects": 1,
+        "effects_without_dedup": 1,
+        "dedup_without_effect": 1,
+        "ok": False,
+    }
+
+
+def test_get_effect_by_key(effect_service, effect_db):
+    key = "pay/1 with space"
+    created = effect_service.post(key, {"amount": 100})
+    assert effect_service.get("/effects/pay/1%20with%20space").text == created.text
+    assert effect_service.get("/effects/unknown").status == 404
+
+
+def test_prune_deletes_old_dedup_rows_and_keeps_effects(effect_service, effect_db, effect_command):
+    old, new = new_key("old"), new_key("new")
+    for key in (old, new):
+        assert effect_service.post(key, {"amount": 1}).status == 201
+    for table in ("effects_effect", "rivet_idempotency_record"):
+        effect_db.conn.execute(
+            f"UPDATE {table} SET created_at = now() - interval '8 days' WHERE key = %s", (old,)
+        )
+    done = effect_command("prune_idempotency")
+    assert done.returncode == 0, done.stderr
+    assert "deleted 1 " in done.stdout
+    assert (effect_db.dedups(old), effect_db.dedups(new)) == (0, 1)
+    assert (effect_db.effects(old), effect_db.effects(new)) == (1, 1)
+    # An effect older than the retention time is allowed to have lost its dedup row.
+    assert effect_service.get("/verify").json["ok"]

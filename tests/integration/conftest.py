@@ -1,0 +1,90 @@
+"""Store fixtures for real-database tests: one conformance Harness per store.
+
+The SQL harnesses need database access granted by the test's mark, which a fixture cannot
+add itself::
+
+    @pytest.mark.django_db(databases=["default", "sqlite"], transaction=True)  # sqlite_harness
+    @pytest.mark.django_db(transaction=True)                                   # postgres_harness
+
+``transaction=True`` matters: the checks run real threads, each on its own connection, which
+only see committed rows; and it flushes the tables between tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.db import connections, transaction
+
+from rivet.conformance import Harness
+from rivet.stores.base import Store
+from rivet.stores.memory import FakeClock, MemoryStore
+
+# Moving a SQL store's clock forward = moving every stored timestamp back, kept in the format
+# the store writes (SQLite: Django's 'YYYY-MM-DD HH:MM:SS.SSS' text, as Now() writes it).
+SHIFTED_TIMESTAMP_SQL = {
+    "postgresql": "{column} - make_interval(secs => %(secs)s)",
+    "sqlite": "strftime('%%Y-%%m-%%d %%H:%%M:%%f', {column}, -%(secs)s || ' seconds')",
+}
+
+
+def shift_sql(vendor: str) -> str:
+    shifted = SHIFTED_TIMESTAMP_SQL[vendor]
+    columns = ("visible_at", "created_at", "updated_at")
+    assignments = ", ".join(f"{c} = {shifted.format(column=c)}" for c in columns)
+    return f"UPDATE rivet_task SET {assignments}"
+
+
+def shift_timestamps(alias: str):
+    """An ``advance(secs)`` for a SQL store: every rivet_task timestamp moves secs earlier."""
+
+    def advance(secs: float) -> None:
+        connection = connections[alias]
+        sql = shift_sql(connection.vendor)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, {"secs": float(secs)})
+
+    return advance
+
+
+def sql_harness(store: Store, alias: str) -> Harness:
+    return Harness(
+        store=store,
+        advance=shift_timestamps(alias),
+        concurrent=True,
+        atomic=lambda: transaction.atomic(using=alias),
+    )
+
+
+@pytest.fixture
+def memory_harness() -> Harness:
+    """A MemoryStore on a FakeClock; needs no database."""
+    clock = FakeClock()
+    return Harness(store=MemoryStore(clock=clock), advance=clock.advance, atomic=None)
+
+
+@pytest.fixture
+def sqlite_harness() -> Iterator[Harness]:
+    """SqliteStore on the 'sqlite' alias (a real file)."""
+    from rivet.stores.sqlite import SqliteStore
+
+    store = SqliteStore(using="sqlite")
+    yield sql_harness(store, "sqlite")
+    store.close()
+
+
+@pytest.fixture
+def postgres_harness() -> Iterator[Harness]:
+    """PostgresStore on the 'default' alias."""
+    from rivet.stores.postgres import PostgresStore
+
+    store = PostgresStore(using="default")
+    yield sql_harness(store, "default")
+    store.close()
+
+
+@pytest.fixture
+def harness(request: pytest.FixtureRequest) -> Harness:
+    """The harness named by an indirect parameter: "memory", "sqlite" or "postgres"."""
+    return request.getfixturevalue(f"{request.param}_harness")

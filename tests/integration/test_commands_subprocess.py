@@ -1,0 +1,82 @@
+"""The operator commands as a user runs them: `python manage.py rivet_...` in a real process.
+
+The child process is pointed at this test run's database; ``transaction=True`` makes its
+committed rows visible here and flushes them afterwards.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from rivet.models import Task
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MANAGE = Path(__file__).resolve().parents[2] / "manage.py"
+
+
+def database_url() -> str:
+    db = connection.settings_dict
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
+    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def manage(*args: str) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "chaos_project.settings",
+        "DATABASE_URL": database_url(),
+        "RIVET_QUEUE": "default",
+    }
+    return subprocess.run(
+        [sys.executable, str(MANAGE), *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_same_key_twice_prints_duplicate_and_exits_0():
+    args = ("rivet_enqueue", "--queue", "demo", "--kind", "noop", "--idem-key", "job-1")
+    first, second = manage(*args), manage(*args)
+    assert first.returncode == 0, first.stderr
+    assert second.returncode == 0, second.stderr
+    word, task_id = first.stdout.split()
+    assert word == "enqueued"
+    assert second.stdout.strip() == f"duplicate {task_id}"
+    assert list(Task.objects.values_list("id", flat=True)) == [int(task_id)]
+
+
+def test_the_same_key_with_another_payload_fails_naming_the_key():
+    base = ("rivet_enqueue", "--queue", "demo", "--kind", "effect", "--idem-key", "pay-1")
+    assert manage(*base, "--payload", '{"amount":100}').returncode == 0
+    clash = manage(*base, "--payload", '{"amount":999}')
+    assert clash.returncode == 1
+    assert "'pay-1'" in clash.stderr
+    assert Task.objects.get().payload == {"amount": 100}
+
+
+def test_malformed_json_exits_2_and_writes_nothing():
+    done = manage("rivet_enqueue", "--queue", "demo", "--kind", "noop", "--payload", "{oops")
+    assert done.returncode == 2
+    assert "payload is not valid JSON" in done.stderr
+    assert done.stdout == ""
+    assert Task.objects.count() == 0
+
+
+def test_stats_json_and_a_purge_that_cannot_ask():
+    assert manage("rivet_enqueue", "--queue", "demo", "--kind", "noop").returncode == 0
+    stats = manage("rivet_stats", "--queue", "demo", "--json")
+    assert stats.returncode == 0, stats.stderr
+    assert json.loads(stats.stdout)["ready"] == 1
+    purge = manage("rivet_dlq", "--queue", "demo", "purge")
+    assert purge.returncode == 2
+    assert "not a terminal" in purge.stderr and "--yes" in purge.stderr

@@ -1,0 +1,396 @@
+"""PostgresStore behaviours the generic conformance suite does not reach.
+
+LISTEN/NOTIFY wake-ups, enqueues that live and die with the caller's transaction, driver
+errors translated to StoreError, the claim's use of the partial index, bulk enqueue, and
+timestamps taken from the server's clock.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group
+from django.db import DatabaseError, connection, connections, transaction
+
+from rivet.errors import IdempotencyMismatch, StoreError
+from rivet.models import FencedWrite
+from rivet.stores.postgres import BULK_CHUNK, QUERIES, PostgresStore
+from rivet.validation import build_spec
+from rivet.values import AckOutcome, FailOutcome, Lease, TaskSpec
+
+LONG_WAIT = 60.0  # an upper bound for a wake-up that must come; never reached when it works
+SHORT_WAIT = 0.3  # how long to wait for a wake-up that must not come
+
+
+class Rollback(Exception):
+    """Raised inside a transaction.atomic() block to roll it back."""
+
+
+@pytest.fixture
+def store() -> Iterator[PostgresStore]:
+    store = PostgresStore(using="default")
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def queue() -> str:
+    return f"pg-{uuid.uuid4().hex[:12]}"
+
+
+def spec(queue: str, kind: str = "pg.noop", **fields: Any) -> TaskSpec:
+    return build_spec(queue=queue, kind=kind, **fields)
+
+
+def on_other_connection(work: Callable[[], Any]) -> Any:
+    """Run ``work`` on a thread of its own, hence on its own database connection."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            outcome["error"] = exc
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=120)
+    assert not thread.is_alive(), "work on the other connection did not finish"
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def shift_back(secs: float) -> None:
+    """Move every task timestamp ``secs`` earlier: the server's clock, seen from the rows."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE rivet_task SET visible_at = visible_at - make_interval(secs => %s), "
+            "created_at = created_at - make_interval(secs => %s), "
+            "updated_at = updated_at - make_interval(secs => %s)",
+            [secs, secs, secs],
+        )
+
+
+def server_now() -> datetime:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        return cursor.fetchone()[0]
+
+
+# -- LISTEN/NOTIFY ---------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_wakes_a_listening_worker(store: PostgresStore, queue: str) -> None:
+    assert store.wait_for_work([queue], 0) is False  # starts listening; nothing sent yet
+    store.task_enqueue(spec(queue))
+    assert store.wait_for_work(["elsewhere", queue], LONG_WAIT) is True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_blocked_wait_is_woken_by_an_enqueue(store: PostgresStore, queue: str) -> None:
+    assert store.wait_for_work([queue], 0) is False
+    woken: list[bool] = []
+    waiter = threading.Thread(
+        target=lambda: woken.append(store.wait_for_work([queue], LONG_WAIT)), daemon=True
+    )
+    waiter.start()
+    store.task_enqueue(spec(queue))
+    waiter.join(timeout=LONG_WAIT * 2)
+    assert woken == [True]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_on_another_queue_does_not_wake(store: PostgresStore, queue: str) -> None:
+    assert store.wait_for_work([queue], 0) is False
+    store.task_enqueue(spec(f"{queue}-other"))
+    assert store.wait_for_work([queue], SHORT_WAIT) is False
+
+
+@pytest.mark.django_db(transaction=True)
+def test_wake_up_is_sent_on_commit_only(store: PostgresStore, queue: str) -> None:
+    assert store.wait_for_work([queue], 0) is False
+    with pytest.raises(Rollback), transaction.atomic():
+        store.task_enqueue(spec(queue))
+        raise Rollback
+    assert store.wait_for_work([queue], SHORT_WAIT) is False, "woken by a rolled-back enqueue"
+    with transaction.atomic():
+        store.task_enqueue(spec(queue))
+        assert store.wait_for_work([queue], SHORT_WAIT) is False, "woken before the commit"
+    assert store.wait_for_work([queue], LONG_WAIT) is True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_way_a_task_becomes_ready_wakes_listeners(store: PostgresStore, queue: str) -> None:
+    assert store.wait_for_work([queue], 0) is False
+    store.task_enqueue_many([spec(queue, max_attempts=3), spec(queue, max_attempts=1)])
+    assert store.wait_for_work([queue], LONG_WAIT) is True, "bulk enqueue"
+    retried, buried = store.task_claim(queues=[queue], owner="w", limit=2, lease_ttl=30).claimed
+    assert store.task_fail(buried.lease, "poison", 0) is FailOutcome.DEAD
+    assert store.wait_for_work([queue], SHORT_WAIT) is False, "woken by a burial"
+    assert store.task_fail(retried.lease, "later", 60) is FailOutcome.RETRY
+    assert store.wait_for_work([queue], SHORT_WAIT) is False, "woken by a delayed retry"
+    shift_back(61)
+    again = store.task_claim(queues=[queue], owner="w", limit=1, lease_ttl=30).claimed[0]
+    assert store.task_fail(again.lease, "at once", 0) is FailOutcome.RETRY
+    assert store.wait_for_work([queue], LONG_WAIT) is True, "retry due now"
+    assert store.dead_requeue(queue, buried.task_id) is True
+    assert store.wait_for_work([queue], LONG_WAIT) is True, "requeue"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_listener_reconnects_after_losing_its_connection(store: PostgresStore, queue: str) -> None:
+    assert store.wait_for_work([queue], 0) is False
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND query LIKE 'LISTEN%%'"
+        )
+        assert cursor.fetchall() == [(True,)], "the listening connection was not found"
+    assert store.wait_for_work([queue], SHORT_WAIT) is False  # fails, falls back to polling
+    assert store.wait_for_work([queue], 0) is False  # listens again on a new connection
+    store.task_enqueue(spec(queue))
+    assert store.wait_for_work([queue], LONG_WAIT) is True
+
+
+# -- the caller's transaction ----------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_commits_and_rolls_back_with_the_business_row(
+    store: PostgresStore, queue: str
+) -> None:
+    with pytest.raises(Rollback), transaction.atomic():
+        Group.objects.create(name=f"{queue}-doomed")
+        doomed = store.task_enqueue(spec(queue, idem_key=f"{queue}:order")).task_id
+        raise Rollback
+    assert store.task_get(doomed) is None
+    assert not Group.objects.filter(name=f"{queue}-doomed").exists()
+
+    with transaction.atomic():
+        Group.objects.create(name=f"{queue}-kept")
+        kept = store.task_enqueue(spec(queue, idem_key=f"{queue}:order")).task_id
+        assert on_other_connection(lambda: store.task_get(kept)) is None, "seen before commit"
+    assert on_other_connection(lambda: store.task_get(kept)).state == "pending"
+    assert Group.objects.filter(name=f"{queue}-kept").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_refused_enqueue_leaves_the_callers_transaction_usable(
+    store: PostgresStore, queue: str
+) -> None:
+    key = f"{queue}:pay"
+    with transaction.atomic():
+        first = store.task_enqueue(spec(queue, payload={"amount": 1}, idem_key=key)).task_id
+        with pytest.raises(IdempotencyMismatch):
+            store.task_enqueue(spec(queue, payload={"amount": 2}, idem_key=key))
+        with pytest.raises(StoreError):
+            store.task_enqueue(spec(queue, payload="nul \x00 is not allowed in jsonb"))
+        Group.objects.create(name=queue)
+        second = store.task_enqueue(spec(queue)).task_id
+    assert [t.id for t in store.task_list(queue=queue)] == [first, second]
+    assert Group.objects.filter(name=queue).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bulk_enqueue_rolls_back_with_the_callers_transaction(
+    store: PostgresStore, queue: str
+) -> None:
+    with pytest.raises(Rollback), transaction.atomic():
+        store.task_enqueue_many([spec(queue, idem_key=f"{queue}:{n}") for n in range(3)])
+        raise Rollback
+    assert store.task_list(queue=queue) == []
+    again = store.task_enqueue_many([spec(queue, idem_key=f"{queue}:{n}") for n in range(3)])
+    assert [r.duplicate for r in again] == [False, False, False]
+
+
+# -- driver errors ---------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_driver_errors_become_store_errors(store: PostgresStore, queue: str) -> None:
+    with pytest.raises(StoreError) as enqueue_error:
+        store.task_enqueue(spec(queue, payload={"text": "nul \x00"}))
+    assert isinstance(enqueue_error.value.__cause__, DatabaseError)
+    assert "task_enqueue" in str(enqueue_error.value)
+
+    store.task_enqueue(spec(queue))
+    with pytest.raises(StoreError) as claim_error:
+        store.task_claim(queues=[queue], owner="w", limit=1, lease_ttl=1e300)
+    assert isinstance(claim_error.value.__cause__, DatabaseError)
+
+    leased = store.task_claim(queues=[queue], owner="w", limit=1, lease_ttl=30).claimed
+    assert len(leased) == 1, "the store works again after a driver error"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_store_error_inside_the_callers_transaction_reaches_the_caller(
+    store: PostgresStore, queue: str
+) -> None:
+    with pytest.raises(StoreError), transaction.atomic():
+        store.task_enqueue(spec(queue, idem_key=f"{queue}:a"))
+        store.task_claim(queues=[queue], owner="w", limit=1, lease_ttl=1e300)
+    assert store.task_list(queue=queue) == []
+
+
+# -- the claim -------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_claim_reads_the_partial_claim_index(queue: str) -> None:
+    params = {"queue": queue, "limit": 4, "owner": "w", "ttl": 30.0, "lost_suffix": "lost"}
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("EXPLAIN " + QUERIES["claim"], params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "rivet_task_claim_idx" in plan, plan
+    assert "LockRows" in plan, plan
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claim_buries_every_exhausted_task_it_meets(store: PostgresStore, queue: str) -> None:
+    lost = [store.task_enqueue(spec(queue, max_attempts=1)).task_id for _ in range(3)]
+    assert len(store.task_claim(queues=[queue], owner="gone", limit=3, lease_ttl=30).claimed) == 3
+    shift_back(31)
+    fresh = [store.task_enqueue(spec(queue)).task_id for _ in range(2)]
+    batch = store.task_claim(queues=[queue], owner="w", limit=2, lease_ttl=30)
+    assert ([c.task_id for c in batch.claimed], batch.buried) == (fresh, 3)
+    assert {store.task_get(task_id).state for task_id in lost} == {"dead"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_producers_share_one_unique_job(store: PostgresStore, queue: str) -> None:
+    producers = 8
+    barrier = threading.Barrier(producers)
+
+    def produce(n: int) -> Any:
+        barrier.wait(timeout=60)
+        return store.task_enqueue(spec(queue, kind="pg.report", unique_key=f"{queue}:nightly"))
+
+    results: list[Any] = [None] * producers
+    threads = [
+        threading.Thread(
+            target=lambda n=n: results.__setitem__(n, on_other_connection(lambda: produce(n)))
+        )
+        for n in range(producers)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert len({r.task_id for r in results}) == 1
+    assert sum(not r.duplicate for r in results) == 1
+    assert len(store.task_list(queue=queue)) == 1
+
+
+# -- server timestamps and durable fences ----------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_timestamps_come_from_the_server_clock(store: PostgresStore, queue: str) -> None:
+    # One transaction (the test's): the server's now() is one instant throughout it.
+    now = server_now()
+    task_id = store.task_enqueue(spec(queue)).task_id
+    row = store.task_get(task_id)
+    assert (row.created_at, row.updated_at, row.visible_at) == (now, now, now)
+    leased = store.task_claim(queues=[queue], owner="w", limit=1, lease_ttl=30).claimed[0]
+    row = store.task_get(task_id)
+    assert (row.updated_at, row.visible_at) == (now, now + timedelta(seconds=30))
+    assert store.task_fail(leased.lease, "boom", 60) is FailOutcome.RETRY
+    assert store.task_get(task_id).visible_at == now + timedelta(seconds=60)
+    delayed = store.task_enqueue(spec(queue, delay=5)).task_id
+    assert store.task_get(delayed).visible_at == now + timedelta(seconds=5)
+    when = datetime(2030, 5, 6, 7, 8, 9, tzinfo=UTC)
+    scheduled = store.task_enqueue(spec(queue, run_at=when)).task_id
+    assert store.task_get(scheduled).visible_at == when
+
+
+@pytest.mark.django_db
+def test_fenced_writes_are_recorded_with_owner_and_epoch(store: PostgresStore, queue: str) -> None:
+    task_id = store.task_enqueue(spec(queue)).task_id
+    leased = store.task_claim(queues=[queue], owner="w1", limit=1, lease_ttl=30).claimed[0]
+    stale = Lease(task_id=task_id, epoch=leased.epoch - 1)
+    assert store.task_ack(stale, "late", owner="w0") is AckOutcome.FENCED
+    assert store.task_fail(stale, "late", 0, owner="w0") is FailOutcome.FENCED
+    assert store.task_ack(Lease(task_id=10**12, epoch=1), owner="w9") is AckOutcome.FENCED
+    fences = FencedWrite.objects.filter(task_id__in=[task_id, 10**12])
+    assert [(f.task_id, f.queue, f.op, f.owner, f.epoch) for f in fences] == [
+        (task_id, queue, "ack", "w0", leased.epoch - 1),
+        (task_id, queue, "fail", "w0", leased.epoch - 1),
+        (10**12, "", "ack", "w9", 1),
+    ]
+    assert store.queue_stats(queue).fenced == 2
+    assert store.task_ack(leased.lease, owner="w1") is AckOutcome.ACKED
+
+
+# -- bulk enqueue ----------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bulk_enqueue_across_chunks_keeps_order_and_keys(store: PostgresStore, queue: str) -> None:
+    before = store.task_enqueue(spec(queue, payload={"n": "old"}, idem_key=f"{queue}:old"))
+    when = datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC)
+    specs = [
+        spec(
+            queue,
+            payload={"n": n, "text": 'quote " and \\ backslash'},
+            idem_key=f"{queue}:{n}" if n % 3 == 0 else None,
+            priority=n % 7 - 3,
+            max_attempts=n % 4 + 1,
+            delay=10 if n % 5 == 0 else None,
+        )
+        for n in range(BULK_CHUNK + 50)
+    ]
+    specs += [
+        spec(queue, payload={"n": 0, "text": 'quote " and \\ backslash'}, idem_key=f"{queue}:0"),
+        spec(queue, payload={"n": "old"}, idem_key=f"{queue}:old"),
+        spec(queue, kind="pg.unique", unique_key=f"{queue}:u"),
+        spec(queue, kind="pg.unique", unique_key=f"{queue}:u", run_at=when),
+        spec(queue, payload=None, run_at=when),
+    ]
+    results = store.task_enqueue_many(specs)
+    count = BULK_CHUNK + 50
+    assert [r.duplicate for r in results] == [False] * count + [True, True, False, True, False]
+    assert results[count].task_id == results[0].task_id
+    assert results[count + 1].task_id == before.task_id
+    assert results[count + 3].task_id == results[count + 2].task_id
+    assert len({r.task_id for r in results}) == count + 3
+    for given, result in zip(specs, results, strict=True):
+        if result.duplicate:
+            continue
+        row = store.task_get(result.task_id)
+        assert (row.queue, row.kind, row.payload, row.idem_key, row.unique_key) == (
+            given.queue,
+            given.kind,
+            given.payload,
+            given.idem_key,
+            given.unique_key,
+        )
+        assert (row.priority, row.max_attempts, row.state) == (
+            given.priority,
+            given.max_attempts,
+            "pending",
+        )
+        expected_visible = given.run_at or row.created_at + timedelta(seconds=given.delay_secs)
+        assert row.visible_at == expected_visible
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bulk_enqueue_refuses_a_key_reused_within_the_batch(
+    store: PostgresStore, queue: str
+) -> None:
+    key = f"{queue}:k"
+    specs = [spec(queue, payload=1, idem_key=key), spec(queue, payload=2, idem_key=key)]
+    with pytest.raises(IdempotencyMismatch) as refused:
+        store.task_enqueue_many(specs)
+    assert refused.value.idem_key == key
+    assert store.task_list(queue=queue) == []

@@ -1,0 +1,234 @@
+"""rivet.backends.RivetBackend: Django @task functions enqueued on rivet and run by a worker."""
+
+import importlib
+from datetime import timedelta
+
+import pytest
+from django.db.models.functions import Now
+from django.utils import timezone
+
+import rivet
+import rivet.testing
+from rivet.backends import (
+    DJANGO_TASK_KIND,
+    InvalidTask,
+    RivetBackend,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_backends,
+)
+from rivet.errors import RivetConfigError, RivetError
+from rivet.models import Task
+from rivet.retry import RetryPolicy
+from rivet.stores import store_for_alias
+from rivet.worker import Worker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def rivet_tasks(**options):
+    return {
+        "default": {
+            "BACKEND": "rivet.backends.RivetBackend",
+            "QUEUES": ["default", "emails"],
+            "OPTIONS": options,
+        }
+    }
+
+
+@pytest.fixture
+def tasks(settings):
+    settings.TASKS = rivet_tasks(max_attempts=2)
+    return importlib.import_module("tests.tasks_for_backend")
+
+
+# A failed attempt is retried an hour later, so one drain runs each task at most once.
+HOUR_LATER = RetryPolicy(backoff_secs=3600, cap_secs=3600, uniform=lambda low, high: high)
+
+
+def run_worker(*queues: str) -> None:
+    """Drain the queues with a real rivet worker, in this process, then return."""
+    store = store_for_alias("default")
+    worker = Worker(
+        store=store,
+        queues=list(queues),
+        once=True,
+        lease_ttl=30,
+        concurrency=2,
+        retry_policy=HOUR_LATER,
+    )
+    stats = worker.run()
+    assert stats.exit_code == 0
+
+
+def row(result):
+    return Task.objects.get(pk=int(result.id))
+
+
+def test_the_backend_declares_what_it_supports(tasks):
+    backend = task_backends["default"]
+    assert isinstance(backend, RivetBackend)
+    assert backend.supports_defer and backend.supports_get_result
+    assert backend.supports_priority and backend.supports_async_task
+
+
+def test_enqueue_stores_one_rivet_task_naming_the_function(tasks):
+    result = tasks.shout.enqueue("hi")
+    task = row(result)
+    assert (task.kind, task.queue, task.priority, task.state) == (
+        DJANGO_TASK_KIND,
+        "emails",
+        10,
+        "pending",
+    )
+    assert task.payload == {
+        "func": "tests.tasks_for_backend.shout",
+        "args": ["hi"],
+        "kwargs": {},
+        "backend": "default",
+    }
+    assert task.max_attempts == 2
+    assert result.status == TaskResultStatus.READY
+    assert (result.args, result.kwargs, result.backend) == (["hi"], {}, "default")
+    assert result.enqueued_at == task.created_at
+    assert not result.is_finished and result.attempts == 0 and result.errors == []
+
+
+def test_using_changes_queue_and_priority(tasks):
+    result = tasks.add.using(queue_name="emails", priority=-5).enqueue(1, 2)
+    assert (row(result).queue, row(result).priority) == ("emails", -5)
+
+
+def test_run_after_makes_the_task_visible_then(tasks):
+    when = timezone.now() + timedelta(hours=1)
+    result = tasks.add.using(run_after=when).enqueue(1, 2)
+    assert row(result).visible_at == when
+    run_worker("default")
+    assert tasks.add.get_result(result.id).status == TaskResultStatus.READY
+
+
+def test_a_task_runs_on_a_worker_and_its_return_value_comes_back(tasks):
+    result = tasks.add.enqueue(2, b=3)
+    run_worker("default")
+    fetched = tasks.add.get_result(result.id)
+    assert fetched.status == TaskResultStatus.SUCCESSFUL
+    assert fetched.return_value == 5
+    assert fetched.attempts == 1 and fetched.finished_at is not None
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 5
+    assert row(result).result == 5
+
+
+def test_each_queue_runs_on_a_worker_of_that_queue(tasks):
+    result = tasks.shout.enqueue("hello")
+    run_worker("default")
+    assert tasks.shout.get_result(result.id).status == TaskResultStatus.READY
+    run_worker("emails")
+    assert tasks.shout.get_result(result.id).return_value == {"shouted": "HELLO"}
+
+
+def test_a_task_that_raises_is_failed_once_its_attempts_are_used_up(tasks):
+    result = tasks.explode.enqueue("kaboom")
+    run_worker("default")
+    first = tasks.explode.get_result(result.id)
+    assert first.status == TaskResultStatus.READY and first.attempts == 1
+    assert first.errors[0].exception_class is ValueError
+    # The retry is due in an hour; make it due now, by the database's clock.
+    Task.objects.filter(pk=int(result.id)).update(visible_at=Now())
+    run_worker("default")
+    failed = tasks.explode.get_result(result.id)
+    assert failed.status == TaskResultStatus.FAILED
+    assert failed.attempts == 2
+    (error,) = failed.errors
+    assert error.exception_class is ValueError
+    assert "kaboom" in error.traceback
+    with pytest.raises(ValueError, match="Task failed"):
+        failed.return_value  # noqa: B018
+
+
+def test_a_context_task_sees_its_attempt_and_id(tasks):
+    result = tasks.which_attempt.enqueue("ctx")
+    run_worker("default")
+    assert tasks.which_attempt.get_result(result.id).return_value == {
+        "label": "ctx",
+        "attempt": 1,
+        "id": result.id,
+    }
+
+
+def test_an_async_task_runs(tasks):
+    result = tasks.double_async.enqueue(21)
+    run_worker("default")
+    assert tasks.double_async.get_result(result.id).return_value == 42
+
+
+def test_a_return_value_that_is_not_json_fails_the_attempt(tasks):
+    result = tasks.returns_a_set.enqueue()
+    run_worker("default")
+    task = row(result)
+    assert task.state != "done"
+    assert "not JSON" in task.last_error
+
+
+def test_get_result_of_a_leased_task_is_running(tasks):
+    result = tasks.add.enqueue(1, 1)
+    store = store_for_alias("default")
+    store.task_claim(queues=["default"], owner="worker-7", limit=1, lease_ttl=600)
+    running = tasks.add.get_result(result.id)
+    assert running.status == TaskResultStatus.RUNNING
+    assert running.worker_ids == ["worker-7"] and running.started_at is not None
+
+
+@pytest.mark.parametrize("result_id", ["999999", "not-a-number", ""])
+def test_get_result_of_an_unknown_id_does_not_exist(tasks, result_id):
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends["default"].get_result(result_id)
+
+
+def test_get_result_refuses_a_task_that_is_not_a_django_task(tasks):
+    plain = rivet.enqueue("noop", using="default")
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends["default"].get_result(str(plain.task_id))
+
+
+def test_a_queue_the_backend_does_not_list_is_refused(tasks):
+    with pytest.raises(InvalidTask, match="nowhere"):
+        tasks.add.using(queue_name="nowhere")
+
+
+def test_a_queue_name_rivet_cannot_store_is_refused(settings):
+    settings.TASKS = {"default": {"BACKEND": "rivet.backends.RivetBackend", "QUEUES": []}}
+    tasks = importlib.import_module("tests.tasks_for_backend")
+    with pytest.raises(InvalidTask, match="queue"):
+        tasks.add.using(queue_name="has spaces")
+
+
+def test_unknown_options_are_refused_by_name(settings):
+    settings.TASKS = rivet_tasks(databse="default")
+    with pytest.raises(RivetConfigError, match="databse"):
+        task_backends["default"]  # noqa: B018
+
+
+def test_the_database_option_picks_the_store(settings):
+    settings.TASKS = rivet_tasks(database="sqlite")
+    assert task_backends["default"].database == "sqlite"
+
+
+def test_under_the_testing_fake_the_enqueue_is_recorded(tasks):
+    with rivet.testing.fake() as queue:
+        result = tasks.add.enqueue(4, 5)
+        assert tasks.add.get_result(result.id).status == TaskResultStatus.READY
+    (recorded,) = queue.assert_enqueued(DJANGO_TASK_KIND, times=1, queue="default")
+    assert recorded.payload["args"] == [4, 5]
+    assert not Task.objects.exists()
+
+
+def test_the_job_runs_without_a_worker_through_run_now(tasks):
+    payload = {"func": "tests.tasks_for_backend.add", "args": [5, 6], "kwargs": {}}
+    assert rivet.testing.run_now(DJANGO_TASK_KIND, payload) == 11
+
+
+def test_a_payload_naming_something_that_is_not_a_task_fails(tasks):
+    payload = {"func": "tests.tasks_for_backend.not_a_task", "args": [], "kwargs": {}}
+    with pytest.raises(RivetError, match="not a Django Task"):
+        rivet.testing.run_now(DJANGO_TASK_KIND, payload)

@@ -1,0 +1,156 @@
+"""Bounded inputs: every limit of rivet.validation refuses with a message naming it."""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from rivet.errors import InvalidInput, PayloadTooLarge
+from rivet.validation import (
+    build_spec,
+    check_key,
+    check_name,
+    clip_error,
+    encode_payload,
+    parse_payload,
+)
+
+
+def refused(message: str, exc_type: type[Exception] = InvalidInput):
+    return pytest.raises(exc_type, match=re.escape(message))
+
+
+def spec(**fields):
+    return build_spec(**{"queue": "default", "kind": "cf.noop", **fields})
+
+
+# -- names ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["a", "billing.invoice", "q_1:high-2", "A" * 100])
+def test_names_within_bounds_pass(name: str) -> None:
+    assert check_name("queue", name) == name
+
+
+@pytest.mark.parametrize("value", ["", None, 7])
+def test_name_must_be_a_non_empty_string(value) -> None:
+    with refused(f"queue must be a non-empty string, got {value!r}"):
+        check_name("queue", value)
+
+
+def test_name_length_is_bounded() -> None:
+    with refused("is 101 characters; at most 100"):
+        check_name("queue", "q" * 101)
+
+
+def test_name_length_follows_the_setting(settings) -> None:
+    settings.RIVET = {"MAX_NAME_LENGTH": 5}
+    assert check_name("kind", "abcde") == "abcde"
+    with refused("is 6 characters; at most 5"):
+        check_name("kind", "abcdef")
+
+
+@pytest.mark.parametrize("name", ["bad queue", "-leading", "naïve", "semi;colon", ".dot"])
+def test_name_characters_are_bounded(name: str) -> None:
+    with refused(f"kind {name!r} has characters outside letters, digits and '_.:-'"):
+        check_name("kind", name)
+
+
+# -- keys ----------------------------------------------------------------------------------
+
+
+def test_key_may_be_absent() -> None:
+    assert check_key("idem_key", None) is None
+
+
+@pytest.mark.parametrize("value", ["", "line\nbreak", 12])
+def test_key_must_be_printable_text(value) -> None:
+    with refused(f"idem_key must be a non-empty printable string, got {value!r}"):
+        check_key("idem_key", value)
+
+
+def test_key_length_is_bounded() -> None:
+    assert check_key("unique_key", "k" * 200) == "k" * 200
+    with refused("unique_key is 201 characters; at most 200"):
+        check_key("unique_key", "k" * 201)
+
+
+# -- payload -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("payload", [{"when": datetime(2026, 1, 1)}, {1, 2}, math.nan])
+def test_payload_must_be_json(payload) -> None:
+    with refused("payload must be JSON-serialisable"):
+        encode_payload(payload)
+
+
+def test_payload_size_is_counted_encoded(settings) -> None:
+    settings.RIVET = {"MAX_PAYLOAD_BYTES": 10}
+    assert encode_payload("x" * 8) == '"xxxxxxxx"'  # 10 bytes with its quotes: at the limit
+    with refused("payload is 11 bytes encoded; the limit is 10 bytes", PayloadTooLarge):
+        encode_payload("x" * 9)
+    assert encode_payload("é" * 4) == '"éééé"'  # UTF-8: two bytes each, 10 with the quotes
+    with refused("payload is 12 bytes encoded; the limit is 10 bytes", PayloadTooLarge):
+        encode_payload("é" * 5)
+
+
+def test_payload_too_large_is_invalid_input() -> None:
+    assert issubclass(PayloadTooLarge, InvalidInput)
+
+
+def test_payload_text_must_parse() -> None:
+    assert parse_payload('{"amount": 100}') == {"amount": 100}
+    with refused("payload is not valid JSON"):
+        parse_payload("{amount: 100}")
+
+
+# -- build_spec ----------------------------------------------------------------------------
+
+
+def test_build_spec_fills_defaults(settings) -> None:
+    settings.RIVET = {"MAX_ATTEMPTS": 5}
+    built = spec(payload={"a": 1}, delay=timedelta(seconds=90))
+    assert (built.queue, built.kind, built.payload) == ("default", "cf.noop", {"a": 1})
+    assert (built.delay_secs, built.priority, built.max_attempts) == (90.0, 0, 5)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"delay": -1}, "delay must be >= 0 seconds, got -1"),
+        ({"delay": "soon"}, "delay must be a number of seconds, got 'soon'"),
+        ({"delay": math.inf}, "delay must be a number of seconds, got inf"),
+        ({"delay": True}, "delay must be a number of seconds, got True"),
+        ({"run_at": datetime(2026, 1, 1)}, "run_at must be a timezone-aware datetime"),
+        ({"run_at": datetime(2026, 1, 1, tzinfo=UTC), "delay": 5}, "give delay or run_at"),
+        ({"priority": 101}, "priority must be between -100 and 100, got 101"),
+        ({"priority": -101}, "priority must be between -100 and 100, got -101"),
+        ({"priority": 1.5}, "priority must be an integer, got 1.5"),
+        ({"max_attempts": 0}, "max_attempts must be between 1 and 1000, got 0"),
+        ({"max_attempts": 1001}, "max_attempts must be between 1 and 1000, got 1001"),
+        ({"max_attempts": True}, "max_attempts must be an integer, got True"),
+        ({"queue": "q" * 101}, "queue 'qqqqqqqqqqqqqqqqqqqq'... is 101 characters; at most 100"),
+        ({"kind": "no spaces"}, "kind 'no spaces' has characters outside"),
+        ({"idem_key": "k" * 201}, "idem_key is 201 characters; at most 200"),
+        ({"unique_key": "tab\there"}, "unique_key must be a non-empty printable string"),
+        ({"payload": object}, "payload must be JSON-serialisable"),
+    ],
+)
+def test_build_spec_refuses_out_of_bounds(fields: dict, message: str) -> None:
+    with refused(message):
+        spec(**fields)
+
+
+# -- errors --------------------------------------------------------------------------------
+
+
+def test_clip_error_keeps_the_end(settings) -> None:
+    settings.RIVET = {"MAX_ERROR_LENGTH": 20}
+    text = "Traceback ... " * 5 + "ValueError: the reason"
+    clipped = clip_error(text)
+    assert len(clipped) == 20
+    assert clipped == "..." + text[-17:]
+    assert clip_error("short") == "short"

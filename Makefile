@@ -46,8 +46,9 @@ lint: venv
 			$(VPY) -m django makemigrations --check --dry-run --settings=effect_project.settings; \
 	fi
 
+# The demo starts from empty files each time: its evidence is about this run only.
 demo: venv
-	mkdir -p demo
+	rm -rf demo && mkdir -p demo
 	DATABASE_URL=sqlite:///$(CURDIR)/demo/rivet.sqlite3 \
 	EFFECT_DATABASE_URL=sqlite:///$(CURDIR)/demo/effect.sqlite3 \
 		$(VPY) manage.py rivet_demo

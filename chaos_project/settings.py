@@ -97,6 +97,9 @@ EFFECT_SERVICE_URL = env("EFFECT_SERVICE_URL", default="http://127.0.0.1:8081")
 
 RIVET = {
     "QUEUE": env("RIVET_QUEUE", default="default"),
+    # chaos_project/jobs.py (noop, fail, sleep) is found by autodiscovery; the effect kind is
+    # named here because it needs the effect service's URL from these settings.
+    "JOB_MODULES": ["chaos_project.effect_kind"],
 }
 
 LOGGING = {

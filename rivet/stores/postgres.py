@@ -13,8 +13,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Sequence
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -129,10 +129,8 @@ class PostgresStore(Store):
     def _channel(self) -> str:
         return rivet_settings.NOTIFY_CHANNEL
 
-    @contextmanager
-    def _cursor(self) -> Iterator[Any]:
-        with connections[self.using].cursor() as cursor:
-            yield cursor
+    def _cursor(self) -> Any:
+        return connections[self.using].cursor()
 
     def _fetch(self, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         with self._cursor() as cursor:
@@ -398,7 +396,11 @@ class WakeupListener:
             self._close_locked()
         if self._conn is None:
             conn = psycopg.connect(**self._params(), autocommit=True)
-            conn.execute(sql.SQL(QUERIES["listen"]).format(channel=sql.Identifier(channel)))
+            try:
+                conn.execute(sql.SQL(QUERIES["listen"]).format(channel=sql.Identifier(channel)))
+            except psycopg.Error:
+                conn.close()
+                raise
             self._conn, self._channel = conn, channel
         return self._conn
 

@@ -2,8 +2,9 @@
 
 Each flag also reads its RIVET_* variable, then settings.RIVET (flag beats variable beats
 setting). Exit codes: 0 stopped cleanly (SIGTERM/SIGINT, --once, --max-jobs); 1 --once could
-not claim (database error); 2 a bad option or RIVET_FAILPOINT; 3 handlers had to be abandoned (restart the worker); 128+N a second signal
-N (exit at once); -6/134 (SIGABRT) a failpoint fired.
+not claim (database error); 2 a bad option or RIVET_FAILPOINT; 3 handlers had to be abandoned
+(restart the worker); 128+N a second signal N (exit at once); SIGABRT (-6, or 134 from a
+shell) a failpoint fired.
 """
 
 from __future__ import annotations

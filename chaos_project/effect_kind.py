@@ -1,0 +1,40 @@
+"""The ``effect`` demo kind: a side effect worth protecting, through the effect service.
+
+The key sent as ``Idempotency-Key`` is the task's idempotency key, or ``rivet-task-<id>`` when
+it has none; both are the same on every delivery of the task (and after a requeue), which is
+what turns deliveries 2..N into replays. A replay completes the task with the first answer. A
+4xx is a handler error with the service's body in last_error; a connection error or a 5xx is
+retried by the normal retry path, with the same key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from rivet.effect_client import post_effect
+from rivet.failpoints import failpoint, fires
+from rivet.jobs import JobContext, job
+
+EFFECT_TIMEOUT_SECS = 10.0
+
+
+def effect_key(context: JobContext) -> str:
+    """The Idempotency-Key for a task: stable across deliveries of that task."""
+    return context.idem_key or f"rivet-task-{context.task_id}"
+
+
+@job("effect", max_attempts=5)
+@fires("before_effect")
+def effect(context: JobContext) -> dict[str, Any]:
+    """POST the payload to the effect service under the task's key; return its answer."""
+    context.check()
+    failpoint("before_effect")
+    response = post_effect(
+        settings.EFFECT_SERVICE_URL,
+        effect_key(context),
+        context.payload,
+        timeout=EFFECT_TIMEOUT_SECS,
+    )
+    return {"status": response.status, "replay": response.replay, "effect": response.body}

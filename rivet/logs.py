@@ -19,13 +19,20 @@ from typing import Any, TextIO
 
 LOG_FORMATS = ("text", "json")
 FIELDS_ATTR = "rivet_fields"
+EVENT_ATTR = "rivet_event"
 
 logger = logging.getLogger("rivet.worker")
 
 
-def event(name: str, level: int = logging.INFO, **fields: Any) -> None:
-    """Log one event with its fields (they become JSON keys, or ``key=value`` in text)."""
-    logger.log(level, name, extra={FIELDS_ATTR: fields})
+def event(name: str, level: int = logging.INFO, *, exc_info: bool = False, **fields: Any) -> None:
+    """Log one event with its fields (they become JSON keys, or ``key=value`` in text).
+
+    The message itself is the text line, so any handler (Django's LOGGING included) shows the
+    fields; the JSON formatter reads the event name and fields from the record instead.
+    """
+    line = " ".join([name, *(f"{key}={_text(value)}" for key, value in fields.items())])
+    extra = {EVENT_ATTR: name, FIELDS_ATTR: fields}
+    logger.log(level, "%s", line, exc_info=exc_info, extra=extra)
 
 
 def task_fields(claimed: Any) -> dict[str, Any]:
@@ -56,7 +63,7 @@ class JsonFormatter(logging.Formatter):
         line: dict[str, Any] = {
             "ts": _timestamp(record),
             "level": record.levelname.lower(),
-            "event": record.getMessage(),
+            "event": getattr(record, EVENT_ATTR, None) or record.getMessage(),
             "logger": record.name,
         }
         line.update(getattr(record, FIELDS_ATTR, {}))
@@ -69,10 +76,7 @@ class TextFormatter(logging.Formatter):
     """``ts LEVEL event key=value ...``: readable, and still one line per event."""
 
     def format(self, record: logging.LogRecord) -> str:
-        fields = getattr(record, FIELDS_ATTR, {})
-        parts = [_timestamp(record), record.levelname, record.getMessage()]
-        parts += [f"{key}={_text(value)}" for key, value in fields.items()]
-        text = " ".join(parts)
+        text = f"{_timestamp(record)} {record.levelname} {record.getMessage()}"
         if record.exc_info:
             text += "\n" + self.formatException(record.exc_info)
         return text

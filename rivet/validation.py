@@ -14,6 +14,8 @@ from rivet.values import TaskSpec
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
 PRIORITY_MIN, PRIORITY_MAX = -100, 100
+# An escaped NUL in JSON text: \u0000 preceded by an even number of backslashes.
+NUL_ESCAPE_RE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def check_name(what: str, value: Any) -> str:
@@ -56,6 +58,9 @@ def encode_payload(payload: Any) -> str:
         )
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"payload must be JSON-serialisable: {exc}") from exc
+    if NUL_ESCAPE_RE.search(text):
+        # PostgreSQL's jsonb cannot hold NUL; refuse it here for every store alike.
+        raise InvalidInput("payload contains a NUL character (\\u0000), which cannot be stored")
     size, limit = len(text.encode()), rivet_settings.MAX_PAYLOAD_BYTES
     if size > limit:
         raise PayloadTooLarge(f"payload is {size} bytes encoded; the limit is {limit} bytes")

@@ -1,8 +1,10 @@
 """The worker runtime: claim into free slots, run handlers on threads, settle each attempt.
 
-One loop thread claims, acks and fails; one guard thread (rivet.guard) heartbeats; each handler
-runs on its own daemon thread. A claim asks for exactly as many tasks as there are free slots,
-so no claimed task waits behind another while its lease runs out.
+One loop thread claims, acks and fails; one guard thread (rivet.guard) heartbeats; on
+PostgreSQL a listener thread turns enqueue notifications (LISTEN) into wake-ups of the loop,
+which otherwise polls every ``poll_interval``; each handler runs on its own daemon thread. A
+claim asks for exactly as many tasks as there are free slots, so no claimed task waits behind
+another while its lease runs out.
 
 Each attempt ends in exactly one store write (or, when the lease cannot be confirmed, none):
 ``rivet.runtime.settle`` says which. A handler the guard stopped (lease fenced, local deadline
@@ -30,10 +32,7 @@ idle) and after any database error.
 from __future__ import annotations
 
 import logging
-import os
 import queue as queue_module
-import signal
-import socket
 import threading
 import time
 from collections import Counter
@@ -49,6 +48,7 @@ from rivet.failpoints import Failpoints, active, fired_by
 from rivet.guard import Guard, Running, StopKind
 from rivet.jobs import JobContext, JobRegistry, registry
 from rivet.retry import RetryPolicy
+from rivet.runtime.process import default_owner
 from rivet.runtime.settle import Outcome, Settler, send_signal
 from rivet.stores.base import Store
 from rivet.validation import check_name
@@ -57,6 +57,7 @@ from rivet.values import Claimed
 EXIT_OK = 0
 EXIT_STORE_ERROR = 1  # --once could not claim: the database failed
 EXIT_ABANDONED = 3
+LISTEN_SLICE_SECS = 0.5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,10 +79,6 @@ class WorkerStats:
     def processed(self) -> int:
         """Attempts this worker settled, whatever the outcome."""
         return self.acked + self.retried + self.dead + self.fenced + self.lost
-
-
-def default_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class Worker:
@@ -129,6 +126,7 @@ class Worker:
         self._events: queue_module.SimpleQueue = queue_module.SimpleQueue()
         self._running: dict[Any, Running] = {}
         self._stopping = threading.Event()
+        self._listener_done = threading.Event()
         self._counts: Counter[str] = Counter()
         self.settler = Settler(
             worker=self,
@@ -164,17 +162,28 @@ class Worker:
             pool_size=self.pool_size,
         )
         self.guard.start()
+        listener = self._start_listener()
         try:
             self._loop()
             logs.event("worker_stopping", owner=self.owner, in_flight=self._busy())
             stranded = self._drain()
         finally:
+            self._listener_done.set()
+            if listener is not None:
+                listener.join(timeout=LISTEN_SLICE_SECS * 4)
             self.guard.close()
             connections.close_all()
         code = EXIT_ABANDONED if (stranded or self._gave_up) else self._exit_code
         stats = WorkerStats(**self._counts, exit_code=code)
         logs.event("worker_stopped", owner=self.owner, exit_code=code, **_summary(stats))
         return stats
+
+    def _start_listener(self) -> threading.Thread | None:
+        if not self.store.supports_wakeup or self.once:
+            return None
+        listener = threading.Thread(target=self._listen, name="rivet-listen", daemon=True)
+        listener.start()
+        return listener
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
@@ -191,14 +200,20 @@ class Worker:
             self._wait()
 
     def _wait(self) -> None:
-        if self._running:
-            self._process_events(timeout=self.poll_interval)
-            return
-        close_old_connections()
-        if self.store.supports_wakeup:
-            self.store.wait_for_work(self.queues, self.poll_interval)
-        else:
-            self._stopping.wait(self.poll_interval)
+        """Until a handler finishes, work is enqueued (LISTEN), a stop, or the poll interval."""
+        if not self._running:
+            close_old_connections()
+        self._process_events(timeout=self.poll_interval)
+
+    def _listen(self) -> None:
+        """The wake-up thread: turn each enqueue notification into a wake-up of the loop."""
+        while not self._listener_done.is_set():
+            try:
+                if self.store.wait_for_work(self.queues, LISTEN_SLICE_SECS):
+                    self._events.put(None)
+            except Exception as exc:
+                logs.event("listen_failed", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
+                self._listener_done.wait(self.poll_interval)
 
     def _drain(self) -> int:
         """Wait for in-flight handlers up to shutdown_timeout; abandon the rest."""
@@ -301,15 +316,19 @@ class Worker:
     def _notify(self, running: Running) -> None:
         self._events.put((running, None))
 
-    def _process_events(self, timeout: float) -> None:
+    def _process_events(self, timeout: float) -> bool:
+        """Handle what handler threads and the guard reported; False when nothing came."""
         try:
             item = self._events.get(timeout=timeout) if timeout > 0 else self._events.get_nowait()
-            while True:
-                if item is not None:
-                    self._on_event(*item)
-                item = self._events.get_nowait()
         except queue_module.Empty:
-            return
+            return False
+        while True:
+            if item is not None:
+                self._on_event(*item)
+            try:
+                item = self._events.get_nowait()
+            except queue_module.Empty:
+                return True
 
     def _on_event(self, running: Running, outcome: Outcome | None) -> None:
         if outcome is not None:
@@ -384,19 +403,3 @@ def _at_least(name: str, value: int, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise InvalidInput(f"{name} must be an integer >= {low}, got {value!r}")
     return value
-
-
-def install_signal_handlers(worker: Worker) -> None:
-    """SIGTERM/SIGINT stop the worker gracefully; a second one exits at once (os._exit)."""
-
-    def on_signal(signum: int, frame: Any) -> None:
-        name = signal.Signals(signum).name
-        if worker.stopping:
-            logs.event("worker_exit_now", logging.WARNING, owner=worker.owner, signal=name)
-            logging.shutdown()
-            os._exit(128 + signum)
-        logs.event("worker_signal", owner=worker.owner, signal=name)
-        worker.stop()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)

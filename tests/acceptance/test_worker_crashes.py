@@ -39,7 +39,9 @@ def test_a_sigkilled_worker_s_task_is_delivered_again_with_a_higher_epoch(worker
 
 def test_a_worker_stopped_past_its_lease_is_fenced_and_the_fence_is_recorded(workers):
     task_id = workers.enqueue("sleep", {"ms": 1500})
-    stalled = workers.start("--queue", "demo", "--owner", "stalled", "--concurrency", "1", *FAST)
+    stalled = workers.start(
+        "--queue", "demo", "--owner", "stalled", "--concurrency", "1", "--log-format", "json", *FAST
+    )  # fmt: skip
     workers.wait_for(claimed_by(workers, task_id, "stalled"), "the stalled worker's claim")
     stalled.send(signal.SIGSTOP)
     try:
@@ -57,7 +59,8 @@ def test_a_worker_stopped_past_its_lease_is_fenced_and_the_fence_is_recorded(wor
     task = workers.task(task_id)
     assert (task.state, task.lease_owner, task.lease_epoch) == (TaskState.DONE, "other", 2)
     assert FencedWrite.objects.count() == 1
-    assert "fenced" in stalled.log and "acked" not in stalled.log
+    assert [e["task"] for e in stalled.events("fenced")] == [task_id]
+    assert stalled.events("acked") == []
 
 
 def test_sigterm_lets_in_flight_tasks_finish_claims_nothing_more_and_exits_0(workers):

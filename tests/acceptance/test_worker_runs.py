@@ -48,6 +48,19 @@ def test_fail_tasks_die_after_exactly_max_attempts_with_the_backoff_between(work
             assert waited >= retry["retry_in"] - 0.05, (retry, next_claim)
 
 
+def test_a_failed_attempt_waits_for_its_visible_at_before_it_is_claimed_again(workers):
+    ids = [workers.enqueue("fail", max_attempts=3) for _ in range(2)]
+    worker = workers.start(
+        "--queue", "demo", "--once", "--retry-backoff-secs", "30", "--retry-backoff-cap-secs", "45"
+    )  # fmt: skip
+    assert worker.wait() == 0, worker.log  # --once: nothing was runnable any more
+    for task_id in ids:
+        task = workers.task(task_id)
+        assert (task.state, task.attempts) == (TaskState.PENDING, 1)
+        wait = (task.visible_at - task.updated_at).total_seconds()  # both written by the server
+        assert 0 < wait <= 45  # min(cap, backoff * 2**1)
+
+
 def seconds_between(earlier: str, later: str) -> float:
     return (datetime.fromisoformat(later) - datetime.fromisoformat(earlier)).total_seconds()
 
@@ -86,9 +99,7 @@ def test_an_idle_worker_wakes_on_enqueue_rather_than_on_its_poll(workers):
     worker = workers.start("--queue", "demo", "--poll-interval", "120")
     workers.wait_for(listening_on_the_queue_channel, "the worker's LISTEN connection")
     task_id = workers.enqueue("noop")
-    workers.wait_for(
-        lambda: workers.task(task_id).state == TaskState.DONE, "the task", limit=20
-    )
+    workers.wait_for(lambda: workers.task(task_id).state == TaskState.DONE, "the task", limit=20)
     assert worker.running
 
 

@@ -154,3 +154,8 @@ def test_clip_error_keeps_the_end(settings) -> None:
     assert len(clipped) == 20
     assert clipped == "..." + text[-17:]
     assert clip_error("short") == "short"
+
+
+def test_payload_with_nul_is_refused() -> None:
+    with refused("payload contains a NUL character"):
+        encode_payload({"text": "a\x00b"})

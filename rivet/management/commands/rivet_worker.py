@@ -20,7 +20,8 @@ from rivet.errors import RivetConfigError
 from rivet.failpoints import Failpoints, install
 from rivet.retry import RetryPolicy
 from rivet.runtime.options import OPTIONS, resolve
-from rivet.worker import EXIT_STORE_ERROR, Worker, install_signal_handlers
+from rivet.runtime.process import install_signal_handlers
+from rivet.worker import EXIT_STORE_ERROR, Worker
 
 
 class Command(BaseCommand):
@@ -32,7 +33,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         for option in OPTIONS:
-            parser.add_argument(option.flag, dest=option.dest, help=f"{option.help} [{option.env}]")
+            parser.add_argument(
+                option.flag,
+                dest=option.dest,
+                metavar=option.metavar,
+                help=f"{option.help} [{option.env}]",
+            )
         parser.add_argument(
             "--once", action="store_true", help="run what is runnable now, then exit 0"
         )

@@ -102,6 +102,9 @@ RIVET = {
     "JOB_MODULES": ["chaos_project.effect_kind"],
 }
 
+# Django's own @task functions run on rivet too (django.tasks on Django 6, the backport on 5.2).
+TASKS = {"default": {"BACKEND": "rivet.backends.RivetBackend", "QUEUES": ["default"]}}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

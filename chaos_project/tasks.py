@@ -14,3 +14,13 @@ else:  # the django-tasks backport
 def add(a: int, b: int) -> int:
     """Adds two numbers on a rivet worker; the sum comes back through get_result."""
     return a + b
+
+
+@task(queue_name="default")
+def count_tasks_slowly(ms: int) -> int:
+    """Holds a database connection for ``ms`` milliseconds: shows the worker's pool at work."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM rivet_task, pg_sleep(%s)", [ms / 1000])
+        return cursor.fetchone()[0]

@@ -25,7 +25,8 @@ DEFAULTS: dict[str, Any] = {
     "CONCURRENCY": 4,
     "RETRY_BACKOFF_SECS": 1.0,
     "RETRY_BACKOFF_CAP_SECS": 300.0,
-    "POOL_SIZE": 4,
+    # Most connections a worker process holds (its psycopg pool on PostgreSQL).
+    "POOL_SIZE": 10,
     "POLL_INTERVAL_SECS": 1.0,
     "JOB_TIMEOUT_SECS": None,
     "SHUTDOWN_TIMEOUT_SECS": 30.0,

@@ -20,13 +20,14 @@ code 3 so a supervisor restarts it with fresh slots. At shutdown, handlers still
 ``shutdown_timeout`` are stopped and abandoned (their leases lapse; the tasks are delivered
 again) and the worker exits with code 3 instead of 0.
 
-Database connections (``pool_size``, the budget). Django gives each thread its own
-connection. The runtime itself holds two: the loop's (claim, ack, fail) and the guard's
-(heartbeats), so ``pool_size`` must be at least 2. A handler thread that uses the ORM opens one
-more and closes it when the handler returns: the worst case is ``2 + concurrency`` (plus the
-store's LISTEN connection on PostgreSQL, if it keeps one); size max_connections for that sum.
-Stale connections are closed between jobs (``close_old_connections`` before the loop goes
-idle) and after any database error.
+Database connections (``pool_size``). Django gives each thread its own connection. On
+PostgreSQL the ``rivet_worker`` command makes them come from one psycopg pool of at most
+``pool_size`` (``rivet.runtime.pool``): the loop's (claim, ack, fail), the guard's (heartbeats)
+and one for each handler thread that uses the ORM, returned to the pool when the handler ends.
+Keep ``pool_size >= concurrency + 2`` (the worker warns otherwise): a heartbeat that waits for a
+connection can lose its lease. The store's LISTEN connection is outside the pool. Stale
+connections are closed between jobs (``close_old_connections`` before the loop goes idle) and
+after any database error.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ class Worker:
         lease_ttl: float = 30.0,
         concurrency: int = 4,
         retry_policy: RetryPolicy | None = None,
-        pool_size: int = 4,
+        pool_size: int = 10,
         poll_interval: float = 1.0,
         job_timeout: float | None = None,
         shutdown_timeout: float = 30.0,

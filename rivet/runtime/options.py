@@ -150,7 +150,7 @@ OPTIONS = (
         setting="POOL_SIZE",
         parse=integer_at_least(2),
         metavar="N",
-        help="database connection budget (>= 2: the loop's and the heartbeat's)",
+        help="most database connections the worker holds: its PostgreSQL pool (>= 2)",
     ),
     Option(
         dest="owner",

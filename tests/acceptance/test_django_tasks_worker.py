@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 
-from chaos_project.tasks import add
+from chaos_project.tasks import add, count_tasks_slowly
 from rivet.backends import TaskResultStatus
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
@@ -20,3 +21,34 @@ def test_a_django_task_runs_on_a_worker_process_and_its_result_comes_back(worker
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL
     assert result.return_value == 5
+
+
+def backends_on(database: str) -> int:
+    """Connections to ``database`` other than this test's own."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            [database],
+        )
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.parametrize("pool_size", [3, 8])
+def test_pool_size_bounds_the_connections_a_worker_holds(workers, pool_size):
+    results = [count_tasks_slowly.enqueue(400) for _ in range(6)]
+    worker = workers.start(
+        "--queue", "default", "--concurrency", "6", "--pool-size", str(pool_size)
+    )
+    database = connection.settings_dict["NAME"]
+    peak = 0
+    for result in results:
+        while True:
+            peak = max(peak, backends_on(database))
+            result.refresh()
+            if result.status == TaskResultStatus.SUCCESSFUL:
+                break
+            assert worker.running, worker.log
+    # The pool, plus the store's LISTEN connection, which is outside it.
+    assert peak <= pool_size + 1, f"{peak} connections with --pool-size {pool_size}"
+    if pool_size == 8:
+        assert peak > 3 + 1, "six handlers at once should need more than the small pool"

@@ -20,6 +20,7 @@ from rivet.errors import RivetConfigError
 from rivet.failpoints import Failpoints, install
 from rivet.retry import RetryPolicy
 from rivet.runtime.options import OPTIONS, resolve
+from rivet.runtime.pool import configure_pool
 from rivet.runtime.process import install_signal_handlers
 from rivet.worker import EXIT_STORE_ERROR, Worker
 
@@ -90,4 +91,5 @@ def build_worker(values: dict, *, once: bool, failpoints: Failpoints) -> Worker:
     retry = RetryPolicy(
         backoff_secs=values.pop("retry_backoff"), cap_secs=values.pop("retry_backoff_cap")
     )
+    configure_pool(rivet_settings.DATABASE_ALIAS, values["pool_size"], values["concurrency"])
     return Worker(store=store, retry_policy=retry, once=once, failpoints=failpoints, **values)

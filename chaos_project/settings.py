@@ -9,6 +9,8 @@ from pathlib import Path
 
 import environ
 
+from rivet.dbconfig import database_from_url
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -60,31 +62,16 @@ TEMPLATES = [
 
 WSGI_APPLICATION = "chaos_project.wsgi.application"
 
-SQLITE_OPTIONS = {
-    # BEGIN IMMEDIATE takes the write lock up front, so two claimers never both read a row
-    # as free; WAL lets readers run beside the one writer.
-    "transaction_mode": "IMMEDIATE",
-    "timeout": 30,
-    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-}
-
-
-def _database(url: str) -> dict:
-    config = env.db_url_config(url)
-    if config["ENGINE"] == "django.db.backends.sqlite3":
-        config["OPTIONS"] = {**SQLITE_OPTIONS, **config.get("OPTIONS", {})}
-    else:
-        config.setdefault("CONN_MAX_AGE", 0)
-    return config
-
 
 DATABASES = {
-    "default": _database(env("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'rivet.sqlite3'}")),
+    "default": database_from_url(
+        env("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'rivet.sqlite3'}")
+    ),
 }
 
 # Tests and the conformance suite also exercise the embedded store on its own file.
 if env("RIVET_SQLITE_URL", default=""):
-    DATABASES["sqlite"] = _database(env("RIVET_SQLITE_URL"))
+    DATABASES["sqlite"] = database_from_url(env("RIVET_SQLITE_URL"))
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LANGUAGE_CODE = "en-us"

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import environ
 
+from rivet.dbconfig import database_from_url
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -33,26 +35,9 @@ MIDDLEWARE = [
 ROOT_URLCONF = "effect_project.urls"
 WSGI_APPLICATION = "effect_project.wsgi.application"
 
-SQLITE_OPTIONS = {
-    # BEGIN IMMEDIATE takes the write lock up front: two requests with one new key are
-    # serialized by the database, and the second one replays.
-    "transaction_mode": "IMMEDIATE",
-    "timeout": 30,
-    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-}
-
-
-def _database(url: str) -> dict:
-    config = env.db_url_config(url)
-    if config["ENGINE"] == "django.db.backends.sqlite3":
-        config["OPTIONS"] = {**SQLITE_OPTIONS, **config.get("OPTIONS", {})}
-    else:
-        config.setdefault("CONN_MAX_AGE", 0)
-    return config
-
 
 DATABASES = {
-    "default": _database(
+    "default": database_from_url(
         env("EFFECT_DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'effect.sqlite3'}")
     ),
 }

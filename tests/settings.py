@@ -16,7 +16,8 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 from chaos_project.settings import *  # noqa: F403
-from chaos_project.settings import DATABASES, RIVET, SQLITE_OPTIONS
+from chaos_project.settings import DATABASES, RIVET
+from rivet.dbconfig import SQLITE_OPTIONS
 
 _POSTGRES_ENGINES = (
     "django.db.backends.postgresql",

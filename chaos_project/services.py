@@ -7,10 +7,13 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 
 from django.conf import settings
+from django.db import connections
 
 from rivet.effect_client import EffectUnavailable, fetch_verify
 
@@ -37,11 +40,51 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def database_url(alias: str = "default") -> str:
+    """A PostgreSQL URL for the database ``alias`` uses now (under tests: the test database)."""
+    db = connections[alias].settings_dict
+    user = urllib.parse.quote(db.get("USER") or "", safe="")
+    if db.get("PASSWORD"):
+        user += ":" + urllib.parse.quote(db["PASSWORD"], safe="")
+    host = db.get("HOST") or "127.0.0.1"
+    port = db.get("PORT") or 5432
+    return f"postgres://{user}@{host}:{port}/{urllib.parse.quote(db['NAME'], safe='')}"
+
+
+def worker_env(queue_database_url: str, **extra: str) -> dict[str, str]:
+    """The environment of a worker the harness starts: this one, minus inherited RIVET_*.
+
+    A RIVET_FAILPOINT (or RIVET_QUEUE, RIVET_OWNER...) exported in the shell must not reach a
+    worker the harness meant to run clean; what a worker needs is passed in ``extra``.
+    """
+    env = {k: v for k, v in child_env().items() if not k.startswith("RIVET_")}
+    env.update(
+        DATABASE_URL=queue_database_url,
+        DJANGO_SETTINGS_MODULE=settings.SETTINGS_MODULE,
+        RIVET_READ_DOTENV="0",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
 class EffectService:
     """The effect service as a real gunicorn process, started and stopped by its owner."""
 
-    def __init__(self, *, database_url: str, port: int, workers: int = 1, threads: int = 4):
+    def __init__(
+        self,
+        *,
+        database_url: str,
+        port: int,
+        workers: int = 1,
+        threads: int = 4,
+        log_path: Path | None = None,
+    ):
         self.url = f"http://127.0.0.1:{port}"
+        # Output goes to a file, never a pipe: nobody reads a pipe during a long run, and a
+        # full one blocks the server. Without a log_path, a temporary file removed at stop.
+        self._own_log = log_path is None
+        self.log_path = log_path or Path(tempfile.mkstemp(prefix="rivet-effect-", suffix=".log")[1])
         self._argv = [
             sys.executable,
             "-m",
@@ -56,19 +99,17 @@ class EffectService:
         ]
         self._env = child_env(EFFECT_DATABASE_URL=database_url)
         self.process: subprocess.Popen | None = None
+        self._pidfd: int | None = None
 
     def start(self, timeout: float = 30.0) -> EffectService:
-        self.process = subprocess.Popen(
-            self._argv,
-            env=self._env,
-            cwd=settings.BASE_DIR,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        self.process = self._spawn()
+        if hasattr(os, "pidfd_open"):
+            self._pidfd = os.pidfd_open(self.process.pid)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                err = self.process.stderr.read().decode(errors="replace")[-2000:]
+                err = self._output()[-2000:]
+                self.stop()
                 raise RuntimeError(
                     f"the effect service exited with {self.process.returncode}: {err}"
                 )
@@ -80,15 +121,40 @@ class EffectService:
         self.stop()
         raise RuntimeError(f"the effect service did not answer at {self.url} within {timeout}s")
 
+    def _spawn(self) -> subprocess.Popen:
+        options = {"env": self._env, "cwd": settings.BASE_DIR, "stdin": subprocess.DEVNULL}
+        with self.log_path.open("ab") as log:
+            return subprocess.Popen(self._argv, stdout=log, stderr=subprocess.STDOUT, **options)
+
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
+        if self.process is not None and self.process.poll() is None:
+            self._send(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self._send(signal.SIGKILL)
+                self.process.wait()
+        self._close_pidfd()
+        if self._own_log:
+            self.log_path.unlink(missing_ok=True)
+
+    def _send(self, sig: signal.Signals) -> None:
+        """Through the pidfd where the platform has one, so a reaped pid is never signalled."""
+        if self._pidfd is None:
+            self.process.send_signal(sig)
             return
-        self.process.send_signal(signal.SIGTERM)
         try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+            signal.pidfd_send_signal(self._pidfd, sig)
+        except ProcessLookupError:
+            pass
+
+    def _close_pidfd(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+    def _output(self) -> str:
+        return self.log_path.read_text(errors="replace")
 
     def __enter__(self) -> EffectService:
         return self.start()

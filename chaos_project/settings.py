@@ -86,7 +86,7 @@ RIVET = {
     "QUEUE": env("RIVET_QUEUE", default="default"),
     # chaos_project/jobs.py (noop, fail, sleep) is found by autodiscovery; the effect kind is
     # named here because it needs the effect service's URL from these settings.
-    "JOB_MODULES": ["chaos_project.effect_kind"],
+    "JOB_MODULES": ["chaos_project.effect_kind", "chaos_project.chaos_kinds"],
 }
 
 # Django's own @task functions run on rivet too (django.tasks on Django 6, the backport on 5.2).

@@ -1,0 +1,10 @@
+"""rivet's chaos harness, its verifier and the benchmark (``manage.py rivet_chaos``).
+
+- ``plan``: the seeded schedule of a run (task work, chaos events), from one seed.
+- ``pidfd``: the child processes the harness starts, signalled only through a pidfd.
+- ``fleet``: the worker slots: start, restart, break, reap, and the event log of what happened.
+- ``harness``: one chaos run from empty databases to the verdict.
+- ``verifier``: reads both databases and checks S1, S2, L1 and F2.
+- ``report``: the report text.
+- ``bench``: throughput and latency, from the task rows only.
+"""

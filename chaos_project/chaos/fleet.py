@@ -1,0 +1,247 @@
+"""The workers of a chaos run: one process per slot, restarted when it dies, broken on purpose.
+
+Every chaos event that is counted is counted from what the harness observed, never from what it
+meant to do: a kill when the process it sent SIGKILL to exits of SIGKILL, a failpoint when an
+armed worker exits of SIGABRT, a zombie when SIGSTOP reached a running process. A signal that
+finds its process gone counts nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chaos_project.chaos.pidfd import Child, describe_exit
+from chaos_project.chaos.plan import FAILPOINT, FAILPOINT_PROBABILITY, KILL, KINDS, ZOMBIE, Planned
+from chaos_project.services import MANAGE_PY
+from rivet.errors import RivetError
+
+EXIT_BAD_OPTION = 2  # rivet_worker: a bad option or RIVET_FAILPOINT; restarting cannot help
+STOP_TIMEOUT_SECS = 20.0
+
+
+class FleetError(RivetError):
+    """A worker cannot run at all (it refused its options); the message carries its log."""
+
+
+class EventLog:
+    """What happened during a run, one JSON line per event in ``path`` as it happens."""
+
+    def __init__(self, path: Path, clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self.clock = clock
+        self.started = clock()
+        self.records: list[dict[str, Any]] = []
+
+    def add(self, event: str, **fields: Any) -> dict[str, Any]:
+        record = {"t": round(self.clock() - self.started, 3), "event": event, **fields}
+        self.records.append(record)
+        with self.path.open("a") as out:
+            out.write(json.dumps(record) + "\n")
+        return record
+
+    def chaos_counts(self) -> dict[str, int]:
+        return count_chaos(self.records)
+
+    def unexpected_exits(self) -> list[dict[str, Any]]:
+        """Exits the harness did not cause (a SIGTERM it sent may end a worker that was still
+        starting, before its handler was installed: that one is expected)."""
+        return [r for r in self.records if r["event"] == "exit" and not r["expected"]]
+
+
+def count_chaos(records: list[dict[str, Any]]) -> dict[str, int]:
+    """Chaos events by kind (kill, failpoint, zombie) in an event log's records."""
+    seen = Counter(r["event"] for r in records)
+    return {kind: seen[kind] for kind in KINDS}
+
+
+def read_event_log(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@dataclass
+class WorkerProcess:
+    slot: int
+    owner: str
+    child: Child
+    armed: bool = False
+    kill_sent: bool = False
+    term_sent: bool = False
+    thaw_at: float | None = None  # when SIGCONT is due, while SIGSTOPped
+
+    @property
+    def frozen(self) -> bool:
+        return self.thaw_at is not None
+
+    def fields(self) -> dict[str, Any]:
+        return {"slot": self.slot, "owner": self.owner, "pid": self.child.pid}
+
+
+class Fleet:
+    """``size`` worker slots running ``manage.py rivet_worker WORKER_ARGS``."""
+
+    def __init__(
+        self,
+        *,
+        size: int,
+        worker_args: list[str],
+        env: dict[str, str],
+        log_dir: Path,
+        log: EventLog,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.size = size
+        self.worker_args = worker_args
+        self.env = env
+        self.log_dir = log_dir
+        self.log = log
+        self.clock = clock
+        self.slots: list[WorkerProcess | None] = [None] * size
+        self.retiring: list[WorkerProcess] = []
+        self.generations = [0] * size
+        self.restart = True
+
+    # -- starting ----------------------------------------------------------------------------
+
+    def start_all(self) -> None:
+        for slot in range(self.size):
+            self.start(slot)
+
+    def start(self, slot: int, failpoint_seed: int | None = None) -> WorkerProcess:
+        self.generations[slot] += 1
+        owner = f"chaos-w{slot}-g{self.generations[slot]}"
+        env = dict(self.env)
+        if failpoint_seed is not None:
+            env["RIVET_FAILPOINT"] = f"after_effect_before_ack:{FAILPOINT_PROBABILITY}"
+            env["RIVET_FAILPOINT_SEED"] = str(failpoint_seed)
+        argv = [sys.executable, str(MANAGE_PY), "rivet_worker", *self.worker_args]
+        child = Child([*argv, "--owner", owner], env=env, log_path=self.log_dir / f"{owner}.log")
+        proc = WorkerProcess(slot=slot, owner=owner, child=child, armed=failpoint_seed is not None)
+        self.slots[slot] = proc
+        self.log.add("start", armed=proc.armed, **proc.fields())
+        return proc
+
+    # -- observing ---------------------------------------------------------------------------
+
+    def alive(self) -> list[WorkerProcess]:
+        return [p for p in self.slots if p is not None and p.child.returncode is None]
+
+    def owners(self) -> dict[str, int]:
+        return {p.owner: p.slot for p in self.alive()}
+
+    def frozen_count(self) -> int:
+        return sum(1 for p in self.alive() if p.frozen)
+
+    def reap(self) -> None:
+        """Reap exited workers, count what killed them, and restart their slots."""
+        for proc in list(self.retiring):
+            if proc.child.poll() is not None:
+                self.retiring.remove(proc)
+                self._exited(proc)
+        for slot, proc in enumerate(self.slots):
+            if proc is not None and proc.child.poll() is not None:
+                self.slots[slot] = None
+                self._exited(proc)
+                if self.restart:
+                    self.start(slot)
+
+    def _exited(self, proc: WorkerProcess, *, at_stop: bool = False) -> None:
+        code = proc.child.returncode
+        if code == -signal.SIGKILL and proc.kill_sent:
+            self.log.add(KILL, **proc.fields())
+        elif code == -signal.SIGABRT and proc.armed:
+            self.log.add(FAILPOINT, **proc.fields())
+        else:
+            expected = code == 0 or (proc.term_sent and code == -signal.SIGTERM)
+            status = describe_exit(code)
+            self.log.add("exit", status=status, expected=expected, **proc.fields())
+        if code == EXIT_BAD_OPTION and not at_stop:
+            raise FleetError(
+                f"worker {proc.owner} refused its options (exit 2):\n{proc.child.log_tail()}"
+            )
+
+    # -- breaking ----------------------------------------------------------------------------
+
+    def pick(self, planned: Planned, eligible: Callable[[WorkerProcess], bool]) -> int | None:
+        """The planned slot if its worker is eligible, else the next eligible one in turn."""
+        for step in range(self.size):
+            proc = self.slots[(planned.slot + step) % self.size]
+            usable = proc is not None and proc.child.returncode is None and not proc.kill_sent
+            if usable and eligible(proc):
+                return proc.slot
+        return None
+
+    def kill(self, slot: int) -> bool:
+        proc = self.slots[slot]
+        if proc is None or not self._signal(proc, signal.SIGKILL):
+            return False
+        proc.kill_sent = True
+        return True
+
+    def arm(self, slot: int, failpoint_seed: int) -> bool:
+        """Retire the slot's worker (SIGTERM: it finishes its tasks) for an armed one."""
+        proc = self.slots[slot]
+        if proc is None or not self._terminate(proc):
+            return False
+        self.retiring.append(proc)
+        self.start(slot, failpoint_seed=failpoint_seed)
+        return True
+
+    def freeze(self, slot: int, stop_secs: float, holding: Collection[int] = ()) -> bool:
+        """SIGSTOP the slot's worker for ``stop_secs``; counted once it is really stopped."""
+        proc = self.slots[slot]
+        if proc is None or not self._signal(proc, signal.SIGSTOP):
+            return False
+        if proc.child.poll() is not None:  # it had exited already: nothing was stopped
+            return False
+        proc.thaw_at = self.clock() + stop_secs
+        self.log.add(ZOMBIE, stop_secs=stop_secs, holding=sorted(holding), **proc.fields())
+        return True
+
+    def thaw_due(self, *, all_now: bool = False) -> None:
+        """SIGCONT every stopped worker whose stop is over."""
+        now = self.clock()
+        for proc in self.alive():
+            if proc.frozen and (all_now or now >= proc.thaw_at):
+                proc.thaw_at = None
+                if self._signal(proc, signal.SIGCONT):
+                    self.log.add("thaw", **proc.fields())
+
+    def disarm(self) -> None:
+        """Replace every armed worker with a clean one (the drain runs without failpoints)."""
+        for proc in self.alive():
+            if proc.armed and self._terminate(proc):
+                self.retiring.append(proc)
+                self.start(proc.slot)
+
+    def _terminate(self, proc: WorkerProcess) -> bool:
+        proc.term_sent = self._signal(proc, signal.SIGTERM)
+        return proc.term_sent
+
+    def _signal(self, proc: WorkerProcess, sig: signal.Signals) -> bool:
+        sent = proc.child.send(sig)
+        self.log.add("signal", signal=sig.name, sent=sent, **proc.fields())
+        return sent
+
+    # -- stopping ----------------------------------------------------------------------------
+
+    def stop_all(self) -> None:
+        """SIGTERM every worker through its pidfd and reap it (SIGKILL if it will not stop)."""
+        self.restart = False
+        procs = [p for p in [*self.slots, *self.retiring] if p is not None]
+        for proc in procs:
+            if not proc.term_sent:  # a second SIGTERM makes a worker exit at once (128 + 15)
+                proc.term_sent = proc.child.terminate()
+        for proc in procs:
+            proc.child.stop(STOP_TIMEOUT_SECS, terminated=True)
+        self.retiring.clear()
+        self.slots = [None] * self.size
+        for proc in procs:
+            self._exited(proc, at_stop=True)

@@ -1,0 +1,130 @@
+"""Child processes signalled only through a pidfd, never through a raw pid.
+
+A pid is not a stable handle: a child can exit on its own (a failpoint abort) between the moment
+the harness picks it and the moment it signals it, and Linux reuses pids. A pidfd names one
+process; once that process is reaped a signal through it fails with ProcessLookupError instead
+of reaching a stranger. The fd is opened right after the spawn, while the child cannot have been
+reaped yet (nobody has waited for it), and closed once it is reaped.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from django.conf import settings
+
+from rivet.errors import RivetError
+
+
+class PidfdUnsupported(RivetError):
+    """This platform has no pidfd (Linux >= 5.3 and Python >= 3.9 have one)."""
+
+
+def require_pidfd() -> None:
+    """Refuse to start children that could only be signalled through a raw pid."""
+    if not (hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")):
+        raise PidfdUnsupported(
+            "the chaos harness signals its workers only through a pidfd (os.pidfd_open, "
+            "signal.pidfd_send_signal), which this platform lacks; run it on Linux >= 5.3"
+        )
+
+
+def _no_core_dumps() -> None:
+    # A failpoint aborts with SIGABRT; a core file per abort would land in the repository.
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+class Child:
+    """One process this harness started; its output goes to ``log_path``."""
+
+    def __init__(self, argv: Sequence[str], *, env: dict[str, str], log_path: Path) -> None:
+        self.argv = list(argv)
+        self.log_path = log_path
+        with open(log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                self.argv,
+                env=env,
+                cwd=settings.BASE_DIR,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_no_core_dumps,
+            )
+        self._pidfd: int | None = os.pidfd_open(self.process.pid)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode
+
+    def send(self, sig: signal.Signals) -> bool:
+        """Signal the child through its pidfd; False (and nothing sent) once it is gone."""
+        if self._pidfd is None:
+            return False
+        try:
+            signal.pidfd_send_signal(self._pidfd, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def poll(self) -> int | None:
+        """The exit status once the child has exited (it is reaped then), else None."""
+        code = self.process.poll()
+        if code is not None:
+            self._close()
+        return code
+
+    def wait(self, timeout: float) -> int | None:
+        """Wait up to ``timeout`` seconds; the exit status, or None if it still runs."""
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        self._close()
+        return code
+
+    def terminate(self) -> bool:
+        """SIGCONT (a stopped child cannot act on SIGTERM) then SIGTERM; False if it is gone."""
+        self.send(signal.SIGCONT)
+        return self.send(signal.SIGTERM)
+
+    def stop(self, timeout: float, *, terminated: bool = False) -> int:
+        """SIGTERM (unless ``terminated`` already), then SIGKILL after ``timeout``; reaped."""
+        if not terminated:
+            self.terminate()
+        code = self.wait(timeout)
+        if code is None:
+            self.send(signal.SIGKILL)
+            code = self.wait(30.0)
+        return code if code is not None else self.process.wait()
+
+    def log_tail(self, chars: int = 2000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def _close(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
+def describe_exit(code: int | None) -> str:
+    """``exit 0``, ``SIGKILL``, ``running``: an exit status as a person reads it."""
+    if code is None:
+        return "running"
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit {code}"

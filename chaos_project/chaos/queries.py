@@ -1,0 +1,98 @@
+"""Every SQL statement of the chaos harness, the verifier and the benchmark, by name.
+
+Queue-database statements run on Django's connection (``%(name)s`` parameters); effect-database
+statements run on a psycopg connection to the effect service's own database. The effect tables
+are the effect service's: ``effects_effect`` (one row per effect) and
+``rivet_idempotency_record`` (the dedup row written in the same transaction).
+"""
+
+from __future__ import annotations
+
+# -- queue database ------------------------------------------------------------------------
+
+#: Empty the queue database: every task and every fenced-write record.
+QUEUE_EMPTY = "TRUNCATE rivet_task, rivet_fenced_write RESTART IDENTITY"
+
+#: Empty one queue (the benchmark's): its tasks and its fenced-write records.
+QUEUE_EMPTY_ONE = """
+WITH gone AS (DELETE FROM rivet_fenced_write WHERE queue = %(queue)s)
+DELETE FROM rivet_task WHERE queue = %(queue)s
+"""
+
+#: Live leases of a queue by owner: which worker holds tasks in flight right now.
+LEASES_BY_OWNER = """
+SELECT lease_owner, array_agg(id ORDER BY id)
+FROM rivet_task
+WHERE queue = %(queue)s AND state = 'pending' AND visible_at > now() AND lease_owner IS NOT NULL
+GROUP BY lease_owner
+"""
+
+#: Tasks of a queue not yet done or dead (claimed, ready, delayed or waiting for a retry).
+PENDING_COUNT = "SELECT count(*) FROM rivet_task WHERE queue = %(queue)s AND state = 'pending'"
+
+#: The verifier's figures from the queue database, for one queue.
+QUEUE_FIGURES = """
+SELECT
+    count(*) AS enqueued,
+    count(*) FILTER (WHERE state = 'done') AS done,
+    count(*) FILTER (WHERE state = 'pending') AS pending,
+    count(*) FILTER (
+        WHERE state = 'dead' AND right(last_error, length(%(lost)s)) = %(lost)s
+    ) AS dead_lost,
+    count(*) FILTER (
+        WHERE state = 'dead' AND right(last_error, length(%(poison)s)) = %(poison)s
+    ) AS dead_poison,
+    count(*) FILTER (WHERE state = 'dead') AS dead,
+    (SELECT count(*) FROM rivet_fenced_write WHERE queue = %(queue)s) AS fenced,
+    max(attempts) AS max_attempts
+FROM rivet_task
+WHERE queue = %(queue)s
+"""
+
+#: The effect keys of a queue's done effect tasks (the key the effect kinds send).
+DONE_EFFECT_KEYS = """
+SELECT coalesce(idem_key, 'rivet-task-' || id)
+FROM rivet_task
+WHERE queue = %(queue)s AND state = 'done' AND kind = ANY(%(kinds)s)
+"""
+
+#: Which of the given idempotency keys a queue already holds (a repeated seed under --keep).
+KEYS_TAKEN = "SELECT count(*) FROM rivet_task WHERE idem_key = ANY(%(keys)s)"
+
+#: Throughput and latency of a queue's done tasks, from the task rows only. A claim sets
+#: visible_at = now() + ttl and the ack leaves it, so visible_at - ttl is when the claim ran.
+BENCH_FIGURES = """
+SELECT
+    count(*) AS done,
+    extract(
+        epoch FROM max(updated_at) - min(visible_at - make_interval(secs => %(ttl)s))
+    )::float8 AS window_secs,
+    percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (
+        ORDER BY extract(epoch FROM updated_at - created_at)::float8
+    ) AS end_to_end,
+    percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (
+        ORDER BY extract(epoch FROM updated_at - visible_at)::float8 + %(ttl)s::float8
+    ) AS service,
+    count(*) FILTER (WHERE attempts > 1) AS redelivered
+FROM rivet_task
+WHERE queue = %(queue)s AND state = 'done'
+"""
+
+#: The server's own description of itself, for the benchmark's header.
+SERVER_VERSION = "SELECT version()"
+
+# -- effect database (psycopg) -------------------------------------------------------------
+
+EFFECT_TABLES = ("effects_effect", "rivet_idempotency_record")
+
+#: Empty the effect database: effects and their dedup rows.
+EFFECT_EMPTY = "TRUNCATE effects_effect, rivet_idempotency_record RESTART IDENTITY"
+
+#: Effects written and duplicate effects (rows beyond the first for a key).
+EFFECT_FIGURES = """
+SELECT coalesce(sum(n), 0)::bigint, coalesce(sum(n - 1), 0)::bigint
+FROM (SELECT count(*) AS n FROM effects_effect GROUP BY key) AS per_key
+"""
+
+#: Every key that has an effect.
+EFFECT_KEYS = "SELECT DISTINCT key FROM effects_effect"

@@ -1,0 +1,148 @@
+"""The verifier: reads the queue database and the effect database and checks four invariants.
+
+- S1 no duplicate effects: no key has more than one effect row.
+- S2 no task done without its effect: every done effect task's key has an effect row.
+- L1 nothing left pending: every task ended done or dead.
+- F2 the fence fired and was handled: at least one fenced write was recorded. Zero fails the
+  run: it means no worker ever wrote with a lease it had lost, so the fencing token was never
+  tested and the other three lines describe a system that was not under the pressure claimed.
+
+Every figure is read from the two databases; none comes from what the harness intended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import psycopg
+from django.db import connections
+
+from chaos_project.chaos import queries
+from rivet.errors import RivetConfigError
+from rivet.values import HANDLER_ERROR_SUFFIX, WORKER_LOST_SUFFIX
+
+#: Kinds whose handler makes an effect through the effect service, keyed by the task's key.
+EFFECT_KINDS = ("chaos.effect", "effect")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Figures:
+    """What the two databases hold after a run (one queue; the whole effect database)."""
+
+    tasks_enqueued: int
+    effects_written: int
+    tasks_done: int
+    duplicate_effects: int
+    done_without_effect: int
+    still_pending: int
+    dead_worker_lost: int
+    dead_poison: int
+    dead_other: int
+    fenced_writes: int
+
+    @property
+    def dead_lettered(self) -> int:
+        return self.dead_worker_lost + self.dead_poison + self.dead_other
+
+
+@dataclass(frozen=True)
+class Violation:
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    figures: Figures
+    violations: tuple[Violation, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def failed_codes(self) -> list[str]:
+        return [v.code for v in self.violations]
+
+
+def effect_connection(url: str) -> psycopg.Connection:
+    """An autocommit psycopg connection to the effect database (PostgreSQL only)."""
+    if not url.startswith(("postgres://", "postgresql://")):
+        raise RivetConfigError(
+            f"the verifier reads the effect database with psycopg and needs a PostgreSQL URL, "
+            f"got EFFECT_DATABASE_URL={url!r}; set it to postgres://USER@HOST:PORT/NAME"
+        )
+    return psycopg.connect(url, autocommit=True, connect_timeout=10)
+
+
+def read_figures(*, queue: str, effect_database_url: str, using: str = "default") -> Figures:
+    """Both databases' figures for ``queue``."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            queries.QUEUE_FIGURES,
+            {"queue": queue, "lost": WORKER_LOST_SUFFIX, "poison": HANDLER_ERROR_SUFFIX},
+        )
+        enqueued, done, pending, lost, poison, dead, fenced, _ = cursor.fetchone()
+        cursor.execute(queries.DONE_EFFECT_KEYS, {"queue": queue, "kinds": list(EFFECT_KINDS)})
+        done_keys = {row[0] for row in cursor.fetchall()}
+    with effect_connection(effect_database_url) as effect_db:
+        written, duplicates = effect_db.execute(queries.EFFECT_FIGURES).fetchone()
+        effect_keys = {row[0] for row in effect_db.execute(queries.EFFECT_KEYS)}
+    return Figures(
+        tasks_enqueued=enqueued,
+        effects_written=written,
+        tasks_done=done,
+        duplicate_effects=duplicates,
+        done_without_effect=len(done_keys - effect_keys),
+        still_pending=pending,
+        dead_worker_lost=lost,
+        dead_poison=poison,
+        dead_other=dead - lost - poison,
+        fenced_writes=fenced,
+    )
+
+
+def judge(figures: Figures, *, drain_note: str = "") -> Verdict:
+    """The violations of S1, S2, L1 and F2 in ``figures``, each with a message saying why."""
+    found = []
+    if figures.duplicate_effects:
+        found.append(
+            Violation(
+                "S1",
+                f"{figures.duplicate_effects} duplicate effect(s): a key has more than one "
+                "effect row, so a redelivery made the effect again",
+            )
+        )
+    if figures.done_without_effect:
+        found.append(
+            Violation(
+                "S2",
+                f"{figures.done_without_effect} task(s) are done but the effect database has "
+                "no effect for their key: an ack was written for an effect that never happened",
+            )
+        )
+    if figures.still_pending:
+        found.append(
+            Violation(
+                "L1",
+                f"{figures.still_pending} task(s) still pending: the queue did not drain"
+                + (f" ({drain_note})" if drain_note else ""),
+            )
+        )
+    if figures.fenced_writes == 0:
+        found.append(
+            Violation(
+                "F2",
+                "no fenced write was recorded: no worker ever wrote with a lease it had lost, "
+                "so the fencing token was never tested and the lines above describe a run "
+                "without the pressure it claims to survive",
+            )
+        )
+    return Verdict(figures=figures, violations=tuple(found))
+
+
+def verify(
+    *, queue: str, effect_database_url: str, using: str = "default", drain_note: str = ""
+) -> Verdict:
+    """Read both databases and judge them."""
+    figures = read_figures(queue=queue, effect_database_url=effect_database_url, using=using)
+    return judge(figures, drain_note=drain_note)

@@ -1,0 +1,48 @@
+"""The chaos harness's job kind: work a while, then the effect, under the task's key.
+
+``chaos.effect`` waits ``payload["work_ms"]`` milliseconds before its effect, so that a worker
+the harness stops (SIGSTOP) or kills is likely to hold tasks in flight. The wait ends early when
+the guard stops the handler (its lease was fenced or lapsed), and then no effect is attempted.
+The effect itself is the ``effect`` kind's: a POST to the effect service with the task's
+idempotency key, so a second delivery is a replay and never a second effect.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from chaos_project.effect_kind import EFFECT_TIMEOUT_SECS, effect_key
+from rivet.effect_client import post_effect
+from rivet.errors import InvalidInput
+from rivet.failpoints import failpoint, fires
+from rivet.jobs import JobContext, job
+
+MAX_WORK_MS = 60_000
+
+
+@job("chaos.effect", max_attempts=10)
+@fires("before_effect")
+def chaos_effect(context: JobContext) -> dict[str, Any]:
+    """Work ``work_ms`` (stopping early if the lease is lost), then make the effect once."""
+    context.stop_event.wait(work_ms(context.payload) / 1000)
+    context.check()
+    failpoint("before_effect")
+    response = post_effect(
+        settings.EFFECT_SERVICE_URL,
+        effect_key(context),
+        context.payload,
+        timeout=EFFECT_TIMEOUT_SECS,
+    )
+    return {"status": response.status, "replay": response.replay}
+
+
+def work_ms(payload: Any) -> int:
+    ms = payload.get("work_ms") if isinstance(payload, dict) else None
+    if isinstance(ms, bool) or not isinstance(ms, int) or not 0 <= ms <= MAX_WORK_MS:
+        raise InvalidInput(
+            f'chaos.effect needs a payload {{"work_ms": N, ...}} with N an integer in '
+            f"0..{MAX_WORK_MS}, got {payload!r}"
+        )
+    return ms

@@ -2,9 +2,14 @@
 
 The key sent as ``Idempotency-Key`` is the task's idempotency key, or ``rivet-task-<id>`` when
 it has none; both are the same on every delivery of the task (and after a requeue), which is
-what turns deliveries 2..N into replays. A replay completes the task with the first answer. A
-4xx is a handler error with the service's body in last_error; a connection error or a 5xx is
-retried by the normal retry path, with the same key.
+what turns deliveries 2..N into replays. A replay completes the task with the first answer.
+
+Errors: ``EffectRejected`` (a 4xx) and ``EffectUnavailable`` (no connection, a timeout, a 5xx)
+are both handler errors, with the service's answer in last_error. rivet has one failure path:
+an attempt that raises is retried after the backoff until max_attempts, and then buried with
+last_error ending ``max attempts exceeded (handler error)``. A 4xx will fail the same way on
+every attempt, so such a task dies after max_attempts (5 here) with the 4xx body in last_error;
+a 5xx or an outage usually clears, and a retry with the same key is safe.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Structured worker logs: one line per state change of a task, as text or as JSON.
 
 Every line of a task event carries ``task``, ``kind``, ``attempt``, ``epoch`` and ``owner``;
-events are ``claimed``, ``acked``, ``fenced``, ``retry``, ``dead``, ``timed_out``,
+events are ``claimed``, ``acked``, ``fenced``, ``retry``, ``dead``,
 ``lease_expired``, ``abandoned`` and ``unknown_kind``, plus worker events (``worker_started``,
 ``worker_stopping``, ``worker_stopped``). ``--log-format json`` writes one JSON object a line::
 

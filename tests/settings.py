@@ -62,3 +62,6 @@ RIVET = {**RIVET}
 
 # Hashing passwords slowly buys a test nothing.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# The reusable dedup piece is tested on the host project's own views too (with real users).
+INSTALLED_APPS = [*INSTALLED_APPS, "rivet.idempotency"]  # noqa: F405

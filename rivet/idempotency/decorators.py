@@ -44,6 +44,7 @@ from rivet.idempotency.fingerprint import request_fingerprint
 from rivet.idempotency.models import IdempotencyRecord
 
 KEY_HEADER = "Idempotency-Key"
+MAX_SCOPE_LENGTH = 60  # leaves room for "|user:<pk>" in the 100-character scope column
 REPLAY_HEADER = "idempotent-replay"
 
 
@@ -54,15 +55,23 @@ class _Discard(Exception):
         self.response = response
 
 
-def idempotent(scope: str, *, using: str | None = None, max_body_bytes: int | None = None):
+def idempotent(
+    scope: str,
+    *,
+    using: str | None = None,
+    max_body_bytes: int | None = None,
+    per_user: bool = True,
+):
     """Make a DRF view method idempotent under the ``Idempotency-Key`` header.
 
     scope: names the key space, so two views may use the same key for different things.
     using: database alias of the dedup table; default: the router's choice for writes.
     max_body_bytes: larger bodies get 413; default: setting IDEMPOTENCY_MAX_BODY_BYTES.
+    per_user: give each authenticated user a key space of their own, so one client's key can
+        never replay another client's stored answer (anonymous requests share one space).
     """
-    if not scope or len(scope) > 100:
-        raise ValueError(f"scope must be 1 to 100 characters, got {scope!r}")
+    if not scope or len(scope) > MAX_SCOPE_LENGTH:
+        raise ValueError(f"scope must be 1 to {MAX_SCOPE_LENGTH} characters, got {scope!r}")
 
     def decorate(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
         @functools.wraps(view)
@@ -71,11 +80,20 @@ def idempotent(scope: str, *, using: str | None = None, max_body_bytes: int | No
             limit = max_body_bytes or setting("IDEMPOTENCY_MAX_BODY_BYTES")
             key, fingerprint = _admit(request, limit)
             db = using or router.db_for_write(IdempotencyRecord)
-            return _run_once(scope, key, fingerprint, db, lambda: view(*args, **kwargs))
+            space = _key_space(scope, request) if per_user else scope
+            return _run_once(space, key, fingerprint, db, lambda: view(*args, **kwargs))
 
         return wrapper
 
     return decorate
+
+
+def _key_space(scope: str, request: Request) -> str:
+    """``scope``, narrowed to the authenticated user when there is one."""
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return scope
+    return f"{scope}|user:{user.pk}"[:100]
 
 
 def _drf_request(args: tuple[Any, ...], view: Callable[..., Any]) -> Request:

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
-
-from chaos_project.effect_kind import EFFECT_TIMEOUT_SECS, effect_key
-from rivet.effect_client import post_effect
+from chaos_project.effect_kind import send_effect
 from rivet.errors import InvalidInput
-from rivet.failpoints import failpoint, fires
+from rivet.failpoints import fires
 from rivet.jobs import JobContext, job
 
 MAX_WORK_MS = 60_000
@@ -27,14 +24,7 @@ MAX_WORK_MS = 60_000
 def chaos_effect(context: JobContext) -> dict[str, Any]:
     """Work ``work_ms`` (stopping early if the lease is lost), then make the effect once."""
     context.stop_event.wait(work_ms(context.payload) / 1000)
-    context.check()
-    failpoint("before_effect")
-    response = post_effect(
-        settings.EFFECT_SERVICE_URL,
-        effect_key(context),
-        context.payload,
-        timeout=EFFECT_TIMEOUT_SECS,
-    )
+    response = send_effect(context)
     return {"status": response.status, "replay": response.replay}
 
 

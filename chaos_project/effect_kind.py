@@ -18,7 +18,7 @@ from typing import Any
 
 from django.conf import settings
 
-from rivet.effect_client import post_effect
+from rivet.effect_client import EffectResponse, post_effect
 from rivet.failpoints import failpoint, fires
 from rivet.jobs import JobContext, job
 
@@ -30,16 +30,21 @@ def effect_key(context: JobContext) -> str:
     return context.idem_key or f"rivet-task-{context.task_id}"
 
 
-@job("effect", max_attempts=5)
-@fires("before_effect")
-def effect(context: JobContext) -> dict[str, Any]:
-    """POST the payload to the effect service under the task's key; return its answer."""
+def send_effect(context: JobContext) -> EffectResponse:
+    """Unless the lease is lost: fire ``before_effect``, then POST the payload under the key."""
     context.check()
     failpoint("before_effect")
-    response = post_effect(
+    return post_effect(
         settings.EFFECT_SERVICE_URL,
         effect_key(context),
         context.payload,
         timeout=EFFECT_TIMEOUT_SECS,
     )
+
+
+@job("effect", max_attempts=5)
+@fires("before_effect")
+def effect(context: JobContext) -> dict[str, Any]:
+    """POST the payload to the effect service under the task's key; return its answer."""
+    response = send_effect(context)
     return {"status": response.status, "replay": response.replay, "effect": response.body}

@@ -13,7 +13,6 @@ fixture kills any survivor at teardown.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -23,33 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection
 
-MANAGE = Path(__file__).resolve().parents[2] / "manage.py"
-KEEP_VARIABLES = ("RIVET_TEST_TMPDIR",)
-
-
-def postgres_url() -> str:
-    """A DATABASE_URL naming the test database this run's Django connection uses."""
-    db = connection.settings_dict
-    auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
-def child_environ(database_url: str, **extra: str) -> dict[str, str]:
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith("RIVET_") or key in KEEP_VARIABLES
-    }
-    env.update(
-        DJANGO_SETTINGS_MODULE="chaos_project.settings",
-        DATABASE_URL=database_url,
-        RIVET_READ_DOTENV="0",
-        PYTHONUNBUFFERED="1",
-    )
-    env.update(extra)
-    return env
+from tests.processes import MANAGE, child_environ, manage, postgres_url
 
 
 def wait_for(predicate: Callable[[], Any], what: str, limit: float = 30.0) -> Any:
@@ -157,16 +131,3 @@ def workers(tmp_path: Path) -> Iterator[WorkerLab]:
 @pytest.fixture
 def run_manage() -> Callable[..., subprocess.CompletedProcess]:
     return manage
-
-
-def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """Run another management command to completion (migrate, rivet_enqueue, rivet_stats)."""
-    return subprocess.run(
-        [sys.executable, str(MANAGE), *args],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.acceptance.conftest import child_environ, postgres_url
+from tests.processes import child_environ, postgres_url
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 

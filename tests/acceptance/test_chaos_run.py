@@ -10,8 +10,8 @@ import re
 import pytest
 
 from rivet.models import FencedWrite, Task
-from tests.acceptance.conftest import child_environ, postgres_url
 from tests.effect.conftest import EffectDB, effect_database_url  # noqa: F401
+from tests.processes import child_environ, postgres_url
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 

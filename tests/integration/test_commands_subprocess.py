@@ -5,43 +5,19 @@ committed rows visible here and flushes them afterwards.
 """
 
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from rivet.models import Task
+from tests.processes import child_environ, postgres_url
+from tests.processes import manage as run_manage
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-MANAGE = Path(__file__).resolve().parents[2] / "manage.py"
-
-
-def database_url() -> str:
-    db = connection.settings_dict
-    auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-
 
 def manage(*args: str) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "chaos_project.settings",
-        "DATABASE_URL": database_url(),
-        "RIVET_QUEUE": "default",
-    }
-    return subprocess.run(
-        [sys.executable, str(MANAGE), *args],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_manage(*args, env=child_environ(postgres_url(), RIVET_QUEUE="default"))
 
 
 def test_the_same_key_twice_prints_duplicate_and_exits_0():

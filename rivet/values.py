@@ -13,6 +13,11 @@ HANDLER_ERROR_SUFFIX = "max attempts exceeded (handler error)"
 WORKER_LOST_SUFFIX = "max attempts exceeded (no ack, worker lost)"
 
 
+def join_error(previous: str, suffix: str) -> str:
+    """last_error for a burial: the earlier reason, if any, then the fixed suffix."""
+    return f"{previous}; {suffix}" if previous else suffix
+
+
 class TaskState(models.TextChoices):
     PENDING = "pending", "pending"
     """Waiting to run, or running under a lease (visible_at in the future)."""

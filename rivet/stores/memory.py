@@ -29,6 +29,7 @@ from rivet.values import (
     QueueStats,
     TaskRecord,
     TaskSpec,
+    join_error,
 )
 
 
@@ -47,11 +48,6 @@ class FakeClock:
 
 def _copy(value: Any) -> Any:
     return json.loads(json.dumps(value))
-
-
-def join_error(previous: str, suffix: str) -> str:
-    """last_error for a burial: the earlier reason, if any, then the fixed suffix."""
-    return f"{previous}; {suffix}" if previous else suffix
 
 
 class MemoryStore(Store):

@@ -26,7 +26,6 @@ from psycopg import sql
 from rivet.conf import rivet_settings
 from rivet.errors import IdempotencyMismatch, StoreError
 from rivet.stores.base import Store
-from rivet.stores.memory import join_error
 from rivet.stores.sqlfile import load_queries
 from rivet.values import (
     HANDLER_ERROR_SUFFIX,
@@ -40,6 +39,7 @@ from rivet.values import (
     QueueStats,
     TaskRecord,
     TaskSpec,
+    join_error,
 )
 
 logger = logging.getLogger(__name__)

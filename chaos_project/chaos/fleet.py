@@ -133,9 +133,6 @@ class Fleet:
     def alive(self) -> list[WorkerProcess]:
         return [p for p in self.slots if p is not None and p.child.returncode is None]
 
-    def owners(self) -> dict[str, int]:
-        return {p.owner: p.slot for p in self.alive()}
-
     def frozen_count(self) -> int:
         return sum(1 for p in self.alive() if p.frozen)
 

@@ -40,11 +40,8 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	DATABASE_URL=sqlite://:memory: $(VPY) manage.py makemigrations --check --dry-run
-	@if [ -f effect_project/settings.py ]; then \
-		echo "EFFECT_DATABASE_URL=sqlite://:memory: $(VPY) -m django makemigrations --check --dry-run --settings=effect_project.settings"; \
-		EFFECT_DATABASE_URL=sqlite://:memory: DATABASE_URL=sqlite://:memory: \
-			$(VPY) -m django makemigrations --check --dry-run --settings=effect_project.settings; \
-	fi
+	EFFECT_DATABASE_URL=sqlite://:memory: DATABASE_URL=sqlite://:memory: \
+		$(VPY) -m django makemigrations --check --dry-run --settings=effect_project.settings
 
 # The demo starts from empty files each time: its evidence is about this run only.
 demo: venv

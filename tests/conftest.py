@@ -10,6 +10,10 @@ import psycopg
 import pytest
 from django.conf import settings
 
+# The effect service fixtures (a throwaway database, real gunicorn servers), one instance per
+# session for every test that asks.
+pytest_plugins = ["tests.effect_service"]
+
 _VERSION = pytest.StashKey[str]()
 
 

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from rivet.models import FencedWrite, Task
-from tests.effect.conftest import EffectDB, effect_database_url  # noqa: F401
+from tests.effect_service import EffectDB
 from tests.processes import child_environ, postgres_url
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
@@ -26,7 +26,7 @@ def report(output: str) -> dict[str, int]:
 
 def test_chaos_run_holds_every_invariant_and_the_report_matches_the_databases(
     run_manage,
-    effect_database_url,  # noqa: F811
+    effect_database_url,
 ):
     env = child_environ(postgres_url(), EFFECT_DATABASE_URL=effect_database_url)
     done = run_manage("rivet_chaos", *RUN, "--own-effect-service", env=env)

@@ -10,7 +10,7 @@ from django.core.management import CommandError, call_command
 
 from rivet.api import enqueue
 from rivet.models import FencedWrite, Task
-from tests.effect.conftest import EffectDB, effect_command, effect_database_url  # noqa: F401
+from tests.effect_service import EffectDB
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 
@@ -18,7 +18,7 @@ QUEUE = "verify-check"
 
 
 @pytest.fixture
-def effect_db(effect_command, effect_database_url):  # noqa: F811
+def effect_db(effect_command, effect_database_url):
     migrated = effect_command("migrate")
     assert migrated.returncode == 0, migrated.stderr
     db = EffectDB(effect_database_url)
@@ -56,7 +56,7 @@ def verify(url: str) -> str:
 
 def test_verifier_names_every_broken_invariant_then_passes_once_repaired(
     effect_db,
-    effect_database_url,  # noqa: F811
+    effect_database_url,
 ):
     effect_task("twice", "done")
     add_effect(effect_db, "twice")
@@ -80,7 +80,7 @@ def test_verifier_names_every_broken_invariant_then_passes_once_repaired(
     assert "fenced acks              1   <- proof F2 fired and was handled" in output
 
 
-def test_verifier_fails_when_the_fence_never_fired(effect_db, effect_database_url):  # noqa: F811
+def test_verifier_fails_when_the_fence_never_fired(effect_db, effect_database_url):
     effect_task("once", "done")
     add_effect(effect_db, "once")
     with pytest.raises(CommandError, match=r"invariants failed: F2$"):

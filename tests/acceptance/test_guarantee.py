@@ -13,19 +13,11 @@ from pathlib import Path
 import pytest
 
 from rivet.stores import store_for_alias
-from tests.effect.conftest import EffectDB, effect_database_url, effect_service  # noqa: F401
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 
 REPO = Path(__file__).resolve().parents[2]
 ABORT_AFTER_EFFECT = "after_effect_before_ack:1.0"
-
-
-@pytest.fixture
-def effect_db(effect_database_url):  # noqa: F811
-    db = EffectDB(effect_database_url)
-    yield db
-    db.close()
 
 
 def abort_between_effect_and_ack(workers, service, queue: str) -> None:
@@ -47,7 +39,7 @@ def drain(workers, service, queue: str) -> None:
 
 def test_abort_after_effect_then_redelivery_gives_one_effect(
     workers,
-    effect_service,  # noqa: F811
+    effect_service,
     effect_db,
 ):
     queue, key = f"g-{uuid.uuid4().hex[:8]}", f"pay-{uuid.uuid4().hex}"
@@ -73,7 +65,7 @@ def test_abort_after_effect_then_redelivery_gives_one_effect(
 
 def test_requeue_of_dead_task_whose_effect_happened_replays(
     workers,
-    effect_service,  # noqa: F811
+    effect_service,
     effect_db,
     run_manage,
 ):

@@ -27,7 +27,7 @@ from typing import Any
 import psycopg
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 DEV_SERVER_URL = "postgres://postgres@127.0.0.1:5432/rivet_effect_dev"
 EFFECT_TABLES = ("effects_effect", "rivet_idempotency_record")
 START_TIMEOUT_SECS = 60.0

@@ -13,8 +13,8 @@ except PackageNotFoundError:  # running from a source tree that was not installe
     __version__ = "0.0.0"
 
 _EXPORTS = {
-    "enqueue": "rivet.api",
-    "enqueue_many": "rivet.api",
+    "enqueue": "rivet.producer",
+    "enqueue_many": "rivet.producer",
     "job": "rivet.jobs",
     "JobContext": "rivet.jobs",
     "LeaseLost": "rivet.jobs",
@@ -46,7 +46,6 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from rivet.api import enqueue, enqueue_many
     from rivet.errors import (
         IdempotencyMismatch,
         InvalidInput,
@@ -57,6 +56,7 @@ if TYPE_CHECKING:
         UnknownJob,
     )
     from rivet.jobs import JobContext, LeaseLost, job
+    from rivet.producer import enqueue, enqueue_many
     from rivet.values import EnqueueResult
 
 

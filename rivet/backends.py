@@ -27,9 +27,9 @@ import django
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from rivet.api import enqueue, resolve_store
 from rivet.errors import InvalidInput, RivetConfigError, RivetError
 from rivet.jobs import JobContext, job
+from rivet.producer import enqueue, resolve_store
 from rivet.validation import check_name
 from rivet.values import TaskRecord
 

@@ -83,7 +83,7 @@ class JobDefinition:
 
     def enqueue(self, payload: Any = None, **options: Any):
         """Enqueue this kind; see rivet.enqueue for the options."""
-        from rivet.api import enqueue
+        from rivet.producer import enqueue
 
         return enqueue(self.name, payload, **options)
 

@@ -80,6 +80,10 @@ class DeadLetter(Task):
         proxy = True
         verbose_name = "dead letter"
         verbose_name_plural = "dead letters"
+        permissions = [
+            ("requeue_deadletter", "Can requeue dead letters (keeps the idempotency key)"),
+            ("purge_deadletter", "Can purge dead letters (releases the idempotency keys)"),
+        ]
 
 
 class FencedWrite(models.Model):

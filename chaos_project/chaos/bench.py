@@ -29,8 +29,8 @@ from chaos_project.chaos import queries
 from chaos_project.chaos.benchreport import Row, describe_setup, render_section, write_results
 from chaos_project.chaos.pidfd import Child, require_pidfd
 from chaos_project.services import MANAGE_PY, database_url, worker_env
-from rivet.api import enqueue_many
 from rivet.errors import RivetError
+from rivet.producer import enqueue_many
 
 READY_TIMEOUT_SECS = 120.0
 STOP_TIMEOUT_SECS = 30.0

@@ -28,9 +28,9 @@ from chaos_project.chaos.plan import FAILPOINT, KILL, ZOMBIE, ChaosPlan, Planned
 from chaos_project.chaos.report import report_lines, verdict_lines
 from chaos_project.chaos.verifier import Verdict, effect_connection, verify
 from chaos_project.services import EffectService, database_url, free_port, worker_env
-from rivet.api import enqueue_many
 from rivet.effect_client import EffectUnavailable, fetch_verify
 from rivet.errors import RivetError
+from rivet.producer import enqueue_many
 
 TICK_SECS = 0.05
 ZOMBIE_PATIENCE_SECS = 2.0  # how long a zombie event waits for a worker that holds leases

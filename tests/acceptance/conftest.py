@@ -106,7 +106,7 @@ class WorkerLab:
 
     @staticmethod
     def enqueue(kind: str, payload: Any = None, *, queue: str = "demo", **options: Any) -> int:
-        from rivet.api import enqueue
+        from rivet.producer import enqueue
 
         return enqueue(kind, payload, queue=queue, using="default", **options).task_id
 

@@ -8,8 +8,8 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from rivet.api import enqueue
 from rivet.models import FencedWrite, Task
+from rivet.producer import enqueue
 from tests.effect_service import EffectDB
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]

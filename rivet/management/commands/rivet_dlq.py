@@ -10,9 +10,9 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from rivet.api import resolve_store
 from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput
+from rivet.producer import resolve_store
 from rivet.stores.base import Store
 from rivet.validation import check_name
 from rivet.values import TaskRecord

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from rivet.api import enqueue
 from rivet.conf import rivet_settings
 from rivet.errors import IdempotencyMismatch, InvalidInput
+from rivet.producer import enqueue
 from rivet.validation import parse_payload
 
 

@@ -6,9 +6,9 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from rivet.api import resolve_store
 from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput
+from rivet.producer import resolve_store
 from rivet.validation import check_name
 from rivet.values import QueueStats
 

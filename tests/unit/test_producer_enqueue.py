@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import rivet
-from rivet import api
+from rivet import producer as api
 from rivet.errors import IdempotencyMismatch, InvalidInput, PayloadTooLarge
 from rivet.jobs import registry
 from rivet.stores.memory import FakeClock, MemoryStore

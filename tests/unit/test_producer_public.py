@@ -7,7 +7,8 @@ import sys
 import pytest
 
 import rivet
-from rivet import api, errors, jobs, values
+from rivet import errors, jobs, values
+from rivet import producer as api
 
 
 def test_every_name_in_all_resolves_to_its_module_object():

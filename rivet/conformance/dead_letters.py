@@ -123,6 +123,21 @@ def check_purge_older_than(h: Harness) -> None:
 
 
 @check()
+def check_purge_by_ids(h: Harness) -> None:
+    q, other_q = fresh_queue(), fresh_queue()
+    first, second, third = (bury(h, q) for _ in range(3))
+    pending_id = enqueue(h, q)
+    elsewhere = bury(h, other_q)
+    purged = h.store.dead_purge(q, task_ids=[first, third, pending_id, elsewhere])
+    expect_eq(purged, 2, "dead tasks of the queue purged by id")
+    expect_eq([h.store.task_get(i) for i in (first, third)], [None, None], "the purged ids")
+    states = [get(h, task_id).state for task_id in (second, pending_id, elsewhere)]
+    expect_eq(states, ["dead", "pending", "dead"], "tasks a purge by id must leave")
+    expect_eq(h.store.dead_purge(q, task_ids=[]), 0, "a purge of no ids")
+    expect_eq(get(h, second).state, "dead", "a dead task after a purge of no ids")
+
+
+@check()
 def check_queue_stats_counts(h: Harness) -> None:
     q = fresh_queue()
     empty = h.store.queue_stats(q)

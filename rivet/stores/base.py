@@ -92,8 +92,14 @@ class Store(ABC):
         """Bury pending tasks whose attempts are used up and whose lease lapsed; return count."""
 
     @abstractmethod
-    def dead_purge(self, queue: str, *, older_than_secs: float | None = None) -> int:
-        """Delete dead tasks (releasing their idempotency keys); return how many."""
+    def dead_purge(
+        self,
+        queue: str,
+        *,
+        older_than_secs: float | None = None,
+        task_ids: Sequence[int] | None = None,
+    ) -> int:
+        """Delete dead tasks of a queue (only ``task_ids`` if given), releasing their keys."""
 
     @abstractmethod
     def fenced_count(self, queue: str | None = None, op: str | None = None) -> int:

@@ -324,7 +324,14 @@ class MemoryStore(Store):
                 self._bury(task, join_error(task.last_error, WORKER_LOST_SUFFIX), now)
             return len(exhausted)
 
-    def dead_purge(self, queue: str, *, older_than_secs: float | None = None) -> int:
+    def dead_purge(
+        self,
+        queue: str,
+        *,
+        older_than_secs: float | None = None,
+        task_ids: Sequence[int] | None = None,
+    ) -> int:
+        wanted = None if task_ids is None else set(task_ids)
         with self._lock:
             now = self.clock()
             doomed = [
@@ -332,6 +339,7 @@ class MemoryStore(Store):
                 for t in self._tasks.values()
                 if t.queue == queue
                 and t.state == "dead"
+                and (wanted is None or t.id in wanted)
                 and (
                     older_than_secs is None
                     or t.updated_at <= now - timedelta(seconds=older_than_secs)

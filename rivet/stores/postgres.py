@@ -336,9 +336,17 @@ class PostgresStore(Store):
         return self._execute("dead_sweep", {"queue": queue, "lost_suffix": WORKER_LOST_SUFFIX})
 
     @_store_errors
-    def dead_purge(self, queue: str, *, older_than_secs: float | None = None) -> int:
+    def dead_purge(
+        self,
+        queue: str,
+        *,
+        older_than_secs: float | None = None,
+        task_ids: Sequence[int] | None = None,
+    ) -> int:
         older_than = None if older_than_secs is None else float(older_than_secs)
-        return self._execute("dead_purge", {"queue": queue, "older_than": older_than})
+        ids = None if task_ids is None else [int(task_id) for task_id in task_ids]
+        params = {"queue": queue, "older_than": older_than, "task_ids": ids}
+        return self._execute("dead_purge", params)
 
     # -- wake-up -----------------------------------------------------------------------------
 

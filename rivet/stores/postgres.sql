@@ -247,9 +247,10 @@ FROM lapsed
 WHERE t.id = lapsed.id
 
 -- name: dead_purge
--- Delete the dead tasks of a queue, only those buried at least older_than seconds ago if given.
+-- Delete the dead tasks of a queue: only task_ids and only those buried older_than ago, if given.
 DELETE FROM rivet_task
 WHERE queue = %(queue)s AND state = 'dead'
+    AND (%(task_ids)s::bigint[] IS NULL OR id = ANY(%(task_ids)s::bigint[]))
     AND (
         %(older_than)s::float8 IS NULL
         OR updated_at <= now() - make_interval(secs => %(older_than)s::float8)

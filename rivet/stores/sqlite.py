@@ -368,7 +368,15 @@ class SqliteStore(Store):
         with self._writing() as cursor:
             return cursor.execute(QUERIES["dead_sweep"], params).rowcount
 
-    def dead_purge(self, queue: str, *, older_than_secs: float | None = None) -> int:
+    def dead_purge(
+        self,
+        queue: str,
+        *,
+        older_than_secs: float | None = None,
+        task_ids: Sequence[int] | None = None,
+    ) -> int:
         age = None if older_than_secs is None else _offset(-older_than_secs)
+        ids = None if task_ids is None else json.dumps([int(task_id) for task_id in task_ids])
+        params = {"queue": queue, "age": age, "ids": ids}
         with self._writing() as cursor:
-            return cursor.execute(QUERIES["dead_purge"], {"queue": queue, "age": age}).rowcount
+            return cursor.execute(QUERIES["dead_purge"], params).rowcount

@@ -187,7 +187,9 @@ WHERE queue = :queue AND state = 'pending' AND attempts >= max_attempts
   AND visible_at <= strftime('%Y-%m-%d %H:%M:%f', 'now');
 
 -- name: dead_purge
--- Delete the dead tasks of a queue, all or only those last updated before now + :age.
+-- Delete the dead tasks of a queue: only the ids in the JSON array :ids and only those last
+-- updated before now + :age, if given.
 DELETE FROM rivet_task
 WHERE queue = :queue AND state = 'dead'
+  AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
   AND (:age IS NULL OR updated_at <= strftime('%Y-%m-%d %H:%M:%f', 'now', :age));

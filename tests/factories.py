@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import factory
+from django.utils import timezone
 from factory.django import DjangoModelFactory
 
 from rivet.models import FencedWrite, Task
@@ -24,6 +27,11 @@ class TaskFactory(DjangoModelFactory):
             last_error="boom; max attempts exceeded (handler error)",
         )
         done = factory.Trait(state="done", attempts=1, result={"ok": True})
+        # Runnable a second ago. The column's default, Now(), is the statement's time on
+        # PostgreSQL: later than the now() a store query sees in the same test transaction.
+        runnable = factory.Trait(
+            visible_at=factory.LazyFunction(lambda: timezone.now() - timedelta(seconds=1))
+        )
 
 
 class FencedWriteFactory(DjangoModelFactory):
@@ -38,3 +46,29 @@ class FencedWriteFactory(DjangoModelFactory):
 
     class Params:
         task = factory.SubFactory(TaskFactory)
+
+
+class UserFactory(DjangoModelFactory):
+    """A staff user; ``permissions=["rivet.view_task", ...]`` grants model permissions."""
+
+    class Meta:
+        model = "auth.User"
+        skip_postgeneration_save = True
+
+    username = factory.Sequence(lambda n: f"operator{n}")
+    email = factory.LazyAttribute(lambda user: f"{user.username}@example.com")
+    password = factory.django.Password("rivet-operator")
+    is_staff = True
+
+    @factory.post_generation
+    def permissions(self, create, extracted, **kwargs):
+        if not create or not extracted:
+            return
+        from django.contrib.auth.models import Permission
+
+        for name in extracted:
+            app_label, codename = name.split(".")
+            permission = Permission.objects.get(
+                content_type__app_label=app_label, codename=codename
+            )
+            self.user_permissions.add(permission)

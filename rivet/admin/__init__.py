@@ -1,0 +1,9 @@
+"""rivet in the Django admin: tasks (read-only), dead letters (requeue, purge, sweep), fences.
+
+``INSTALLED_APPS += ["rivet"]`` is all it takes: the admin's autodiscovery imports this package.
+"""
+
+from rivet.admin.dead_letters import DeadLetterAdmin
+from rivet.admin.tasks import FencedWriteAdmin, TaskAdmin
+
+__all__ = ["DeadLetterAdmin", "FencedWriteAdmin", "TaskAdmin"]

@@ -1,0 +1,248 @@
+"""The dead letters in the admin: read them, requeue or purge them, sweep a queue into them.
+
+Every action goes through the Store with the calls ``manage.py rivet_dlq`` makes, writes
+Django's admin log and reports what it did. Permissions:
+
+- viewing: ``rivet.view_task`` (or the proxy's own ``rivet.view_deadletter``);
+- requeue: ``rivet.requeue_deadletter``;
+- purge: ``rivet.purge_deadletter``;
+- sweep: ``rivet.requeue_deadletter`` too. A sweep only buries what the next claim would bury
+  anyway (tasks whose attempts are used up and whose lease lapsed); it runs no handler and
+  releases no key. Whoever may bring dead letters back may also gather them.
+
+An action a user may not take is not offered, and a POST that names it anyway gets 403.
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+
+from rivet.admin.large_tables import distinct_values
+from rivet.admin.tasks import TaskAdminBase
+from rivet.conf import rivet_settings
+from rivet.errors import InvalidInput
+from rivet.management.commands.rivet_dlq import PURGE_CAVEAT
+from rivet.models import DeadLetter, Task
+from rivet.producer import resolve_store
+from rivet.validation import check_name
+
+#: Most dead letters one requeue or purge acts on: the confirmation page lists each of them.
+MAX_ACTION_ROWS = 1000
+ERROR_TAIL = 90
+REQUEUE_NOTE = (
+    "A requeued task keeps its idempotency key. If its effect already happened, the new "
+    "attempt gets a replay of the first answer: the effect does not happen a second time."
+)
+SWEEP_NOTE = (
+    "A sweep buries the pending tasks of the queue whose attempts are used up and whose lease "
+    "lapsed, as the next claim would. It is needed only when no worker polls the queue."
+)
+
+
+@admin.register(DeadLetter)
+class DeadLetterAdmin(TaskAdminBase):
+    list_display = ("id", "queue", "kind", "attempts_of_max", "buried_at", "idem_key", "error_tail")
+    ordering = ("-updated_at", "-id")
+    actions = ("requeue_selected", "purge_selected")
+
+    # -- permissions -------------------------------------------------------------------------
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.has_perm("rivet.view_task") or super().has_view_permission(request, obj)
+
+    def has_requeue_permission(self, request):
+        return request.user.has_perm("rivet.requeue_deadletter")
+
+    def has_purge_permission(self, request):
+        return request.user.has_perm("rivet.purge_deadletter")
+
+    def changelist_view(self, request, extra_context=None):
+        action = request.POST.get("action") if request.method == "POST" else None
+        if action and action not in self.get_actions(request):
+            raise PermissionDenied(f"you may not run the action {action!r} on dead letters")
+        context = {"can_sweep": self.has_requeue_permission(request), **(extra_context or {})}
+        return super().changelist_view(request, context)
+
+    # -- columns -----------------------------------------------------------------------------
+
+    @admin.display(description="buried", ordering="updated_at")
+    def buried_at(self, task):
+        return task.updated_at
+
+    @admin.display(description="last error (its end)")
+    def error_tail(self, task):
+        line = " ".join(task.last_error.split())
+        return line if len(line) <= ERROR_TAIL else "..." + line[-(ERROR_TAIL - 3) :]
+
+    # -- actions -----------------------------------------------------------------------------
+
+    @admin.action(permissions=["requeue"], description="Requeue selected dead letters")
+    def requeue_selected(self, request, queryset):
+        if not self.has_requeue_permission(request):
+            raise PermissionDenied
+        tasks = self._chosen(request, queryset)
+        if tasks is None or request.POST.get("confirm") != "yes":
+            return self._confirm(request, "requeue", tasks)
+        store = resolve_store()
+        done = [task for task in tasks if store.dead_requeue(task.queue, task.id)]
+        refused = {task.id: self._where_now(task.id) for task in tasks if task not in done}
+        refused.update(self._gone(request, tasks))
+        if done:
+            requeued = Task.objects.using(queryset.db).filter(pk__in=[t.id for t in done])
+            LogEntry.objects.log_actions(
+                request.user.pk, list(requeued), CHANGE, "Requeued from the dead letters."
+            )
+            ids = ", ".join(str(task.id) for task in done)
+            self.message_user(
+                request, f"Requeued {len(done)} dead letter(s): {ids}. {REQUEUE_NOTE}"
+            )
+        self._report_refused(request, "requeued", refused)
+        return None
+
+    @admin.action(permissions=["purge"], description="Purge selected dead letters")
+    def purge_selected(self, request, queryset):
+        if not self.has_purge_permission(request):
+            raise PermissionDenied
+        tasks = self._chosen(request, queryset)
+        if tasks is None or request.POST.get("confirm") != "yes":
+            return self._confirm(request, "purge", tasks)
+        store = resolve_store()
+        for queue in sorted({task.queue for task in tasks}):
+            store.dead_purge(queue, task_ids=[task.id for task in tasks if task.queue == queue])
+        left = set(
+            Task.objects.using(queryset.db)
+            .filter(pk__in=[t.id for t in tasks])
+            .values_list("pk", flat=True)
+        )
+        purged = [task for task in tasks if task.id not in left]
+        refused = {task_id: self._where_now(task_id) for task_id in sorted(left)}
+        refused.update(self._gone(request, tasks))
+        if purged:
+            self.log_deletions(request, purged)
+            ids = ", ".join(str(task.id) for task in purged)
+            self.message_user(
+                request,
+                f"Purged {len(purged)} dead letter(s): {ids}; their idempotency keys are released.",
+            )
+        self._report_refused(request, "purged", refused)
+        return None
+
+    def _chosen(self, request, queryset) -> list[DeadLetter] | None:
+        """The selected dead letters, or None when there are too many for one action."""
+        tasks = list(queryset.order_by("id")[: MAX_ACTION_ROWS + 1])
+        return None if len(tasks) > MAX_ACTION_ROWS else tasks
+
+    def _confirm(self, request, verb: str, tasks: list[DeadLetter] | None):
+        if tasks is None:
+            self.message_user(
+                request,
+                f"Select at most {MAX_ACTION_ROWS} dead letters for one {verb}; narrow the "
+                "list with a filter or a search first. Nothing was changed.",
+                messages.ERROR,
+            )
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"{verb.capitalize()} {len(tasks)} dead letter(s)?",
+            "opts": self.model._meta,
+            "tasks": tasks,
+            "keyed": sum(1 for task in tasks if task.idem_key),
+            "action_name": f"{verb}_selected",
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "requeue_note": REQUEUE_NOTE,
+            "purge_caveat": PURGE_CAVEAT,
+            "queues": sorted({task.queue for task in tasks}),
+        }
+        template = f"admin/rivet/deadletter/confirm_{verb}.html"
+        return TemplateResponse(request, template, context)
+
+    def _where_now(self, task_id: int) -> str:
+        """Why an action left a task alone, from what the task is now."""
+        task = Task.objects.using(rivet_settings.DATABASE_ALIAS).filter(pk=task_id).first()
+        if task is None:
+            return "no longer exists (purged meanwhile)"
+        if task.state != "dead":
+            return f"no longer dead (it is {task.state} now)"
+        return f"a pending task of the same unique job ({task.kind}, {task.unique_key}) exists"
+
+    def _gone(self, request, tasks: list[DeadLetter]) -> dict[int, str]:
+        """Ids the user selected that were no longer dead letters when the action ran."""
+        chosen = {task.id for task in tasks}
+        selected = {
+            int(pk) for pk in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME) if pk.isdigit()
+        }
+        return {task_id: self._where_now(task_id) for task_id in sorted(selected - chosen)}
+
+    def _report_refused(self, request, verb: str, refused: dict[int, str]) -> None:
+        if refused:
+            reasons = "; ".join(f"{task_id}: {why}" for task_id, why in sorted(refused.items()))
+            self.message_user(request, f"Not {verb}: {reasons}.", messages.WARNING)
+
+    # -- sweep -------------------------------------------------------------------------------
+
+    def get_urls(self):
+        sweep = path(
+            "sweep/",
+            self.admin_site.admin_view(self.sweep_view),
+            name="rivet_deadletter_sweep",
+        )
+        return [sweep, *super().get_urls()]
+
+    def sweep_view(self, request):
+        if not self.has_view_permission(request) or not self.has_requeue_permission(request):
+            raise PermissionDenied("sweeping a queue needs the permission rivet.requeue_deadletter")
+        queues = distinct_values(rivet_settings.DATABASE_ALIAS, "queue")
+        form = SweepForm(request.POST or None, queues=queues)
+        if request.method == "POST" and form.is_valid():
+            return self._sweep(request, form.cleaned_data["queue"])
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Sweep a queue into the dead letters",
+            "opts": self.model._meta,
+            "form": form,
+            "sweep_note": SWEEP_NOTE,
+        }
+        return TemplateResponse(request, "admin/rivet/deadletter/sweep.html", context)
+
+    def _sweep(self, request, queue: str):
+        count = resolve_store().dead_sweep(queue)
+        LogEntry.objects.create(
+            user_id=request.user.pk,
+            content_type=ContentType.objects.get_for_model(DeadLetter, for_concrete_model=False),
+            object_id=None,
+            object_repr=f"queue {queue}"[:200],
+            action_flag=CHANGE,
+            change_message=f"Swept {count} task(s) with no attempts left into the dead letters.",
+        )
+        self.message_user(
+            request,
+            f"Swept {count} task(s) of queue {queue} with no attempts left into the dead letters.",
+        )
+        url = reverse("admin:rivet_deadletter_changelist")
+        return HttpResponseRedirect(f"{url}?queue={queue}")
+
+
+class SweepForm(forms.Form):
+    queue = forms.CharField(max_length=100, help_text="The queue to sweep.")
+
+    def __init__(self, *args, queues: list[str], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.queues = queues
+        self.fields["queue"].widget = forms.Select(choices=[(q, q) for q in queues])
+
+    def clean_queue(self):
+        try:
+            queue = check_name("queue", self.cleaned_data["queue"])
+        except InvalidInput as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        if queue not in self.queues:
+            raise forms.ValidationError(f"queue {queue!r} has no tasks; choose one of the list")
+        return queue

@@ -30,6 +30,10 @@ WITH RECURSIVE pairs (state, kind) AS (
 )
 SELECT DISTINCT kind FROM pairs ORDER BY kind
 
+-- name: jit_off
+-- No JIT compilation for the rest of this transaction: these queries are index probes.
+SET LOCAL jit = off
+
 -- name: queue_overview
 -- Per queue: ready, leased, delayed, dead, oldest ready age, and done counted up to a cap.
 WITH RECURSIVE queues (queue) AS (

@@ -25,8 +25,8 @@ from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
-from rivet.admin.large_tables import distinct_values
-from rivet.admin.tasks import TaskAdminBase
+from rivet.admin.large_tables import KindFilter, QueueFilter, distinct_values
+from rivet.admin.tasks import TaskAdminBase, column
 from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput
 from rivet.management.commands.rivet_dlq import PURGE_CAVEAT
@@ -47,9 +47,20 @@ SWEEP_NOTE = (
 )
 
 
+def error_tail(text: str) -> str:
+    """The error on one line, cut from the front: the reason a task died is at its end."""
+    line = " ".join(text.split())
+    return line if len(line) <= ERROR_TAIL else "..." + line[-(ERROR_TAIL - 3) :]
+
+
+def dead_letters(count: int) -> str:
+    return f"{count} dead letter{'' if count == 1 else 's'}"
+
+
 @admin.register(DeadLetter)
 class DeadLetterAdmin(TaskAdminBase):
-    list_display = ("id", "queue", "kind", "attempts_of_max", "buried_at", "idem_key", "error_tail")
+    list_display = ("id", "queue", "kind", "attempts_of_max", "buried", "key", "last_error_end")
+    list_filter = (QueueFilter, KindFilter)
     ordering = ("-updated_at", "-id")
     actions = ("requeue_selected", "purge_selected")
 
@@ -73,14 +84,11 @@ class DeadLetterAdmin(TaskAdminBase):
 
     # -- columns -----------------------------------------------------------------------------
 
-    @admin.display(description="buried", ordering="updated_at")
-    def buried_at(self, task):
-        return task.updated_at
+    buried = column("updated_at", "buried", digits=0)
 
     @admin.display(description="last error (its end)")
-    def error_tail(self, task):
-        line = " ".join(task.last_error.split())
-        return line if len(line) <= ERROR_TAIL else "..." + line[-(ERROR_TAIL - 3) :]
+    def last_error_end(self, task):
+        return error_tail(task.last_error)
 
     # -- actions -----------------------------------------------------------------------------
 
@@ -101,9 +109,7 @@ class DeadLetterAdmin(TaskAdminBase):
                 request.user.pk, list(requeued), CHANGE, "Requeued from the dead letters."
             )
             ids = ", ".join(str(task.id) for task in done)
-            self.message_user(
-                request, f"Requeued {len(done)} dead letter(s): {ids}. {REQUEUE_NOTE}"
-            )
+            self.message_user(request, f"Requeued {dead_letters(len(done))}: {ids}. {REQUEUE_NOTE}")
         self._report_refused(request, "requeued", refused)
         return None
 
@@ -130,7 +136,7 @@ class DeadLetterAdmin(TaskAdminBase):
             ids = ", ".join(str(task.id) for task in purged)
             self.message_user(
                 request,
-                f"Purged {len(purged)} dead letter(s): {ids}; their idempotency keys are released.",
+                f"Purged {dead_letters(len(purged))}: {ids}; their idempotency keys are released.",
             )
         self._report_refused(request, "purged", refused)
         return None
@@ -151,8 +157,9 @@ class DeadLetterAdmin(TaskAdminBase):
             return None
         context = {
             **self.admin_site.each_context(request),
-            "title": f"{verb.capitalize()} {len(tasks)} dead letter(s)?",
+            "title": f"{verb.capitalize()} {dead_letters(len(tasks))}?",
             "opts": self.model._meta,
+            "rows": [(task, error_tail(task.last_error)) for task in tasks],
             "tasks": tasks,
             "keyed": sum(1 for task in tasks if task.idem_key),
             "action_name": f"{verb}_selected",

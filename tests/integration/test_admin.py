@@ -252,7 +252,7 @@ def test_requeue_confirmed_revives_the_task_with_its_key_logs_and_reports(client
     assert (entry.user, entry.action_flag, entry.object_id) == (user, CHANGE, str(task.pk))
     assert entry.change_message == "Requeued from the dead letters."
     (text,) = message_texts(response)
-    assert text.startswith(f"Requeued 1 dead letter(s): {task.pk}.")
+    assert text.startswith(f"Requeued 1 dead letter: {task.pk}.")
     assert "replay" in text
 
 
@@ -265,7 +265,7 @@ def test_requeue_names_the_ids_it_left_alone_and_why(client):
     Task.objects.filter(pk=elsewhere.pk).update(state="pending")
     response = action(client, "requeue_selected", [revived, elsewhere, clash], confirm="yes")
     info, warning = message_texts(response)
-    assert info.startswith(f"Requeued 1 dead letter(s): {revived.pk}.")
+    assert info.startswith(f"Requeued 1 dead letter: {revived.pk}.")
     assert f"{elsewhere.pk}: no longer dead (it is pending now)" in warning
     assert f"{clash.pk}: a pending task of the same unique job (mail, order-1) exists" in warning
     assert LogEntry.objects.count() == 1
@@ -309,7 +309,7 @@ def test_purge_confirmed_deletes_logs_and_reports(client):
         (user, DELETION, str(second.pk)),
     ]
     info, warning = message_texts(response)
-    assert info.startswith(f"Purged 2 dead letter(s): {first.pk}, {second.pk}")
+    assert info.startswith(f"Purged 2 dead letters: {first.pk}, {second.pk}")
     assert warning == f"Not purged: {requeued.pk}: no longer dead (it is pending now)."
 
 
@@ -367,5 +367,5 @@ def test_on_sqlite_the_admin_lists_counts_and_requeues(client):
     assert (row.queue, row.dead) == ("lite", 1)
     response = action(client, "requeue_selected", [dead], confirm="yes")
     assert Task.objects.using("sqlite").get(pk=dead.pk).state == "pending"
-    assert message_texts(response)[0].startswith(f"Requeued 1 dead letter(s): {dead.pk}.")
+    assert message_texts(response)[0].startswith(f"Requeued 1 dead letter: {dead.pk}.")
     assert not Task.objects.using("default").exists()

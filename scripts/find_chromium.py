@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Find the Chromium that rivet's browser tests drive; install Debian's when we can.
+
+Usage::
+
+    scripts/find_chromium.py          # prints the browser's path, exit 0; or exit 3 and help
+
+``RIVET_CHROMIUM`` names a browser binary explicitly. Otherwise the first of ``chromium``,
+``chromium-browser``, ``google-chrome`` on PATH is used. When none is found and we are root
+with ``apt-get``, Debian's ``chromium`` package is installed. Playwright's own browser download
+is not used: the tests launch this binary through ``executable_path``. The browser tests are
+never skipped silently: without a browser, they fail with the help below.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+NAMES = ("chromium", "chromium-browser", "google-chrome")
+EXIT_NO_BROWSER = 3
+HELP = """\
+rivet's browser tests (tests/browser) drive a real headless Chromium, and none was found.
+Get one in any of these ways, then run `make test` again:
+  * Debian/Ubuntu, as root:   apt-get update && apt-get install -y chromium
+  * any OS: install Chromium or Google Chrome so that `chromium` or `google-chrome` is on PATH;
+  * point RIVET_CHROMIUM at a Chromium binary you have, e.g.
+        export RIVET_CHROMIUM=/opt/chrome/chrome"""
+
+
+def find() -> str | None:
+    """The browser binary to launch, or None."""
+    named = os.environ.get("RIVET_CHROMIUM")
+    if named:
+        return named if os.access(named, os.X_OK) else None
+    for name in NAMES:
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def install() -> bool:
+    """Install Debian's chromium with apt-get when we are root and apt-get exists."""
+    if os.environ.get("RIVET_CHROMIUM") or os.geteuid() != 0 or not shutil.which("apt-get"):
+        return False
+    print("find_chromium: installing Debian's chromium with apt-get", file=sys.stderr)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install_cmd = ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]
+    if subprocess.run(install_cmd, env=env, check=False).returncode == 0:
+        return True
+    subprocess.run(["apt-get", "update"], env=env, check=False)
+    return subprocess.run(install_cmd, env=env, check=False).returncode == 0
+
+
+def main() -> int:
+    path = find()
+    if path is None and install():
+        path = find()
+    if path is None:
+        print(HELP, file=sys.stderr)
+        return EXIT_NO_BROWSER
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

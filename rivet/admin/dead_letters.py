@@ -76,9 +76,6 @@ class DeadLetterAdmin(TaskAdminBase):
         return request.user.has_perm("rivet.purge_deadletter")
 
     def changelist_view(self, request, extra_context=None):
-        action = request.POST.get("action") if request.method == "POST" else None
-        if action and action not in self.get_actions(request):
-            raise PermissionDenied(f"you may not run the action {action!r} on dead letters")
         context = {"can_sweep": self.has_requeue_permission(request), **(extra_context or {})}
         return super().changelist_view(request, context)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
@@ -114,6 +115,10 @@ class TaskAdminBase(ReadOnlyAdmin):
         return queryset.filter(match), False
 
     def changelist_view(self, request, extra_context=None):
+        # Django ignores an action it does not offer; a POST that names one anyway is refused.
+        action = request.POST.get("action") if request.method == "POST" else None
+        if action and action not in self.get_actions(request):
+            raise PermissionDenied(f"you may not run the action {action!r} here")
         context = {
             "title": capfirst(self.model._meta.verbose_name_plural),
             "queue_overview": queue_overview(rivet_settings.DATABASE_ALIAS),

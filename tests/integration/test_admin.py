@@ -193,6 +193,14 @@ def test_a_view_only_user_posting_an_action_gets_403(client, name):
     assert not LogEntry.objects.exists()
 
 
+def test_an_action_posted_to_the_read_only_task_list_gets_403(client):
+    login(client, is_superuser=True)
+    task = TaskFactory(dead=True)
+    data = {"action": "delete_selected", "_selected_action": [task.pk], "post": "yes"}
+    assert client.post(TASKS, data).status_code == 403
+    assert Task.objects.filter(pk=task.pk).exists()
+
+
 def test_a_view_only_user_cannot_sweep(client):
     login(client, VIEW)
     task = exhausted()

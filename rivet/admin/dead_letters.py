@@ -15,6 +15,8 @@ An action a user may not take is not offered, and a POST that names it anyway ge
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -98,8 +100,14 @@ class DeadLetterAdmin(TaskAdminBase):
             return self._confirm(request, "requeue", tasks)
         store = resolve_store()
         done = [task for task in tasks if store.dead_requeue(task.queue, task.id)]
-        refused = {task.id: self._where_now(task.id) for task in tasks if task not in done}
-        refused.update(self._gone(request, tasks))
+        done_ids = {task.id for task in done}
+        missed = [task.id for task in tasks if task.id not in done_ids]
+        jobs = {task.id: f"({task.kind}, {task.unique_key})" for task in tasks}
+
+        def unique_clash(task_id: int) -> str:
+            return f"a pending task of the same unique job {jobs.get(task_id, '')} exists"
+
+        refused = self._left_alone([*missed, *self._gone(request, tasks)], unique_clash)
         if done:
             requeued = Task.objects.using(queryset.db).filter(pk__in=[t.id for t in done])
             LogEntry.objects.log_actions(
@@ -126,8 +134,7 @@ class DeadLetterAdmin(TaskAdminBase):
             .values_list("pk", flat=True)
         )
         purged = [task for task in tasks if task.id not in left]
-        refused = {task_id: self._where_now(task_id) for task_id in sorted(left)}
-        refused.update(self._gone(request, tasks))
+        refused = self._left_alone([*left, *self._gone(request, tasks)], lambda _: "still dead")
         if purged:
             self.log_deletions(request, purged)
             ids = ", ".join(str(task.id) for task in purged)
@@ -163,27 +170,32 @@ class DeadLetterAdmin(TaskAdminBase):
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "requeue_note": REQUEUE_NOTE,
             "purge_caveat": PURGE_CAVEAT,
-            "queues": sorted({task.queue for task in tasks}),
         }
         template = f"admin/rivet/deadletter/confirm_{verb}.html"
         return TemplateResponse(request, template, context)
 
-    def _where_now(self, task_id: int) -> str:
-        """Why an action left a task alone, from what the task is now."""
-        task = Task.objects.using(rivet_settings.DATABASE_ALIAS).filter(pk=task_id).first()
-        if task is None:
-            return "no longer exists (purged meanwhile)"
-        if task.state != "dead":
-            return f"no longer dead (it is {task.state} now)"
-        return f"a pending task of the same unique job ({task.kind}, {task.unique_key}) exists"
+    def _left_alone(self, task_ids: list[int], if_dead: Callable[[int], str]) -> dict[int, str]:
+        """Why an action left each of these tasks alone, from what the task is now."""
+        rows = Task.objects.using(rivet_settings.DATABASE_ALIAS).filter(pk__in=task_ids)
+        states = dict(rows.values_list("pk", "state"))
+        return {
+            task_id: (
+                "no longer exists (purged meanwhile)"
+                if task_id not in states
+                else if_dead(task_id)
+                if states[task_id] == "dead"
+                else f"no longer dead (it is {states[task_id]} now)"
+            )
+            for task_id in task_ids
+        }
 
-    def _gone(self, request, tasks: list[DeadLetter]) -> dict[int, str]:
+    def _gone(self, request, tasks: list[DeadLetter]) -> list[int]:
         """Ids the user selected that were no longer dead letters when the action ran."""
         chosen = {task.id for task in tasks}
         selected = {
             int(pk) for pk in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME) if pk.isdigit()
         }
-        return {task_id: self._where_now(task_id) for task_id in sorted(selected - chosen)}
+        return sorted(selected - chosen)
 
     def _report_refused(self, request, verb: str, refused: dict[int, str]) -> None:
         if refused:

@@ -16,7 +16,8 @@ from rivet.models import Task
 from rivet.stores import store_for_alias
 from tests.factories import UserFactory
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+# Fresh id sequences, so that the screenshots show the same small ids on every run.
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, reset_sequences=True)]
 
 PASSWORD = "rivet-operator"
 DEAD = reverse("admin:rivet_deadletter_changelist")

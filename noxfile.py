@@ -130,7 +130,7 @@ def missing_python_message(cell: Cell, looked: list[str]) -> str:
         f"Python {cell.python} is missing, so the {cell.name} cell cannot run "
         f"(looked at: {where}; a candidate must run and have ensurepip). Install Python "
         f"{cell.python} (e.g. `pyenv install {cell.python}`), or set "
-        f"{cell.override_variable}=/path/to/python{cell.python}."
+        f"{cell.override_variable}=/path/to/python{cell.python}"
     )
 
 
@@ -157,18 +157,18 @@ def cell_environment(cell: Cell) -> dict[str, str | None]:
 
 
 _VERSIONS = (
-    "import sys, django; "
-    "print('%d.%d' % sys.version_info[:2], '%d.%d' % django.VERSION[:2], django.get_version())"
+    "import platform, sys, django; print('%d.%d' % sys.version_info[:2], '%d.%d' % "
+    "django.VERSION[:2], platform.python_version(), django.get_version())"
 )
 
 
 def run_cell(session: nox.Session, cell: Cell) -> None:
     session.install("-e", ".[test]", f"Django~={cell.django}.0")
     python = str(Path(session.bin) / "python")
-    python_version, django_series, django_version = session.run(
+    python_series, django_series, python_version, django_version = session.run(
         python, "-c", _VERSIONS, silent=True
     ).split()
-    if (python_version, django_series) != (cell.python, cell.django):
+    if (python_series, django_series) != (cell.python, cell.django):
         session.error(
             f"the {cell.name} cell's virtualenv has Python {python_version} and Django "
             f"{django_version}, not Python {cell.python} and Django {cell.django}"

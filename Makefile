@@ -5,13 +5,15 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.rivet-installed
 PYTEST_ARGS ?=
+NOX_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test pytest lint demo bench clean distclean
+.PHONY: help venv test test-matrix pytest lint demo bench clean distclean
 
 help:
 	@echo "make venv   create .venv and install rivet with its test extras"
 	@echo "make test   find or start PostgreSQL, run pytest against it, then lint"
+	@echo "make test-matrix  the suite on every supported Python + Django, fresh venv each"
 	@echo "make lint   ruff check, ruff format --check, makemigrations --check"
 	@echo "make demo   run the demo on SQLite files in demo/"
 	@echo "make bench  run the benchmark (manage.py rivet_chaos bench)"
@@ -33,6 +35,11 @@ test: venv
 	$(VPY) scripts/find_chromium.py >/dev/null
 	$(VPY) scripts/find_postgres.py run -- $(VPY) -m pytest $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory lint
+
+# Every supported Python + Django pair (noxfile.py), each in a fresh virtualenv under .nox/, on
+# databases named after the cell. nox comes with the test extras; a missing interpreter fails.
+test-matrix: venv
+	$(VENV)/bin/nox $(NOX_ARGS)
 
 # pytest against whatever DATABASE_URL says, without discovery.
 pytest: venv
@@ -57,7 +64,7 @@ bench: venv
 	$(VPY) manage.py rivet_chaos bench
 
 clean:
-	rm -rf demo build dist .pytest_cache .ruff_cache *.egg-info
+	rm -rf demo build dist .pytest_cache .ruff_cache .nox *.egg-info
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean

@@ -34,26 +34,35 @@ from rivet.validation import check_name
 from rivet.values import TaskRecord
 
 if django.VERSION >= (6, 0):
-    from django.tasks import exceptions as _exceptions
     from django.tasks import task_backends
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist, TaskResultMismatch
     from django.tasks.signals import task_enqueued, task_finished, task_started
-else:  # the django-tasks backport
-    from django_tasks import exceptions as _exceptions
-    from django_tasks import task_backends
+else:  # Django 5.2: the django-tasks backport, which names one exception differently
+    try:
+        from django_tasks import task_backends
+    except ModuleNotFoundError as exc:
+        if exc.name != "django_tasks":
+            raise
+        raise RivetConfigError(
+            "rivet.backends.RivetBackend needs Django's Tasks API, and Django "
+            f"{django.get_version()} has none: it came with Django 6.0. Install the "
+            "django-tasks backport (pip install 'django-tasks>=0.12'; django-rivet installs it "
+            "by itself only on Python 3.11), or upgrade to Django 6."
+        ) from exc
     from django_tasks.backends.base import BaseTaskBackend
     from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+    from django_tasks.exceptions import InvalidTaskError as InvalidTask
+    from django_tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
     from django_tasks.signals import task_enqueued, task_finished, task_started
-
-TaskResultDoesNotExist = _exceptions.TaskResultDoesNotExist
-InvalidTask = getattr(_exceptions, "InvalidTask", None) or _exceptions.InvalidTaskError
 
 __all__ = [
     "DJANGO_TASK_KIND",
     "InvalidTask",
     "RivetBackend",
     "TaskResultDoesNotExist",
+    "TaskResultMismatch",
     "TaskResultStatus",
     "task_backends",
     "task_result",
@@ -217,9 +226,11 @@ def run_django_task(context: JobContext) -> Any:
     try:
         value = _call(task, running)
     except Exception as exc:
+        text = _failure_text(exc)
         if context.is_last_attempt:
+            object.__setattr__(running, "errors", [_task_error(text)])
             _finish(running, TaskResultStatus.FAILED)
-        raise DjangoTaskFailed(_failure_text(exc)) from exc
+        raise DjangoTaskFailed(text) from exc
     _finish(running, TaskResultStatus.SUCCESSFUL)
     return value
 

@@ -14,6 +14,13 @@ from django.conf import settings
 # session for every test that asks.
 pytest_plugins = ["tests.effect_service"]
 
+# pytest's filterwarnings=error covers this process; child processes (workers, manage.py, the
+# effect service, the chaos harness) inherit this instead, so a deprecated call in rivet's code
+# fails there too, on every Django of the matrix, before the next release removes what it calls.
+CHILD_WARNINGS = "error::DeprecationWarning,error::PendingDeprecationWarning"
+_inherited = os.environ.get("PYTHONWARNINGS")
+os.environ["PYTHONWARNINGS"] = f"{_inherited},{CHILD_WARNINGS}" if _inherited else CHILD_WARNINGS
+
 _VERSION = pytest.StashKey[str]()
 
 

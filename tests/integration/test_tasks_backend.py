@@ -1,9 +1,12 @@
 """rivet.backends.RivetBackend: Django @task functions enqueued on rivet and run by a worker."""
 
 import importlib
-from datetime import timedelta
+import pickle
+from datetime import datetime, timedelta
 
+import django
 import pytest
+from asgiref.sync import async_to_sync
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -14,8 +17,12 @@ from rivet.backends import (
     InvalidTask,
     RivetBackend,
     TaskResultDoesNotExist,
+    TaskResultMismatch,
     TaskResultStatus,
     task_backends,
+    task_enqueued,
+    task_finished,
+    task_started,
 )
 from rivet.errors import RivetConfigError, RivetError
 from rivet.models import Task
@@ -232,3 +239,88 @@ def test_a_payload_naming_something_that_is_not_a_task_fails(tasks):
     payload = {"func": "tests.tasks_for_backend.not_a_task", "args": [], "kwargs": {}}
     with pytest.raises(RivetError, match="not a Django Task"):
         rivet.testing.run_now(DJANGO_TASK_KIND, payload)
+
+
+def test_aenqueue_and_aget_result_go_through_the_same_backend(tasks):
+    result = async_to_sync(tasks.add.aenqueue)(20, 22)
+    assert row(result).payload["args"] == [20, 22]
+    run_worker("default")
+    fetched = async_to_sync(tasks.add.aget_result)(result.id)
+    assert fetched.status == TaskResultStatus.SUCCESSFUL and fetched.return_value == 42
+    async_to_sync(result.arefresh)()
+    assert result.return_value == 42
+
+
+def test_get_result_through_another_task_is_a_mismatch(tasks):
+    result = tasks.shout.enqueue("mine")
+    with pytest.raises(TaskResultMismatch, match="tests.tasks_for_backend.shout"):
+        tasks.add.get_result(result.id)
+
+
+@pytest.mark.parametrize("priority", [101, -101])
+def test_a_priority_outside_the_api_range_is_refused(tasks, priority):
+    with pytest.raises(InvalidTask, match="priority"):
+        tasks.add.using(priority=priority)
+
+
+def test_a_naive_run_after_is_refused(tasks):
+    with pytest.raises(InvalidTask, match="aware"):
+        tasks.add.using(run_after=datetime(2030, 1, 1))
+
+
+class Signals:
+    """Every task_enqueued / task_started / task_finished sent while connected."""
+
+    def __init__(self):
+        self.sent = []
+
+    def __call__(self, signal, sender, task_result, **kwargs):
+        self.sent.append((signal, sender, task_result.status, list(task_result.errors)))
+
+    def named(self):
+        names = {task_enqueued: "enqueued", task_started: "started", task_finished: "finished"}
+        return [(names[signal], sender, status) for signal, sender, status, _ in self.sent]
+
+
+@pytest.fixture
+def signals():
+    received = Signals()
+    for signal in (task_enqueued, task_started, task_finished):
+        signal.connect(received, weak=False, dispatch_uid=f"test-{id(signal)}")
+    yield received
+    for signal in (task_enqueued, task_started, task_finished):
+        signal.disconnect(dispatch_uid=f"test-{id(signal)}")
+
+
+def test_the_tasks_signals_follow_a_task_from_enqueue_to_success(tasks, signals):
+    tasks.add.enqueue(1, 2)
+    run_worker("default")
+    assert signals.named() == [
+        ("enqueued", RivetBackend, TaskResultStatus.READY),
+        ("started", RivetBackend, TaskResultStatus.RUNNING),
+        ("finished", RivetBackend, TaskResultStatus.SUCCESSFUL),
+    ]
+
+
+def test_task_finished_for_a_failure_comes_after_the_last_attempt_with_its_error(tasks, signals):
+    result = tasks.explode.enqueue("boom")
+    run_worker("default")
+    assert [name for name, _, _ in signals.named()] == ["enqueued", "started"]
+    Task.objects.filter(pk=int(result.id)).update(visible_at=Now())
+    run_worker("default")
+    assert signals.named()[-1] == ("finished", RivetBackend, TaskResultStatus.FAILED)
+    (error,) = signals.sent[-1][3]
+    assert error.exception_class is ValueError and "boom" in error.traceback
+
+
+@pytest.mark.skipif(
+    django.VERSION < (6, 1),
+    reason=f"Django 6.1 made results picklable; this cell has Django {django.get_version()}",
+)
+def test_on_django_61_a_result_pickles(tasks):
+    result = tasks.add.enqueue(3, 4)
+    run_worker("default")
+    finished = tasks.add.get_result(result.id)
+    copy = pickle.loads(pickle.dumps(finished))
+    assert (copy.id, copy.status, copy.return_value) == (result.id, finished.status, 7)
+    assert copy.task.func is tasks.add.func

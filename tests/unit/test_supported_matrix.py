@@ -1,0 +1,108 @@
+"""The test matrix (noxfile.py), the README's table and pyproject's classifiers say the same thing.
+
+Also: the cell a test run is in runs the Python and Django it names, per-cell database names,
+and a cell whose interpreter is missing fails and names it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import django
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_noxfile():
+    spec = importlib.util.spec_from_file_location("rivet_noxfile", ROOT / "noxfile.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+noxfile = load_noxfile()
+MATRIX = {(cell.python, cell.django) for cell in noxfile.MATRIX}
+
+
+def classifiers(prefix: str) -> set[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    found = set()
+    for classifier in project["classifiers"]:
+        version = classifier.removeprefix(prefix)
+        if version != classifier and re.fullmatch(r"\d+\.\d+", version):
+            found.add(version)
+    return found
+
+
+def test_the_classifiers_name_exactly_the_tested_pythons_and_djangos():
+    assert classifiers("Programming Language :: Python :: ") == {p for p, _ in MATRIX}
+    assert classifiers("Framework :: Django :: ") == {d for _, d in MATRIX}
+
+
+def test_the_readme_table_states_the_tested_matrix():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Supported versions", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (3\.\d+) +\| (\d+\.\d+) +\|", section, flags=re.MULTILINE)
+    assert set(rows) == MATRIX and len(rows) == len(MATRIX)
+
+
+def test_the_cell_runs_the_python_and_django_it_is_named_for():
+    cell = os.environ.get("RIVET_MATRIX_CELL")
+    if cell is None:
+        pytest.skip("only inside a `make test-matrix` cell (RIVET_MATRIX_CELL is not set)")
+    python = "{}.{}".format(*sys.version_info[:2])
+    assert cell == f"py{python}-django{django.VERSION[0]}.{django.VERSION[1]}"
+    assert cell in {c.name for c in noxfile.MATRIX}
+
+
+def test_each_cell_gets_databases_of_its_own(monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", "postgres://postgres@db:5432/rivet_ci")
+    monkeypatch.setenv("EFFECT_DATABASE_URL", "postgres://postgres@db:5432/rivet_ci_fx")
+    envs = [noxfile.cell_environment(cell) for cell in noxfile.MATRIX]
+    names = {env["DATABASE_URL"] for env in envs} | {env["EFFECT_DATABASE_URL"] for env in envs}
+    assert len(names) == 2 * len(noxfile.MATRIX)
+    assert "postgres://postgres@db:5432/rivet_ci_py312" in names
+    assert "postgres://postgres@db:5432/rivet_ci_fx_py313" in names
+
+
+def test_without_an_explicit_effect_database_each_cell_derives_its_own(monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", "postgres://postgres@db:5432/rivet_ci")
+    monkeypatch.delenv("EFFECT_DATABASE_URL", raising=False)
+    env = noxfile.cell_environment(noxfile.MATRIX[1])
+    assert env["DATABASE_URL"] == "postgres://postgres@db:5432/rivet_ci_py312"
+    # None removes an inherited value: find_postgres then derives rivet_ci_py312_effect.
+    assert env["EFFECT_DATABASE_URL"] is None
+
+
+def test_a_cell_whose_python_is_missing_fails_and_names_it(tmp_path):
+    cell = noxfile.MATRIX[-1]
+    missing = tmp_path / f"python{cell.python}"
+    env = {**os.environ, cell.override_variable: str(missing)}
+    result = subprocess.run(
+        [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", cell.name],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert f"Python {cell.python} is missing, so the {cell.name} cell cannot run" in output
+    assert str(missing) in output
+    assert "skipped" not in output.lower()
+
+
+def test_a_python_that_answers_with_another_version_is_not_taken():
+    assert noxfile.runs_as(sys.executable, "{}.{}".format(*sys.version_info[:2]))
+    assert not noxfile.runs_as(sys.executable, "2.7")
+    assert not noxfile.runs_as("/nonexistent/python3.99", "3.99")

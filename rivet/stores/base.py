@@ -8,9 +8,12 @@ Rules every implementation keeps (``rivet.conformance`` checks each one):
 - A claim increments attempts and lease_epoch and sets visible_at = now + lease_ttl. A claim
   that meets a pending task whose attempts are used up buries it instead, with last_error
   ending in WORKER_LOST_SUFFIX.
-- ack, fail and lease_extend name the epoch they hold; with a stale epoch they change nothing.
-  A stale ack or fail is recorded durably as a fenced write and reported as FENCED.
-- A fail on the last attempt buries the task, last_error ending in HANDLER_ERROR_SUFFIX.
+- The store decides nothing about how an attempt ends: the worker does, from the attempt it
+  claimed, and hands ``task_settle`` decisions (Ack, Retry, Bury, Fence), many at a time.
+  Each row is guarded by its own epoch; a stale row changes nothing, is recorded durably as
+  a fenced write and reported as FENCED, and the other rows of the batch still apply.
+- A task an operator cancelled while leased (``task_cancel``) is never acked or retried:
+  whatever decision its worker sends, it is buried as cancelled (CANCELLED).
 """
 
 from __future__ import annotations
@@ -20,12 +23,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from rivet.values import (
-    AckOutcome,
+    Ack,
+    Bury,
+    CancelOutcome,
     ClaimBatch,
+    Decision,
     EnqueueResult,
-    FailOutcome,
+    Fence,
+    Held,
     Lease,
     QueueStats,
+    Retry,
+    Settled,
     TaskRecord,
     TaskSpec,
 )
@@ -56,18 +65,32 @@ class Store(ABC):
         """Lease up to ``limit`` runnable tasks, trying queues in the order given."""
 
     @abstractmethod
-    def lease_extend(self, leases: Sequence[Lease], lease_ttl: float) -> set[int]:
+    def lease_extend(self, leases: Sequence[Lease], lease_ttl: float) -> Held:
         """Push visible_at to now + lease_ttl for each lease still held; return their task ids."""
 
     @abstractmethod
-    def task_ack(self, lease: Lease, result: Any = None, *, owner: str = "") -> AckOutcome:
-        """Mark the task done with its result, if the lease is still held."""
+    def task_settle(self, decisions: Sequence[Decision]) -> list[Settled]:
+        """Apply decisions in one transaction, each fenced by its own epoch; outcomes in order."""
 
     @abstractmethod
-    def task_fail(
-        self, lease: Lease, error: str, retry_delay: float, *, owner: str = ""
-    ) -> FailOutcome:
-        """Record a failed attempt: retry after ``retry_delay`` seconds, or bury on the last."""
+    def task_cancel(self, task_id: int) -> CancelOutcome:
+        """Bury a pending task that is not leased, or mark a leased one for its worker to bury."""
+
+    def task_ack(self, lease: Lease, result: Any = None) -> Settled:
+        """Mark the task done with its result, if the lease is still held."""
+        return self.task_settle([Ack(lease=lease, result=result)])[0]
+
+    def task_retry(self, lease: Lease, error: str, delay: float = 0.0) -> Settled:
+        """Make the task pending again after ``delay`` seconds, if the lease is still held."""
+        return self.task_settle([Retry(lease=lease, error=error, delay=delay)])[0]
+
+    def task_bury(self, lease: Lease, error: str) -> Settled:
+        """Make the task dead with ``error`` as its last_error, if the lease is still held."""
+        return self.task_settle([Bury(lease=lease, error=error)])[0]
+
+    def task_fence(self, lease: Lease, op: str = "fail") -> Settled:
+        """Record that a write under a lost lease was refused; changes no task."""
+        return self.task_settle([Fence(lease=lease, op=op)])[0]
 
     @abstractmethod
     def task_get(self, task_id: int) -> TaskRecord | None:

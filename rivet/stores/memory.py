@@ -18,18 +18,24 @@ from django.utils import timezone
 from rivet.errors import IdempotencyMismatch
 from rivet.stores.base import Store
 from rivet.values import (
-    HANDLER_ERROR_SUFFIX,
-    WORKER_LOST_SUFFIX,
-    AckOutcome,
+    CANCELLED_SUFFIX,
+    Ack,
+    Bury,
+    CancelOutcome,
     ClaimBatch,
     Claimed,
+    Decision,
     EnqueueResult,
-    FailOutcome,
+    Fence,
+    Held,
     Lease,
     QueueStats,
+    Retry,
+    Settled,
     TaskRecord,
     TaskSpec,
-    join_error,
+    claim_burial,
+    ending,
 )
 
 
@@ -48,6 +54,15 @@ class FakeClock:
 
 def _copy(value: Any) -> Any:
     return json.loads(json.dumps(value))
+
+
+def _doomed(task: TaskRecord) -> bool:
+    """A pending task no claim may run: attempts used up, or cancelled while it was leased."""
+    return task.attempts >= task.max_attempts or task.cancel_requested
+
+
+def _doom_ending(task: TaskRecord) -> str:
+    return claim_burial(task.last_error, task.cancel_requested)
 
 
 class MemoryStore(Store):
@@ -97,7 +112,7 @@ class MemoryStore(Store):
             id=task_id,
             queue=spec.queue,
             kind=spec.kind,
-            payload=_copy(spec.payload),
+            payload=json.loads(spec.payload_json),
             idem_key=spec.idem_key,
             unique_key=spec.unique_key,
             state="pending",
@@ -120,7 +135,7 @@ class MemoryStore(Store):
                 same = (task.queue, task.kind, task.payload) == (
                     spec.queue,
                     spec.kind,
-                    _copy(spec.payload),
+                    json.loads(spec.payload_json),
                 )
                 if not same:
                     raise IdempotencyMismatch(spec.idem_key, task.id)
@@ -155,8 +170,8 @@ class MemoryStore(Store):
                 for task in runnable:
                     if len(claimed) >= limit:
                         break
-                    if task.attempts >= task.max_attempts:
-                        self._bury(task, join_error(task.last_error, WORKER_LOST_SUFFIX), now)
+                    if _doomed(task):
+                        self._bury(task, _doom_ending(task), now)
                         buried += 1
                         continue
                     claimed.append(self._lease(task, owner, lease_ttl, now))
@@ -196,7 +211,7 @@ class MemoryStore(Store):
             return None
         return task
 
-    def lease_extend(self, leases: Sequence[Lease], lease_ttl: float) -> set[int]:
+    def lease_extend(self, leases: Sequence[Lease], lease_ttl: float) -> Held:
         held: set[int] = set()
         with self._lock:
             now = self.clock()
@@ -207,44 +222,59 @@ class MemoryStore(Store):
                         task, visible_at=now + timedelta(seconds=lease_ttl), updated_at=now
                     )
                     held.add(task.id)
-        return held
+            cancelled = {i for i in held if self._tasks[i].cancel_requested}
+        return Held(held, cancelled)
 
     def _fence(self, lease: Lease, op: str) -> None:
         task = self._tasks.get(lease.task_id)
         self._fences.append((lease.task_id, task.queue if task else "", op))
 
-    def task_ack(self, lease: Lease, result: Any = None, *, owner: str = "") -> AckOutcome:
+    def task_settle(self, decisions: Sequence[Decision]) -> list[Settled]:
         with self._lock:
-            task = self._held(lease)
-            if task is None:
-                self._fence(lease, "ack")
-                return AckOutcome.FENCED
-            self._tasks[task.id] = dataclasses.replace(
-                task, state="done", result=_copy(result), updated_at=self.clock()
-            )
-            return AckOutcome.ACKED
+            return [self._settle_one(decision, self.clock()) for decision in decisions]
 
-    def task_fail(
-        self, lease: Lease, error: str, retry_delay: float, *, owner: str = ""
-    ) -> FailOutcome:
-        with self._lock:
-            task = self._held(lease)
-            if task is None:
-                self._fence(lease, "fail")
-                return FailOutcome.FENCED
-            now = self.clock()
-            if task.attempts >= task.max_attempts:
-                self._bury(task, join_error(error, HANDLER_ERROR_SUFFIX), now)
-                return FailOutcome.DEAD
+    def _settle_one(self, decision: Decision, now: datetime) -> Settled:
+        lease = decision.lease
+        task = None if isinstance(decision, Fence) else self._held(lease)
+        if task is None:
+            self._fence(lease, decision.op)
+            return Settled.FENCED
+        if task.cancel_requested:
+            error = decision.error if isinstance(decision, Bury) else CANCELLED_SUFFIX
+            self._bury(task, error, now)
+            return Settled.CANCELLED
+        if isinstance(decision, Ack):
             self._tasks[task.id] = dataclasses.replace(
-                task,
-                last_error=error,
-                lease_owner=None,
-                visible_at=now + timedelta(seconds=max(retry_delay, 0.0)),
-                updated_at=now,
+                task, state="done", result=_copy(decision.result), updated_at=now
             )
-            self._wakeup.notify_all()
-            return FailOutcome.RETRY
+            return Settled.ACKED
+        if isinstance(decision, Bury):
+            self._bury(task, decision.error, now)
+            return Settled.BURIED
+        assert isinstance(decision, Retry)
+        self._tasks[task.id] = dataclasses.replace(
+            task,
+            last_error=decision.error,
+            lease_owner=None,
+            visible_at=now + timedelta(seconds=max(decision.delay, 0.0)),
+            updated_at=now,
+        )
+        self._wakeup.notify_all()
+        return Settled.RETRIED
+
+    def task_cancel(self, task_id: int) -> CancelOutcome:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None:
+                return CancelOutcome.NOT_FOUND
+            if task.state != "pending":
+                return CancelOutcome.FINISHED
+            now = self.clock()
+            if task.lease_owner is not None and task.visible_at > now:
+                self._tasks[task_id] = dataclasses.replace(task, cancel_requested=True)
+                return CancelOutcome.MARKED
+            self._bury(task, ending(task.last_error, CANCELLED_SUFFIX), now)
+            return CancelOutcome.CANCELLED
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -304,7 +334,13 @@ class MemoryStore(Store):
                 return False
             now = self.clock()
             self._tasks[task_id] = dataclasses.replace(
-                task, state="pending", attempts=0, lease_owner=None, visible_at=now, updated_at=now
+                task,
+                state="pending",
+                attempts=0,
+                lease_owner=None,
+                visible_at=now,
+                updated_at=now,
+                cancel_requested=False,
             )
             self._wakeup.notify_all()
             return True
@@ -315,13 +351,10 @@ class MemoryStore(Store):
             exhausted = [
                 t
                 for t in self._tasks.values()
-                if t.queue == queue
-                and t.state == "pending"
-                and t.visible_at <= now
-                and t.attempts >= t.max_attempts
+                if t.queue == queue and t.state == "pending" and t.visible_at <= now and _doomed(t)
             ]
             for task in exhausted:
-                self._bury(task, join_error(task.last_error, WORKER_LOST_SUFFIX), now)
+                self._bury(task, _doom_ending(task), now)
             return len(exhausted)
 
     def dead_purge(

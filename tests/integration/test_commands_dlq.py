@@ -7,6 +7,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 import rivet
+from rivet.decisions import failed
 from rivet.models import Task
 from rivet.stores import store_for_alias
 from rivet.values import HANDLER_ERROR_SUFFIX, WORKER_LOST_SUFFIX
@@ -30,7 +31,7 @@ def make_dead(store, queue="demo", idem_key=None, error="ValueError: boom"):
         "fail", {"q": queue}, queue=queue, idem_key=idem_key, max_attempts=1, using=store
     )
     (claimed,) = store.task_claim(queues=[queue], owner="w1", limit=1, lease_ttl=600).claimed
-    store.task_fail(claimed.lease, error, retry_delay=0, owner="w1")
+    store.task_settle([failed(claimed, error, 0)])
     return result.task_id
 
 

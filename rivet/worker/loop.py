@@ -53,6 +53,7 @@ from rivet.validation import check_name
 from rivet.values import Claimed
 from rivet.worker.attempt import Attempt, AttemptState, StopKind
 from rivet.worker.guard import Guard
+from rivet.worker.options import checked
 from rivet.worker.process import default_owner
 from rivet.worker.settle import Outcome, Settler, send_signal
 
@@ -110,15 +111,15 @@ class Worker:
         self.store = store
         self.queues = [check_name("queue", q) for q in queues]
         self.owner = owner or default_owner()
-        self.lease_ttl = _positive("lease_ttl", lease_ttl)
-        self.concurrency = _at_least("concurrency", concurrency, 1)
+        self.lease_ttl = checked("lease_ttl", lease_ttl)
+        self.concurrency = checked("concurrency", concurrency)
         self.retry_policy = retry_policy or RetryPolicy()
-        self.pool_size = _at_least("pool_size", pool_size, 2)
-        self.poll_interval = _positive("poll_interval", poll_interval)
-        self.job_timeout = None if job_timeout is None else _positive("job_timeout", job_timeout)
-        self.shutdown_timeout = _positive("shutdown_timeout", shutdown_timeout, zero_ok=True)
+        self.pool_size = checked("pool_size", pool_size)
+        self.poll_interval = checked("poll_interval", poll_interval)
+        self.job_timeout = None if job_timeout is None else checked("job_timeout", job_timeout)
+        self.shutdown_timeout = checked("shutdown_timeout", shutdown_timeout)
         self.once = once
-        self.max_jobs = None if max_jobs is None else _at_least("max_jobs", max_jobs, 1)
+        self.max_jobs = None if max_jobs is None else checked("max_jobs", max_jobs)
         self.max_abandoned = max_abandoned or max(1, self.concurrency // 2)
         self.registry = registry
         self.clock = clock
@@ -381,16 +382,3 @@ def _summary(stats: WorkerStats) -> dict[str, int]:
     fields = ("claimed", "acked", "failed", "retried", "dead", "cancelled", "fenced", "lost")
     fields += ("abandoned",)
     return {name: getattr(stats, name) for name in fields}
-
-
-def _positive(name: str, value: float, *, zero_ok: bool = False) -> float:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if not ok or value < 0 or (value == 0 and not zero_ok):
-        raise InvalidInput(f"{name} must be a number {'>= 0' if zero_ok else '> 0'}, got {value!r}")
-    return float(value)
-
-
-def _at_least(name: str, value: int, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise InvalidInput(f"{name} must be an integer >= {low}, got {value!r}")
-    return value

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
@@ -168,6 +168,22 @@ class Claimed:
     epoch: int
     owner: str
     priority: int = 0
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any], owner: str) -> Claimed:
+        """The task a claim leased, from its row (columns named as in rivet_task)."""
+        return cls(
+            task_id=row["id"],
+            queue=row["queue"],
+            kind=row["kind"],
+            payload=row["payload"],
+            idem_key=row["idem_key"],
+            attempt=row["attempts"],
+            max_attempts=row["max_attempts"],
+            epoch=row["lease_epoch"],
+            owner=owner,
+            priority=row["priority"],
+        )
 
     @property
     def lease(self) -> Lease:

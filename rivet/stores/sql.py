@@ -182,21 +182,6 @@ class SqlStore(Store):
         fields["cancel_requested"] = bool(row["cancel_requested"])
         return TaskRecord(**fields)
 
-    @staticmethod
-    def _claimed(row: dict[str, Any], owner: str) -> Claimed:
-        return Claimed(
-            task_id=row["id"],
-            queue=row["queue"],
-            kind=row["kind"],
-            payload=json_value(row["payload"]),
-            idem_key=row["idem_key"],
-            attempt=row["attempts"],
-            max_attempts=row["max_attempts"],
-            epoch=row["lease_epoch"],
-            owner=owner,
-            priority=row["priority"],
-        )
-
     # -- enqueue -----------------------------------------------------------------------------
 
     def _spec_params(self, spec: TaskSpec) -> dict[str, Any]:
@@ -288,7 +273,8 @@ class SqlStore(Store):
                 if row["doomed"]:
                     doomed.append(row)
                 else:
-                    claimed.append(self._claimed(row, params["owner"]))
+                    row = {**row, "payload": json_value(row["payload"])}
+                    claimed.append(Claimed.from_row(row, params["owner"]))
             seen += [row["id"] for row in rows]
             if len(rows) < wanted:
                 break
@@ -389,15 +375,8 @@ class SqlStore(Store):
                 self._bury_doomed(cursor, rows)
         return len(rows)
 
-    def dead_purge(
-        self,
-        queue: str,
-        *,
-        older_than_secs: float | None = None,
-        task_ids: Sequence[int] | None = None,
-    ) -> int:
-        ids = None if task_ids is None else self._ids([int(task_id) for task_id in task_ids])
-        older_than = None if older_than_secs is None else float(older_than_secs)
+    def _purge_dead(self, queue: str, older_than: float | None, ids: list[int] | None) -> int:
+        ids = None if ids is None else self._ids(ids)
         params = {"queue": queue, "older_than": older_than, "task_ids": ids}
         with self._translated("dead_purge"), self._writing() as cursor:
             cursor.execute(self.queries["dead_purge"], {**self._common_params(), **params})

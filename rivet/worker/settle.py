@@ -178,12 +178,10 @@ class Settler:
         self, attempt: Attempt, decision: Any, error: str = "", exc: Any = None, **_: Any
     ) -> None:
         self._done(attempt, "dead")
-        if exc is None:  # a burial the worker did not get from the handler: cancelled
-            logs.task_event("dead", attempt.claimed, logging.WARNING, error=decision.error)
-            return
         logs.task_event("dead", attempt.claimed, logging.WARNING, error=decision.error)
-        self._run_failed_hook(attempt, exc)
-        self._send(signals.task_failed, attempt, error=error, exception=exc)
+        if exc is not None:  # the handler's error (not an operator's cancel)
+            self._run_failed_hook(attempt, exc)
+            self._send(signals.task_failed, attempt, error=error, exception=exc)
 
     def _cancelled(self, attempt: Attempt, decision: Decision, **_: Any) -> None:
         self._done(attempt, "cancelled")

@@ -118,6 +118,10 @@ class SqlStore(Store):
     def _writing(self) -> AbstractContextManager[Any]:
         """A cursor in a write transaction (a savepoint inside the caller's atomic block)."""
 
+    def _one_statement(self) -> AbstractContextManager[Any]:
+        """A cursor for a write that is one statement (a dialect may skip the transaction)."""
+        return self._writing()
+
     @abstractmethod
     def _settle_rows(self, cursor: Any, rows: list[dict[str, Any]]) -> dict[int, bool]:
         """Apply settle rows, fencing stale ones; {position: cancelled} of the rows applied."""
@@ -299,7 +303,7 @@ class SqlStore(Store):
             "epochs": self._ids([lease.epoch for lease in leases]),
             "ttl": float(lease_ttl),
         }
-        with self._translated("lease_extend"), self._writing() as cursor:
+        with self._translated("lease_extend"), self._one_statement() as cursor:
             rows = self._rows(cursor, "lease_extend", params)
         return Held(
             (row["id"] for row in rows), (row["id"] for row in rows if row["cancel_requested"])
@@ -311,7 +315,7 @@ class SqlStore(Store):
         if not decisions:
             return []
         rows = [settle_row(decision) for decision in decisions]
-        with self._translated("task_settle"), self._writing() as cursor:
+        with self._translated("task_settle"), self._one_statement() as cursor:
             applied = self._settle_rows(cursor, rows)
         return [outcome_of(d, applied.get(i)) for i, d in enumerate(decisions)]
 

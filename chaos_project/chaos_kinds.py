@@ -23,7 +23,7 @@ MAX_WORK_MS = 60_000
 @fires("before_effect")
 def chaos_effect(context: JobContext) -> dict[str, Any]:
     """Work ``work_ms`` (stopping early if the lease is lost), then make the effect once."""
-    context.stop_event.wait(work_ms(context.payload) / 1000)
+    context.wait(work_ms(context.payload) / 1000)
     response = send_effect(context)
     return {"status": response.status, "replay": response.replay}
 

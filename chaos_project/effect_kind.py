@@ -4,12 +4,13 @@ The key sent as ``Idempotency-Key`` is the task's idempotency key, or ``rivet-ta
 it has none; both are the same on every delivery of the task (and after a requeue), which is
 what turns deliveries 2..N into replays. A replay completes the task with the first answer.
 
-Errors: ``EffectRejected`` (a 4xx) and ``EffectUnavailable`` (no connection, a timeout, a 5xx)
-are both handler errors, with the service's answer in last_error. rivet has one failure path:
-an attempt that raises is retried after the backoff until max_attempts, and then buried with
-last_error ending ``max attempts exceeded (handler error)``. A 4xx will fail the same way on
-every attempt, so such a task dies after max_attempts (5 here) with the 4xx body in last_error;
-a 5xx or an outage usually clears, and a retry with the same key is safe.
+Errors: ``EffectUnavailable`` (no connection, a timeout, 408, 429, a 5xx) usually clears, so it
+is an ordinary handler error: retried after the backoff with the same key (safe), and buried
+after max_attempts (5 here) with last_error ending ``max attempts exceeded (handler error)``.
+``EffectRejected`` (any other 4xx: 422 for a key reused with another body, 400 for a request the
+service refuses) fails the same way on every attempt, so it is raised as ``rivet.Permanent``:
+the task is buried at once, the service's answer and ``permanent failure (retrying cannot
+help)`` in last_error.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any
 
 from django.conf import settings
 
-from rivet.effect_client import EffectResponse, post_effect
+from rivet.effect_client import EffectRejected, EffectResponse, post_effect
+from rivet.errors import Permanent
 from rivet.failpoints import failpoint, fires
 from rivet.jobs import JobContext, job
 
@@ -31,15 +33,21 @@ def effect_key(context: JobContext) -> str:
 
 
 def send_effect(context: JobContext) -> EffectResponse:
-    """Unless the lease is lost: fire ``before_effect``, then POST the payload under the key."""
+    """Unless the lease is lost: fire ``before_effect``, then POST the payload under the key.
+
+    A 4xx the service would give on every attempt is raised as ``rivet.Permanent``.
+    """
     context.check()
     failpoint("before_effect")
-    return post_effect(
-        settings.EFFECT_SERVICE_URL,
-        effect_key(context),
-        context.payload,
-        timeout=EFFECT_TIMEOUT_SECS,
-    )
+    try:
+        return post_effect(
+            settings.EFFECT_SERVICE_URL,
+            effect_key(context),
+            context.payload,
+            timeout=EFFECT_TIMEOUT_SECS,
+        )
+    except EffectRejected as exc:
+        raise Permanent(str(exc)) from exc
 
 
 @job("effect", max_attempts=5)

@@ -34,7 +34,7 @@ def fail(context: JobContext) -> Any:
 def sleep(context: JobContext) -> dict[str, int]:
     """Waits ``payload["ms"]`` milliseconds, stopping early if its lease is lost."""
     ms = sleep_ms(context.payload)
-    context.stop_event.wait(ms / 1000)
+    context.wait(ms / 1000)
     context.check()
     return {"slept_ms": ms}
 

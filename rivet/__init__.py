@@ -17,7 +17,9 @@ _EXPORTS = {
     "enqueue_many": "rivet.producer",
     "job": "rivet.jobs",
     "JobContext": "rivet.jobs",
-    "LeaseLost": "rivet.jobs",
+    "LeaseLost": "rivet.errors",
+    "Permanent": "rivet.errors",
+    "cancel": "rivet.producer",
     "EnqueueResult": "rivet.values",
     "RivetError": "rivet.errors",
     "InvalidInput": "rivet.errors",
@@ -35,6 +37,8 @@ __all__ = [
     "job",
     "JobContext",
     "LeaseLost",
+    "Permanent",
+    "cancel",
     "EnqueueResult",
     "RivetError",
     "InvalidInput",
@@ -49,14 +53,16 @@ if TYPE_CHECKING:
     from rivet.errors import (
         IdempotencyMismatch,
         InvalidInput,
+        LeaseLost,
         PayloadTooLarge,
+        Permanent,
         RivetConfigError,
         RivetError,
         StoreError,
         UnknownJob,
     )
-    from rivet.jobs import JobContext, LeaseLost, job
-    from rivet.producer import enqueue, enqueue_many
+    from rivet.jobs import JobContext, job
+    from rivet.producer import cancel, enqueue, enqueue_many
     from rivet.values import EnqueueResult
 
 

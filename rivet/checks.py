@@ -7,17 +7,15 @@ import difflib
 from django.core.checks import Error, register
 
 from rivet.conf import DEFAULTS, rivet_settings
+from rivet.worker.options import setting_errors
 
+#: Bounds on what a producer may enqueue; the worker's settings are checked by its option table.
 _POSITIVE_NUMBERS = (
     "MAX_ATTEMPTS",
     "MAX_PAYLOAD_BYTES",
     "MAX_NAME_LENGTH",
     "MAX_IDEM_KEY_LENGTH",
-    "LEASE_TTL_SECS",
-    "CONCURRENCY",
-    "POOL_SIZE",
-    "POLL_INTERVAL_SECS",
-    "SHUTDOWN_TIMEOUT_SECS",
+    "MAX_ERROR_LENGTH",
 )
 _STORES = ("auto", "memory", "sqlite", "postgres")
 
@@ -38,19 +36,12 @@ def check_rivet_settings(app_configs=None, **kwargs):
                     id="rivet.E002",
                 )
             )
+    errors += [Error(message, id="rivet.E002") for message in setting_errors()]
     if rivet_settings.STORE not in _STORES:
         errors.append(
             Error(
                 f"RIVET['STORE'] is {rivet_settings.STORE!r}; expected one of {', '.join(_STORES)}",
                 id="rivet.E003",
-            )
-        )
-    backoff, cap = rivet_settings.RETRY_BACKOFF_SECS, rivet_settings.RETRY_BACKOFF_CAP_SECS
-    if not all(isinstance(v, int | float) and v >= 0 for v in (backoff, cap)):
-        errors.append(
-            Error(
-                "RIVET['RETRY_BACKOFF_SECS'] and RIVET['RETRY_BACKOFF_CAP_SECS'] must be >= 0",
-                id="rivet.E004",
             )
         )
     return errors

@@ -19,7 +19,7 @@ def database_from_url(url: str) -> dict:
     """A DATABASES entry for ``url``; SQLite gets SQLITE_OPTIONS, PostgreSQL no persistent conns.
 
     CONN_MAX_AGE stays 0 on PostgreSQL: a worker pools its connections instead
-    (rivet.runtime.pool), and Django refuses a pool beside persistent connections.
+    (rivet.worker.pool), and Django refuses a pool beside persistent connections.
     """
     config = environ.Env.db_url_config(url)
     if config["ENGINE"] == SQLITE_ENGINE:

@@ -35,5 +35,21 @@ class StoreError(RivetError):
     """The database behind a store failed; the driver error is the __cause__."""
 
 
+class StoreUnavailable(StoreError):
+    """The database could not be reached or dropped the connection; a retry may succeed."""
+
+
+class LeaseLost(RivetError):
+    """The handler was told to stop (lease lost, deadline, cancel, shutdown); do not go on."""
+
+
+class Permanent(RivetError):
+    """Raised by a handler when retrying cannot help: the task is buried at once.
+
+    ``raise rivet.Permanent("card declined")``: last_error is
+    ``Permanent: card declined; permanent failure (retrying cannot help)``.
+    """
+
+
 class RivetConfigError(RivetError, ImproperlyConfigured):
     """rivet's settings are wrong; the message names the setting."""

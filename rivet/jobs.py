@@ -12,17 +12,40 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rivet.errors import InvalidInput, RivetError, UnknownJob
+from rivet.errors import InvalidInput, LeaseLost, UnknownJob
 from rivet.validation import check_name
+from rivet.values import Claimed
+
+__all__ = ["JobContext", "JobDefinition", "JobRegistry", "LeaseLost", "job", "registry"]
 
 
-class LeaseLost(RivetError):
-    """The handler's lease was fenced or its local deadline passed; stop and do not ack."""
+class StopSignal:
+    """The worker's lever on one running handler: set once, with the reason it must stop."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason = ""
+
+    def set(self, reason: str) -> None:
+        if not self._event.is_set():
+            self.reason = reason
+            self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None) -> bool:
+        return self._event.wait(timeout)
 
 
 @dataclass(frozen=True, kw_only=True)
 class JobContext:
-    """What a running handler knows about its task and its lease."""
+    """What a running handler knows about its task: payload, ids, attempt, and when to stop.
+
+    The worker stops a handler when its lease is lost, its deadline or timeout passes, an
+    operator cancels the task, or the worker shuts down; the handler sees it through
+    ``should_stop``, ``check()`` and ``wait()``. A stopped handler's result is never acked.
+    """
 
     task_id: int
     queue: str
@@ -33,8 +56,23 @@ class JobContext:
     idem_key: str | None = None
     epoch: int = 0
     owner: str = ""
-    stop_event: threading.Event = field(default_factory=threading.Event, compare=False)
-    stop_reason: list[str] = field(default_factory=list, compare=False)
+    _stop: StopSignal = field(default_factory=StopSignal, repr=False, compare=False)
+
+    @classmethod
+    def for_claimed(cls, claimed: Claimed, stop: StopSignal) -> JobContext:
+        """The context of a claimed task, stopped through ``stop`` (the worker keeps it)."""
+        return cls(
+            task_id=claimed.task_id,
+            queue=claimed.queue,
+            kind=claimed.kind,
+            payload=claimed.payload,
+            attempt=claimed.attempt,
+            max_attempts=claimed.max_attempts,
+            idem_key=claimed.idem_key,
+            epoch=claimed.epoch,
+            owner=claimed.owner,
+            _stop=stop,
+        )
 
     @property
     def is_last_attempt(self) -> bool:
@@ -42,19 +80,22 @@ class JobContext:
 
     @property
     def should_stop(self) -> bool:
-        """True once the lease was lost or the deadline passed: the result will not be acked."""
-        return self.stop_event.is_set()
+        """True once the worker told the handler to stop: the result will not be acked."""
+        return self._stop.is_set()
 
-    def stop(self, reason: str) -> None:
-        """Called by the worker's guard; the handler sees it through should_stop/check."""
-        if not self.stop_event.is_set():
-            self.stop_reason.append(reason)
-            self.stop_event.set()
+    @property
+    def stop_reason(self) -> str:
+        """Why the handler must stop ("" while it may go on)."""
+        return self._stop.reason
+
+    def wait(self, secs: float) -> bool:
+        """Sleep up to ``secs`` seconds, waking early when told to stop; True if told."""
+        return self._stop.wait(secs)
 
     def check(self) -> None:
         """Raise LeaseLost if the handler should stop (call between steps of long work)."""
-        if self.stop_event.is_set():
-            reason = self.stop_reason[0] if self.stop_reason else "stopped"
+        if self._stop.is_set():
+            reason = self._stop.reason or "stopped"
             raise LeaseLost(f"task {self.task_id} epoch {self.epoch}: {reason}")
 
 

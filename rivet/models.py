@@ -31,6 +31,8 @@ class Task(models.Model):
     updated_at = models.DateTimeField(db_default=Now())
     last_error = models.TextField(blank=True, default="", db_default="")
     result = models.JSONField(null=True, blank=True)
+    #: An operator cancelled the task while it was leased: its worker buries it, never acks it.
+    cancel_requested = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         db_table = "rivet_task"

@@ -20,9 +20,9 @@ from rivet.errors import InvalidInput
 from rivet.jobs import registry
 from rivet.stores.base import Store
 from rivet.validation import build_spec
-from rivet.values import EnqueueResult, TaskSpec
+from rivet.values import CancelOutcome, EnqueueResult, TaskSpec
 
-__all__ = ["enqueue", "enqueue_many", "resolve_store", "task_spec"]
+__all__ = ["cancel", "enqueue", "enqueue_many", "resolve_store", "task_spec"]
 
 #: The keys a dict given to enqueue_many may carry.
 ITEM_KEYS = frozenset(
@@ -85,6 +85,17 @@ def enqueue_many(
     if not specs:
         return []
     return resolve_store(using).task_enqueue_many(specs)
+
+
+def cancel(task_id: int, *, using: str | Store | None = None) -> CancelOutcome:
+    """Cancel a task: bury it now if it is pending and not leased, else mark it for its worker.
+
+    A leased task's worker stops the handler at its next heartbeat (``should_stop``) and buries
+    it; it is never acked. Returns what happened (CANCELLED, MARKED, FINISHED or NOT_FOUND).
+    """
+    if isinstance(task_id, bool) or not isinstance(task_id, int):
+        raise InvalidInput(f"task_id must be an integer, got {task_id!r}")
+    return resolve_store(using).task_cancel(task_id)
 
 
 def task_spec(kind: str, payload: Any = None, **options: Any) -> TaskSpec:

@@ -228,7 +228,6 @@ def run_now(
         attempt=attempt,
         max_attempts=limit,
         idem_key=idem_key,
-        owner="rivet.testing.run_now",
     )
     try:
         result = definition(context)

@@ -108,12 +108,13 @@ def build_spec(
         raise InvalidInput(f"run_at must be a timezone-aware datetime, got {run_at!r}")
     if run_at is not None and delay:
         raise InvalidInput("give delay or run_at, not both")
-    encode_payload(payload)
+    payload_json = encode_payload(payload)
     attempts = rivet_settings.MAX_ATTEMPTS if max_attempts is None else max_attempts
     return TaskSpec(
         queue=check_name("queue", queue),
         kind=check_name("kind", kind),
         payload=payload,
+        payload_json=payload_json,
         idem_key=check_key("idem_key", idem_key),
         unique_key=check_key("unique_key", unique_key, allow_empty=True),
         delay_secs=float(delay),

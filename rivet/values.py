@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import enum
+import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from django.db import models
 
+#: The four endings of a dead task's last_error (docs/guarantees.md, "state machine").
 HANDLER_ERROR_SUFFIX = "max attempts exceeded (handler error)"
 WORKER_LOST_SUFFIX = "max attempts exceeded (no ack, worker lost)"
+PERMANENT_SUFFIX = "permanent failure (retrying cannot help)"
+CANCELLED_SUFFIX = "cancelled by an operator"
 
 
-def join_error(previous: str, suffix: str) -> str:
+def ending(previous: str, suffix: str) -> str:
     """last_error for a burial: the earlier reason, if any, then the fixed suffix."""
     return f"{previous}; {suffix}" if previous else suffix
+
+
+def claim_burial(last_error: str, cancel_requested: bool) -> str:
+    """last_error of a task a claim (or a sweep) buries: cancelled, else its worker was lost."""
+    return ending(last_error, CANCELLED_SUFFIX if cancel_requested else WORKER_LOST_SUFFIX)
 
 
 class TaskState(models.TextChoices):
@@ -27,35 +37,57 @@ class TaskState(models.TextChoices):
     """Attempts used up; kept in the dead-letter queue until requeued or purged."""
 
 
-class AckOutcome(enum.Enum):
+class Settled(enum.Enum):
+    """What a store did with one settle decision."""
+
     ACKED = "acked"
     """The task is done."""
-    FENCED = "fenced"
-    """The lease was lost (another claim bumped the epoch); nothing changed."""
-
-
-class FailOutcome(enum.Enum):
-    RETRY = "retry"
+    RETRIED = "retried"
     """The task is pending again, visible after the retry delay."""
-    DEAD = "dead"
-    """That was the last attempt; the task is buried."""
+    BURIED = "buried"
+    """The task is dead, with the last_error the decision carried."""
     FENCED = "fenced"
-    """The lease was lost; nothing changed."""
+    """The lease was lost (another claim bumped the epoch); nothing changed, a fence is recorded."""
+    CANCELLED = "cancelled"
+    """An operator cancelled the task while it was leased: buried as cancelled, never acked."""
+
+
+class CancelOutcome(enum.Enum):
+    """What ``task_cancel`` did."""
+
+    CANCELLED = "cancelled"
+    """The task was pending and not leased: it is dead now, its last_error says cancelled."""
+    MARKED = "marked"
+    """The task is leased: its worker stops the handler at the next heartbeat and buries it."""
+    FINISHED = "finished"
+    """The task is already done or dead; nothing changed."""
+    NOT_FOUND = "not_found"
+    """No task has that id."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class TaskSpec:
-    """One task to enqueue, already validated."""
+    """One task to enqueue, already validated; ``payload_json`` is the payload's one encoding."""
 
     queue: str
     kind: str
     payload: Any = None
+    payload_json: str = ""
     idem_key: str | None = None
     unique_key: str | None = None
     delay_secs: float = 0.0
     run_at: datetime | None = None
     priority: int = 0
     max_attempts: int = 3
+
+    def __post_init__(self) -> None:
+        if not self.payload_json:  # built by hand, not by rivet.validation.build_spec
+            object.__setattr__(self, "payload_json", json.dumps(self.payload))
+
+    @property
+    def payload_param(self) -> str | None:
+        """The payload as stored: JSON text, or None (SQL NULL) for a None payload."""
+        return None if self.payload_json == "null" else self.payload_json
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,10 +100,58 @@ class EnqueueResult:
 
 @dataclass(frozen=True, kw_only=True)
 class Lease:
-    """Proof of a claim: the task and the epoch the claim got."""
+    """Proof of a claim: the task, the epoch the claim got, and the owner that holds it."""
 
     task_id: int
     epoch: int
+    owner: str = ""
+
+
+class Held(set[int]):
+    """The task ids a heartbeat found still leased; ``cancelled`` are those an operator marked."""
+
+    def __init__(self, held: Iterable[int] = (), cancelled: Iterable[int] = ()) -> None:
+        super().__init__(held)
+        self.cancelled = frozenset(cancelled) & self
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ack:
+    """Decision: the attempt succeeded; mark the task done with ``result``."""
+
+    lease: Lease
+    result: Any = None
+    op: ClassVar[str] = "ack"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Retry:
+    """Decision: the attempt failed and attempts remain; run it again after ``delay`` seconds."""
+
+    lease: Lease
+    error: str
+    delay: float = 0.0
+    op: ClassVar[str] = "fail"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bury:
+    """Decision: the task is dead; ``error`` is its whole last_error (see ``ending``)."""
+
+    lease: Lease
+    error: str
+    op: ClassVar[str] = "fail"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fence:
+    """Decision: the lease is known lost; change nothing, record the refused ``op`` durably."""
+
+    lease: Lease
+    op: str = "fail"
+
+
+Decision = Ack | Retry | Bury | Fence
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,9 +169,25 @@ class Claimed:
     owner: str
     priority: int = 0
 
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any], owner: str) -> Claimed:
+        """The task a claim leased, from its row (columns named as in rivet_task)."""
+        return cls(
+            task_id=row["id"],
+            queue=row["queue"],
+            kind=row["kind"],
+            payload=row["payload"],
+            idem_key=row["idem_key"],
+            attempt=row["attempts"],
+            max_attempts=row["max_attempts"],
+            epoch=row["lease_epoch"],
+            owner=owner,
+            priority=row["priority"],
+        )
+
     @property
     def lease(self) -> Lease:
-        return Lease(task_id=self.task_id, epoch=self.epoch)
+        return Lease(task_id=self.task_id, epoch=self.epoch, owner=self.owner)
 
     @property
     def is_last_attempt(self) -> bool:
@@ -119,6 +215,7 @@ class TaskRecord:
     updated_at: datetime
     last_error: str
     result: Any = None
+    cancel_requested: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,7 +16,7 @@ from rivet.conformance.harness import (
     get,
     ids,
 )
-from rivet.values import AckOutcome, FailOutcome, Lease
+from rivet.values import Lease, Settled
 
 
 @check()
@@ -25,7 +25,7 @@ def check_requeue_revives_a_dead_task(h: Harness) -> None:
     key = f"{q}:requeue"
     task_id = enqueue(h, q, payload={"p": 1}, idem_key=key, max_attempts=1)
     lost = claim_one(h, q)
-    expect_eq(h.store.task_fail(lost.lease, "poison", 0.0), FailOutcome.DEAD, "only attempt")
+    expect_eq(h.store.task_bury(lost.lease, "poison"), Settled.BURIED, "bury of the only attempt")
     expect_eq(h.store.dead_requeue(fresh_queue(), task_id), False, "requeue under another queue")
     expect_eq(h.store.dead_requeue(q, task_id), True, "requeue of a dead task")
     row = get(h, task_id)
@@ -34,7 +34,7 @@ def check_requeue_revives_a_dead_task(h: Harness) -> None:
     again = claim_one(h, q)
     expect_eq((again.task_id, again.attempt), (task_id, 1), "claim of the requeued task")
     expect(again.epoch > lost.epoch, f"epoch after requeue {again.epoch} <= {lost.epoch}")
-    expect_eq(h.store.task_ack(lost.lease), AckOutcome.FENCED, "ack under the pre-requeue lease")
+    expect_eq(h.store.task_ack(lost.lease), Settled.FENCED, "ack under the pre-requeue lease")
     repeat = enqueue(h, q, payload={"p": 1}, idem_key=key)
     expect_eq(repeat, task_id, "the requeued task keeps its idempotency key")
 
@@ -101,7 +101,7 @@ def check_purge_deletes_dead_and_releases_keys(h: Harness) -> None:
     expect_eq(h.store.dead_purge(q), 1, "tasks purged")
     expect_eq(h.store.task_get(dead_id), None, "the purged dead task")
     late = h.store.task_ack(Lease(task_id=dead_id, epoch=1))
-    expect_eq(late, AckOutcome.FENCED, "ack naming a purged task")
+    expect_eq(late, Settled.FENCED, "ack naming a purged task")
     states = [get(h, task_id).state for task_id in (done_id, pending_id, elsewhere)]
     expect_eq(states, ["done", "pending", "dead"], "tasks a purge must leave")
     reused = enqueue(h, q, payload={"v": 2}, idem_key=key)
@@ -147,7 +147,7 @@ def check_queue_stats_counts(h: Harness) -> None:
     done_id = enqueue(h, q)
     h.store.task_ack(claim_one(h, q).lease)
     enqueue(h, q)
-    h.store.task_fail(claim_one(h, q).lease, "try later", 60.0)
+    h.store.task_retry(claim_one(h, q).lease, "try later", 60.0)
     enqueue(h, q)
     claim_one(h, q)
     enqueue(h, q, delay=60)

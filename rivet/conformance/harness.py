@@ -11,7 +11,7 @@ from typing import Any
 
 from rivet.stores.base import Store
 from rivet.validation import build_spec
-from rivet.values import ClaimBatch, Claimed, TaskRecord
+from rivet.values import HANDLER_ERROR_SUFFIX, ClaimBatch, Claimed, TaskRecord, ending
 
 Check = Callable[["Harness"], None]
 
@@ -171,10 +171,10 @@ def in_threads(h: Harness, count: int, work: Callable[[int], Any]) -> list[Any]:
 
 
 def bury(h: Harness, queue: str, **fields: Any) -> int:
-    """Enqueue a one-attempt task into an otherwise idle queue and fail it dead; return its id."""
+    """Enqueue a one-attempt task into an otherwise idle queue and bury it; return its id."""
     task_id = enqueue(h, queue, max_attempts=1, **fields)
     leased = claim_one(h, queue)
     expect_eq(leased.task_id, task_id, "the task claimed to be buried")
-    h.store.task_fail(leased.lease, "poison", 0.0)
-    expect_eq(get(h, task_id).state, "dead", "state after failing the only attempt")
+    h.store.task_bury(leased.lease, ending("poison", HANDLER_ERROR_SUFFIX))
+    expect_eq(get(h, task_id).state, "dead", "state after burying the only attempt")
     return task_id

@@ -20,7 +20,8 @@ from rivet.conformance.harness import (
     ids,
     in_threads,
 )
-from rivet.values import AckOutcome, FailOutcome, Lease
+from rivet.decisions import failed
+from rivet.values import Lease, Settled
 
 
 @check()
@@ -96,7 +97,7 @@ def check_concurrent_claimers_never_share_a_task(h: Harness) -> None:
     for n in range(total):
         enqueue(h, q, payload={"n": n})
 
-    def drain(index: int) -> list[tuple[int, AckOutcome]]:
+    def drain(index: int) -> list[tuple[int, Settled]]:
         seen = []
         while batch := claim(h, q, owner=f"thread-{index}", limit=5, ttl=LONG_TTL):
             seen += [(c.task_id, h.store.task_ack(c.lease, {"by": index})) for c in batch]
@@ -107,7 +108,7 @@ def check_concurrent_claimers_never_share_a_task(h: Harness) -> None:
     twice = sorted(task_id for task_id, n in times.items() if n > 1)
     expect(not twice, f"tasks leased to two owners at once: {twice[:10]}")
     expect_eq(len(times), total, f"distinct tasks claimed by {workers} concurrent claimers")
-    expect_eq({outcome for _, outcome in acks}, {AckOutcome.ACKED}, "ack outcomes")
+    expect_eq({outcome for _, outcome in acks}, {Settled.ACKED}, "ack outcomes")
     expect_eq(h.store.queue_stats(q).done, total, "done tasks after the concurrent drain")
 
 
@@ -115,7 +116,7 @@ def check_concurrent_claimers_never_share_a_task(h: Harness) -> None:
 def check_lapsed_lease_is_claimed_again(h: Harness) -> None:
     q = fresh_queue()
     task_id = enqueue(h, q)
-    first = claim_one(h, q, owner="w1")
+    first = claim_one(h, q)
     h.advance(TTL + 1)
     second = claim_one(h, q, owner="w2")
     expect_eq(second.task_id, task_id, "task reclaimed after its lease lapsed")
@@ -142,9 +143,7 @@ def check_lapse_alone_does_not_fence(h: Harness) -> None:
     task_id = enqueue(h, q)
     slow = claim_one(h, q)
     h.advance(TTL + 1)
-    expect_eq(
-        h.store.task_ack(slow.lease, "late"), AckOutcome.ACKED, "ack after an unclaimed lapse"
-    )
+    expect_eq(h.store.task_ack(slow.lease, "late"), Settled.ACKED, "ack after an unclaimed lapse")
     expect_eq(get(h, task_id).state, "done", "state after that ack")
     expect_eq(h.store.fenced_count(q), 0, "fenced writes when no other claim happened")
 
@@ -153,38 +152,39 @@ def check_lapse_alone_does_not_fence(h: Harness) -> None:
 def check_stale_ack_is_fenced(h: Harness) -> None:
     q = fresh_queue()
     task_id = enqueue(h, q)
-    old = claim_one(h, q, owner="w1")
+    old = claim_one(h, q)
     h.advance(TTL + 1)
     new = claim_one(h, q, owner="w2")
     before, fenced = get(h, task_id), h.store.fenced_count(q, "ack")
     fenced_anywhere = h.store.fenced_count()
-    expect_eq(h.store.task_ack(old.lease, {"late": True}), AckOutcome.FENCED, "stale-epoch ack")
+    expect_eq(h.store.task_ack(old.lease, {"late": True}), Settled.FENCED, "stale-epoch ack")
     expect_eq(get(h, task_id), before, "task after a fenced ack (nothing may change)")
     expect_eq(h.store.fenced_count(q, "ack"), fenced + 1, "fenced_count(queue, 'ack')")
     expect_eq(h.store.fenced_count(q, "fail"), 0, "fenced_count(queue, 'fail')")
     expect_eq(h.store.fenced_count(), fenced_anywhere + 1, "fenced_count() over all queues")
-    expect_eq(h.store.task_ack(new.lease, "ok"), AckOutcome.ACKED, "ack by the current holder")
+    expect_eq(h.store.task_ack(new.lease, "ok"), Settled.ACKED, "ack by the current holder")
 
 
 @check()
 def check_stale_fail_is_fenced(h: Harness) -> None:
     q = fresh_queue()
     task_id = enqueue(h, q, max_attempts=2)
-    old = claim_one(h, q, owner="w1")
+    old = claim_one(h, q)
     h.advance(TTL + 1)
     claim_one(h, q, owner="w2")
     before, fenced = get(h, task_id), h.store.fenced_count(q, "fail")
-    outcome = h.store.task_fail(old.lease, "late failure", 0.0, owner="w1")
-    expect_eq(outcome, FailOutcome.FENCED, "stale-epoch fail (even on what is the last attempt)")
+    outcome = h.store.task_settle([failed(old, "late failure", 0.0)])
+    expect_eq(outcome, [Settled.FENCED], "stale-epoch fail (even on what is the last attempt)")
+    expect_eq(h.store.task_bury(old.lease, "late"), Settled.FENCED, "stale-epoch bury")
     expect_eq(get(h, task_id), before, "task after a fenced fail (nothing may change)")
-    expect_eq(h.store.fenced_count(q, "fail"), fenced + 1, "fenced_count(queue, 'fail')")
+    expect_eq(h.store.fenced_count(q, "fail"), fenced + 2, "fenced_count(queue, 'fail')")
 
 
 @check()
 def check_stale_lease_extend_is_refused(h: Harness) -> None:
     q = fresh_queue()
     task_id = enqueue(h, q)
-    old = claim_one(h, q, owner="w1")
+    old = claim_one(h, q)
     h.advance(TTL + 1)
     claim_one(h, q, owner="w2")
     before = get(h, task_id)
@@ -197,12 +197,12 @@ def check_stale_lease_extend_is_refused(h: Harness) -> None:
 def check_lease_extend_keeps_the_lease(h: Harness) -> None:
     q = fresh_queue()
     task_id = enqueue(h, q)
-    leased = claim_one(h, q, owner="w1")
+    leased = claim_one(h, q)
     h.advance(TTL * 2 / 3)
     expect_eq(h.store.lease_extend([leased.lease], TTL), {task_id}, "lease_extend of a held lease")
     h.advance(TTL * 2 / 3)
     expect_eq(claim(h, q, owner="w2"), [], "claim after the original ttl of an extended lease")
-    expect_eq(h.store.task_ack(leased.lease), AckOutcome.ACKED, "ack under the extended lease")
+    expect_eq(h.store.task_ack(leased.lease), Settled.ACKED, "ack under the extended lease")
 
 
 @check()
@@ -212,7 +212,7 @@ def check_ack_marks_done_with_result(h: Harness) -> None:
     leased = claim_one(h, q)
     visible = get(h, task_id).visible_at
     result = {"receipt": "r-1", "lines": [1, 2.5, None, "é"]}
-    expect_eq(h.store.task_ack(leased.lease, result, owner="w1"), AckOutcome.ACKED, "ack")
+    expect_eq(h.store.task_ack(leased.lease, result), Settled.ACKED, "ack")
     row = get(h, task_id)
     expect_eq((row.state, row.result), ("done", result), "state and result after ack")
     expect_eq(row.visible_at, visible, "visible_at after ack (an ack leaves it alone)")
@@ -225,9 +225,10 @@ def check_ack_is_final(h: Harness) -> None:
     task_id = enqueue(h, q)
     leased = claim_one(h, q)
     h.store.task_ack(leased.lease, 1)
-    expect_eq(h.store.task_ack(leased.lease, 2), AckOutcome.FENCED, "second ack of one lease")
-    outcome = h.store.task_fail(leased.lease, "after done", 0.0)
-    expect_eq(outcome, FailOutcome.FENCED, "fail after the ack")
+    expect_eq(h.store.task_ack(leased.lease, 2), Settled.FENCED, "second ack of one lease")
+    outcome = h.store.task_retry(leased.lease, "after done", 0.0)
+    expect_eq(outcome, Settled.FENCED, "retry after the ack")
+    expect_eq(h.store.task_bury(leased.lease, "after done"), Settled.FENCED, "bury after the ack")
     row = get(h, task_id)
     expect_eq((row.state, row.result, row.last_error), ("done", 1, ""), "task after late writes")
 
@@ -237,29 +238,31 @@ def check_fail_retries_after_delay(h: Harness) -> None:
     q = fresh_queue()
     task_id = enqueue(h, q)
     first = claim_one(h, q)
-    expect_eq(h.store.task_fail(first.lease, "boom", 60.0), FailOutcome.RETRY, "fail, attempt 1")
+    expect_eq(h.store.task_settle([failed(first, "boom", 60.0)]), [Settled.RETRIED], "attempt 1")
     row = get(h, task_id)
     expect_eq((row.state, row.attempts, row.last_error), ("pending", 1, "boom"), "after fail")
     expect_eq(claim(h, q), [], "claim before the retry delay passed")
     h.advance(61)
     again = claim_one(h, q)
     expect_eq((again.attempt, again.epoch), (2, 2), "attempt/epoch of the retry")
-    expect_eq(h.store.task_ack(first.lease), AckOutcome.FENCED, "ack by the failed attempt")
+    expect_eq(h.store.task_ack(first.lease), Settled.FENCED, "ack by the failed attempt")
 
 
 @check()
 def check_fail_on_last_attempt_buries(h: Harness) -> None:
     q = fresh_queue()
     task_id = enqueue(h, q, max_attempts=2)
-    h.store.task_fail(claim_one(h, q).lease, "first", 0.0)
+    h.store.task_settle([failed(claim_one(h, q), "first", 0.0)])
     h.advance(1)
     last = claim_one(h, q)
-    expect_eq(h.store.task_fail(last.lease, "second", 0.0), FailOutcome.DEAD, "last-attempt fail")
+    outcome = h.store.task_settle([failed(last, "second", 0.0)])
+    expect_eq(outcome, [Settled.BURIED], "last-attempt fail")
     row = get(h, task_id)
     expect_eq((row.state, row.attempts), ("dead", 2), "state/attempts after last fail")
-    expect(
-        row.last_error.endswith("max attempts exceeded (handler error)"),
-        f"last_error of a handler-error burial: {row.last_error!r}",
+    expect_eq(
+        row.last_error,
+        "second; max attempts exceeded (handler error)",
+        "last_error of a handler-error burial",
     )
     expect_eq(claim(h, q), [], "a dead task claimed")
 
@@ -278,5 +281,5 @@ def check_lapsed_last_attempt_is_buried_by_claim(h: Harness) -> None:
         row.last_error.endswith("max attempts exceeded (no ack, worker lost)"),
         f"last_error of a worker-lost burial: {row.last_error!r}",
     )
-    expect_eq(h.store.task_ack(lost.lease), AckOutcome.FENCED, "ack of a buried task")
+    expect_eq(h.store.task_ack(lost.lease), Settled.FENCED, "ack of a buried task")
     expect_eq(get(h, task_id).state, "dead", "state after the late ack")

@@ -8,9 +8,12 @@ Rules every implementation keeps (``rivet.conformance`` checks each one):
 - A claim increments attempts and lease_epoch and sets visible_at = now + lease_ttl. A claim
   that meets a pending task whose attempts are used up buries it instead, with last_error
   ending in WORKER_LOST_SUFFIX.
-- ack, fail and lease_extend name the epoch they hold; with a stale epoch they change nothing.
-  A stale ack or fail is recorded durably as a fenced write and reported as FENCED.
-- A fail on the last attempt buries the task, last_error ending in HANDLER_ERROR_SUFFIX.
+- The store decides nothing about how an attempt ends: the worker does, from the attempt it
+  claimed, and hands ``task_settle`` decisions (Ack, Retry, Bury, Fence), many at a time.
+  Each row is guarded by its own epoch; a stale row changes nothing, is recorded durably as
+  a fenced write and reported as FENCED, and the other rows of the batch still apply.
+- A task an operator cancelled while leased (``task_cancel``) is never acked or retried:
+  whatever decision its worker sends, it is buried as cancelled (CANCELLED).
 """
 
 from __future__ import annotations
@@ -19,16 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
-from rivet.values import (
-    AckOutcome,
-    ClaimBatch,
-    EnqueueResult,
-    FailOutcome,
-    Lease,
-    QueueStats,
-    TaskRecord,
-    TaskSpec,
-)
+from rivet import values as v
 
 
 class Store(ABC):
@@ -42,45 +36,59 @@ class Store(ABC):
     supports_wakeup: bool = False
 
     @abstractmethod
-    def task_enqueue(self, spec: TaskSpec) -> EnqueueResult:
+    def task_enqueue(self, spec: v.TaskSpec) -> v.EnqueueResult:
         """Insert a task, or return the existing one for a key used before with the same work."""
 
     @abstractmethod
-    def task_enqueue_many(self, specs: Sequence[TaskSpec]) -> list[EnqueueResult]:
+    def task_enqueue_many(self, specs: Sequence[v.TaskSpec]) -> list[v.EnqueueResult]:
         """Enqueue several tasks in one transaction; results are in the order given."""
 
     @abstractmethod
     def task_claim(
         self, *, queues: Sequence[str], owner: str, limit: int, lease_ttl: float
-    ) -> ClaimBatch:
+    ) -> v.ClaimBatch:
         """Lease up to ``limit`` runnable tasks, trying queues in the order given."""
 
     @abstractmethod
-    def lease_extend(self, leases: Sequence[Lease], lease_ttl: float) -> set[int]:
+    def lease_extend(self, leases: Sequence[v.Lease], lease_ttl: float) -> v.Held:
         """Push visible_at to now + lease_ttl for each lease still held; return their task ids."""
 
     @abstractmethod
-    def task_ack(self, lease: Lease, result: Any = None, *, owner: str = "") -> AckOutcome:
+    def task_settle(self, decisions: Sequence[v.Decision]) -> list[v.Settled]:
+        """Apply decisions in one transaction, each fenced by its own epoch; outcomes in order."""
+
+    @abstractmethod
+    def task_cancel(self, task_id: int) -> v.CancelOutcome:
+        """Bury a pending task that is not leased, or mark a leased one for its worker to bury."""
+
+    def task_ack(self, lease: v.Lease, result: Any = None) -> v.Settled:
         """Mark the task done with its result, if the lease is still held."""
+        return self.task_settle([v.Ack(lease=lease, result=result)])[0]
+
+    def task_retry(self, lease: v.Lease, error: str, delay: float = 0.0) -> v.Settled:
+        """Make the task pending again after ``delay`` seconds, if the lease is still held."""
+        return self.task_settle([v.Retry(lease=lease, error=error, delay=delay)])[0]
+
+    def task_bury(self, lease: v.Lease, error: str) -> v.Settled:
+        """Make the task dead with ``error`` as its last_error, if the lease is still held."""
+        return self.task_settle([v.Bury(lease=lease, error=error)])[0]
+
+    def task_fence(self, lease: v.Lease, op: str = "fail") -> v.Settled:
+        """Record that a write under a lost lease was refused; changes no task."""
+        return self.task_settle([v.Fence(lease=lease, op=op)])[0]
 
     @abstractmethod
-    def task_fail(
-        self, lease: Lease, error: str, retry_delay: float, *, owner: str = ""
-    ) -> FailOutcome:
-        """Record a failed attempt: retry after ``retry_delay`` seconds, or bury on the last."""
-
-    @abstractmethod
-    def task_get(self, task_id: int) -> TaskRecord | None:
+    def task_get(self, task_id: int) -> v.TaskRecord | None:
         """One task by id, or None."""
 
     @abstractmethod
     def task_list(
         self, *, queue: str | None = None, state: str | None = None, limit: int = 100
-    ) -> list[TaskRecord]:
+    ) -> list[v.TaskRecord]:
         """Tasks filtered by queue and state, oldest id first."""
 
     @abstractmethod
-    def queue_stats(self, queue: str) -> QueueStats:
+    def queue_stats(self, queue: str) -> v.QueueStats:
         """Ready, leased, delayed, done, dead, oldest-ready age and fenced writes for a queue."""
 
     @abstractmethod
@@ -91,7 +99,6 @@ class Store(ABC):
     def dead_sweep(self, queue: str) -> int:
         """Bury pending tasks whose attempts are used up and whose lease lapsed; return count."""
 
-    @abstractmethod
     def dead_purge(
         self,
         queue: str,
@@ -100,12 +107,19 @@ class Store(ABC):
         task_ids: Sequence[int] | None = None,
     ) -> int:
         """Delete dead tasks of a queue (only ``task_ids`` if given), releasing their keys."""
+        older_than = None if older_than_secs is None else float(older_than_secs)
+        ids = None if task_ids is None else [int(task_id) for task_id in task_ids]
+        return self._purge_dead(queue, older_than, ids)
+
+    @abstractmethod
+    def _purge_dead(self, queue: str, older_than: float | None, ids: list[int] | None) -> int:
+        """dead_purge with its arguments checked: seconds as a float, ids as a list."""
 
     @abstractmethod
     def fenced_count(self, queue: str | None = None, op: str | None = None) -> int:
         """How many fenced writes were recorded, for one queue or all."""
 
-    def dead_list(self, queue: str, limit: int = 100) -> list[TaskRecord]:
+    def dead_list(self, queue: str, limit: int = 100) -> list[v.TaskRecord]:
         """Dead tasks of a queue, oldest first."""
         return self.task_list(queue=queue, state="dead", limit=limit)
 

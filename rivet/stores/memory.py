@@ -15,22 +15,9 @@ from typing import Any, ClassVar
 
 from django.utils import timezone
 
+from rivet import values as v
 from rivet.errors import IdempotencyMismatch
 from rivet.stores.base import Store
-from rivet.values import (
-    HANDLER_ERROR_SUFFIX,
-    WORKER_LOST_SUFFIX,
-    AckOutcome,
-    ClaimBatch,
-    Claimed,
-    EnqueueResult,
-    FailOutcome,
-    Lease,
-    QueueStats,
-    TaskRecord,
-    TaskSpec,
-    join_error,
-)
 
 
 class FakeClock:
@@ -50,6 +37,15 @@ def _copy(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
+def _doomed(task: v.TaskRecord) -> bool:
+    """A pending task no claim may run: attempts used up, or cancelled while it was leased."""
+    return task.attempts >= task.max_attempts or task.cancel_requested
+
+
+def _doom_ending(task: v.TaskRecord) -> str:
+    return v.claim_burial(task.last_error, task.cancel_requested)
+
+
 class MemoryStore(Store):
     """Tasks in a dict under one lock. Good for unit tests and the testing fake."""
 
@@ -59,7 +55,7 @@ class MemoryStore(Store):
     def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
         self.clock = clock or timezone.now
         self._lock = threading.RLock()
-        self._tasks: dict[int, TaskRecord] = {}
+        self._tasks: dict[int, v.TaskRecord] = {}
         self._ids = itertools.count(1)
         self._fences: list[tuple[int, str, str]] = []  # (task_id, queue, op)
         self._wakeup = threading.Condition(self._lock)
@@ -73,11 +69,11 @@ class MemoryStore(Store):
 
     # -- enqueue -----------------------------------------------------------------------------
 
-    def task_enqueue(self, spec: TaskSpec) -> EnqueueResult:
+    def task_enqueue(self, spec: v.TaskSpec) -> v.EnqueueResult:
         with self._lock:
             return self._enqueue_locked(spec)
 
-    def task_enqueue_many(self, specs: Sequence[TaskSpec]) -> list[EnqueueResult]:
+    def task_enqueue_many(self, specs: Sequence[v.TaskSpec]) -> list[v.EnqueueResult]:
         with self._lock:
             snapshot = (dict(self._tasks), self._ids)
             try:
@@ -86,18 +82,18 @@ class MemoryStore(Store):
                 self._tasks, self._ids = snapshot
                 raise
 
-    def _enqueue_locked(self, spec: TaskSpec) -> EnqueueResult:
+    def _enqueue_locked(self, spec: v.TaskSpec) -> v.EnqueueResult:
         existing = self._find_existing(spec)
         if existing is not None:
             return existing
         now = self.clock()
         visible = spec.run_at or now + timedelta(seconds=spec.delay_secs)
         task_id = next(self._ids)
-        self._tasks[task_id] = TaskRecord(
+        self._tasks[task_id] = v.TaskRecord(
             id=task_id,
             queue=spec.queue,
             kind=spec.kind,
-            payload=_copy(spec.payload),
+            payload=json.loads(spec.payload_json),
             idem_key=spec.idem_key,
             unique_key=spec.unique_key,
             state="pending",
@@ -112,34 +108,34 @@ class MemoryStore(Store):
             last_error="",
         )
         self._wakeup.notify_all()
-        return EnqueueResult(task_id=task_id)
+        return v.EnqueueResult(task_id=task_id)
 
-    def _find_existing(self, spec: TaskSpec) -> EnqueueResult | None:
+    def _find_existing(self, spec: v.TaskSpec) -> v.EnqueueResult | None:
         for task in self._tasks.values():
             if spec.idem_key is not None and task.idem_key == spec.idem_key:
                 same = (task.queue, task.kind, task.payload) == (
                     spec.queue,
                     spec.kind,
-                    _copy(spec.payload),
+                    json.loads(spec.payload_json),
                 )
                 if not same:
                     raise IdempotencyMismatch(spec.idem_key, task.id)
-                return EnqueueResult(task_id=task.id, duplicate=True)
+                return v.EnqueueResult(task_id=task.id, duplicate=True)
         for task in self._tasks.values():
             if (
                 spec.unique_key is not None
                 and task.state == "pending"
                 and (task.kind, task.unique_key) == (spec.kind, spec.unique_key)
             ):
-                return EnqueueResult(task_id=task.id, duplicate=True)
+                return v.EnqueueResult(task_id=task.id, duplicate=True)
         return None
 
     # -- claim and leases --------------------------------------------------------------------
 
     def task_claim(
         self, *, queues: Sequence[str], owner: str, limit: int, lease_ttl: float
-    ) -> ClaimBatch:
-        claimed: list[Claimed] = []
+    ) -> v.ClaimBatch:
+        claimed: list[v.Claimed] = []
         buried = 0
         with self._lock:
             now = self.clock()
@@ -155,14 +151,14 @@ class MemoryStore(Store):
                 for task in runnable:
                     if len(claimed) >= limit:
                         break
-                    if task.attempts >= task.max_attempts:
-                        self._bury(task, join_error(task.last_error, WORKER_LOST_SUFFIX), now)
+                    if _doomed(task):
+                        self._bury(task, _doom_ending(task), now)
                         buried += 1
                         continue
                     claimed.append(self._lease(task, owner, lease_ttl, now))
-        return ClaimBatch(claimed=claimed, buried=buried)
+        return v.ClaimBatch(claimed=claimed, buried=buried)
 
-    def _lease(self, task: TaskRecord, owner: str, ttl: float, now: datetime) -> Claimed:
+    def _lease(self, task: v.TaskRecord, owner: str, ttl: float, now: datetime) -> v.Claimed:
         task = dataclasses.replace(
             task,
             attempts=task.attempts + 1,
@@ -172,31 +168,20 @@ class MemoryStore(Store):
             updated_at=now,
         )
         self._tasks[task.id] = task
-        return Claimed(
-            task_id=task.id,
-            queue=task.queue,
-            kind=task.kind,
-            payload=_copy(task.payload),
-            idem_key=task.idem_key,
-            attempt=task.attempts,
-            max_attempts=task.max_attempts,
-            epoch=task.lease_epoch,
-            owner=owner,
-            priority=task.priority,
-        )
+        return v.Claimed.from_row({**vars(task), "payload": _copy(task.payload)}, owner)
 
-    def _bury(self, task: TaskRecord, error: str, now: datetime) -> None:
+    def _bury(self, task: v.TaskRecord, error: str, now: datetime) -> None:
         self._tasks[task.id] = dataclasses.replace(
             task, state="dead", last_error=error, updated_at=now
         )
 
-    def _held(self, lease: Lease) -> TaskRecord | None:
+    def _held(self, lease: v.Lease) -> v.TaskRecord | None:
         task = self._tasks.get(lease.task_id)
         if task is None or task.state != "pending" or task.lease_epoch != lease.epoch:
             return None
         return task
 
-    def lease_extend(self, leases: Sequence[Lease], lease_ttl: float) -> set[int]:
+    def lease_extend(self, leases: Sequence[v.Lease], lease_ttl: float) -> v.Held:
         held: set[int] = set()
         with self._lock:
             now = self.clock()
@@ -207,54 +192,69 @@ class MemoryStore(Store):
                         task, visible_at=now + timedelta(seconds=lease_ttl), updated_at=now
                     )
                     held.add(task.id)
-        return held
+            cancelled = {i for i in held if self._tasks[i].cancel_requested}
+        return v.Held(held, cancelled)
 
-    def _fence(self, lease: Lease, op: str) -> None:
+    def _fence(self, lease: v.Lease, op: str) -> None:
         task = self._tasks.get(lease.task_id)
         self._fences.append((lease.task_id, task.queue if task else "", op))
 
-    def task_ack(self, lease: Lease, result: Any = None, *, owner: str = "") -> AckOutcome:
+    def task_settle(self, decisions: Sequence[v.Decision]) -> list[v.Settled]:
         with self._lock:
-            task = self._held(lease)
-            if task is None:
-                self._fence(lease, "ack")
-                return AckOutcome.FENCED
-            self._tasks[task.id] = dataclasses.replace(
-                task, state="done", result=_copy(result), updated_at=self.clock()
-            )
-            return AckOutcome.ACKED
+            return [self._settle_one(decision, self.clock()) for decision in decisions]
 
-    def task_fail(
-        self, lease: Lease, error: str, retry_delay: float, *, owner: str = ""
-    ) -> FailOutcome:
-        with self._lock:
-            task = self._held(lease)
-            if task is None:
-                self._fence(lease, "fail")
-                return FailOutcome.FENCED
-            now = self.clock()
-            if task.attempts >= task.max_attempts:
-                self._bury(task, join_error(error, HANDLER_ERROR_SUFFIX), now)
-                return FailOutcome.DEAD
+    def _settle_one(self, decision: v.Decision, now: datetime) -> v.Settled:
+        lease = decision.lease
+        task = None if isinstance(decision, v.Fence) else self._held(lease)
+        if task is None:
+            self._fence(lease, decision.op)
+            return v.Settled.FENCED
+        if task.cancel_requested:
+            error = decision.error if isinstance(decision, v.Bury) else v.CANCELLED_SUFFIX
+            self._bury(task, error, now)
+            return v.Settled.CANCELLED
+        if isinstance(decision, v.Ack):
             self._tasks[task.id] = dataclasses.replace(
-                task,
-                last_error=error,
-                lease_owner=None,
-                visible_at=now + timedelta(seconds=max(retry_delay, 0.0)),
-                updated_at=now,
+                task, state="done", result=_copy(decision.result), updated_at=now
             )
-            self._wakeup.notify_all()
-            return FailOutcome.RETRY
+            return v.Settled.ACKED
+        if isinstance(decision, v.Bury):
+            self._bury(task, decision.error, now)
+            return v.Settled.BURIED
+        assert isinstance(decision, v.Retry)
+        self._tasks[task.id] = dataclasses.replace(
+            task,
+            last_error=decision.error,
+            lease_owner=None,
+            visible_at=now + timedelta(seconds=max(decision.delay, 0.0)),
+            updated_at=now,
+        )
+        self._wakeup.notify_all()
+        return v.Settled.RETRIED
+
+    def task_cancel(self, task_id: int) -> v.CancelOutcome:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None:
+                return v.CancelOutcome.NOT_FOUND
+            if task.state != "pending":
+                return v.CancelOutcome.FINISHED
+            now = self.clock()
+            if task.lease_owner is not None and task.visible_at > now:
+                self._tasks[task_id] = dataclasses.replace(task, cancel_requested=True)
+                return v.CancelOutcome.MARKED
+            self._bury(task, v.ending(task.last_error, v.CANCELLED_SUFFIX), now)
+            return v.CancelOutcome.CANCELLED
 
     # -- reads -------------------------------------------------------------------------------
 
-    def task_get(self, task_id: int) -> TaskRecord | None:
+    def task_get(self, task_id: int) -> v.TaskRecord | None:
         with self._lock:
             return self._tasks.get(task_id)
 
     def task_list(
         self, *, queue: str | None = None, state: str | None = None, limit: int = 100
-    ) -> list[TaskRecord]:
+    ) -> list[v.TaskRecord]:
         with self._lock:
             rows = [
                 t
@@ -263,7 +263,7 @@ class MemoryStore(Store):
             ]
         return rows[:limit]
 
-    def queue_stats(self, queue: str) -> QueueStats:
+    def queue_stats(self, queue: str) -> v.QueueStats:
         with self._lock:
             now = self.clock()
             tasks = [t for t in self._tasks.values() if t.queue == queue]
@@ -271,7 +271,7 @@ class MemoryStore(Store):
             ready = [t for t in pending if t.visible_at <= now]
             future = [t for t in pending if t.visible_at > now]
             oldest = min((t.visible_at for t in ready), default=None)
-            return QueueStats(
+            return v.QueueStats(
                 queue=queue,
                 ready=len(ready),
                 leased=sum(1 for t in future if t.lease_owner is not None),
@@ -304,7 +304,13 @@ class MemoryStore(Store):
                 return False
             now = self.clock()
             self._tasks[task_id] = dataclasses.replace(
-                task, state="pending", attempts=0, lease_owner=None, visible_at=now, updated_at=now
+                task,
+                state="pending",
+                attempts=0,
+                lease_owner=None,
+                visible_at=now,
+                updated_at=now,
+                cancel_requested=False,
             )
             self._wakeup.notify_all()
             return True
@@ -315,23 +321,14 @@ class MemoryStore(Store):
             exhausted = [
                 t
                 for t in self._tasks.values()
-                if t.queue == queue
-                and t.state == "pending"
-                and t.visible_at <= now
-                and t.attempts >= t.max_attempts
+                if t.queue == queue and t.state == "pending" and t.visible_at <= now and _doomed(t)
             ]
             for task in exhausted:
-                self._bury(task, join_error(task.last_error, WORKER_LOST_SUFFIX), now)
+                self._bury(task, _doom_ending(task), now)
             return len(exhausted)
 
-    def dead_purge(
-        self,
-        queue: str,
-        *,
-        older_than_secs: float | None = None,
-        task_ids: Sequence[int] | None = None,
-    ) -> int:
-        wanted = None if task_ids is None else set(task_ids)
+    def _purge_dead(self, queue: str, older_than: float | None, ids: list[int] | None) -> int:
+        wanted = None if ids is None else set(ids)
         with self._lock:
             now = self.clock()
             doomed = [
@@ -340,10 +337,7 @@ class MemoryStore(Store):
                 if t.queue == queue
                 and t.state == "dead"
                 and (wanted is None or t.id in wanted)
-                and (
-                    older_than_secs is None
-                    or t.updated_at <= now - timedelta(seconds=older_than_secs)
-                )
+                and (older_than is None or t.updated_at <= now - timedelta(seconds=older_than))
             ]
             for task_id in doomed:
                 del self._tasks[task_id]

@@ -23,7 +23,7 @@ SELECT id, pg_notify(%(channel)s, queue)::text AS woken FROM inserted
 
 -- name: reserve_ids
 -- Take ids for a bulk enqueue up front, so each inserted row is matched to its spec exactly.
-SELECT nextval(pg_get_serial_sequence('rivet_task', 'id')) FROM generate_series(1, %(count)s)
+SELECT nextval(pg_get_serial_sequence('rivet_task', 'id')) AS id FROM generate_series(1, %(count)s)
 
 -- name: enqueue_many
 -- Insert a batch in the order given, skipping rows a key already has; wake listeners.
@@ -52,27 +52,24 @@ WITH inserted AS (
 SELECT id, pg_notify(%(channel)s, queue)::text AS woken FROM inserted
 
 -- name: find_by_idem_key
--- The task holding an idempotency key, and whether it is the same work (queue, kind, payload).
-SELECT
-    id,
-    queue = %(queue)s AND kind = %(kind)s
-        AND coalesce(payload, 'null'::jsonb) = coalesce(%(payload)s::jsonb, 'null'::jsonb)
-        AS same_work
+-- The task holding an idempotency key, with the work it was enqueued for.
+SELECT id, queue, kind, payload::text AS payload
 FROM rivet_task
 WHERE idem_key = %(idem_key)s
 
--- name: find_pending_unique
+-- name: find_unique_pending
 -- The pending task of a unique job (kind, unique_key), if there is one.
 SELECT id
 FROM rivet_task
 WHERE kind = %(kind)s AND unique_key = %(unique_key)s AND state = 'pending'
 
 -- name: claim
--- Lease up to limit runnable tasks of one queue; bury the exhausted ones met on the way.
+-- Lease up to limit runnable tasks of one queue; return the doomed ones met (used up, cancelled).
 WITH picked AS (
-    SELECT id, visible_at AS ready_at
+    SELECT id, visible_at AS ready_at, (attempts >= max_attempts OR cancel_requested) AS doomed
     FROM rivet_task
     WHERE state = 'pending' AND queue = %(queue)s AND visible_at <= now()
+        AND NOT (id = ANY(%(seen)s::bigint[]))
     ORDER BY priority DESC, visible_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -80,97 +77,92 @@ WITH picked AS (
 leased AS (
     UPDATE rivet_task AS t
     SET
-        attempts = CASE WHEN t.attempts < t.max_attempts THEN t.attempts + 1 ELSE t.attempts END,
-        lease_epoch = CASE
-            WHEN t.attempts < t.max_attempts THEN t.lease_epoch + 1 ELSE t.lease_epoch
-        END,
-        lease_owner = CASE WHEN t.attempts < t.max_attempts THEN %(owner)s ELSE t.lease_owner END,
-        visible_at = CASE
-            WHEN t.attempts < t.max_attempts THEN now() + make_interval(secs => %(ttl)s)
-            ELSE t.visible_at
-        END,
-        state = CASE WHEN t.attempts < t.max_attempts THEN 'pending' ELSE 'dead' END,
-        last_error = CASE
-            WHEN t.attempts < t.max_attempts THEN t.last_error
-            WHEN t.last_error = '' THEN %(lost_suffix)s
-            ELSE t.last_error || '; ' || %(lost_suffix)s
-        END,
+        attempts = t.attempts + 1,
+        lease_epoch = t.lease_epoch + 1,
+        lease_owner = %(owner)s,
+        visible_at = now() + make_interval(secs => %(ttl)s),
         updated_at = now()
     FROM picked
-    WHERE t.id = picked.id
+    WHERE t.id = picked.id AND NOT picked.doomed
     RETURNING
         t.id, t.queue, t.kind, t.payload::text AS payload, t.idem_key, t.attempts,
-        t.max_attempts, t.lease_epoch, t.priority, t.state, picked.ready_at
+        t.max_attempts, t.lease_epoch, t.priority, t.last_error, t.cancel_requested,
+        false AS doomed, picked.ready_at
 )
-SELECT id, queue, kind, payload, idem_key, attempts, max_attempts, lease_epoch, priority, state
-FROM leased
+SELECT * FROM (
+    SELECT * FROM leased
+    UNION ALL
+    SELECT
+        t.id, t.queue, t.kind, t.payload::text, t.idem_key, t.attempts, t.max_attempts,
+        t.lease_epoch, t.priority, t.last_error, t.cancel_requested, true, picked.ready_at
+    FROM picked JOIN rivet_task AS t ON t.id = picked.id
+    WHERE picked.doomed
+) AS met
 ORDER BY priority DESC, ready_at, id
 
 -- name: lease_extend
--- Push visible_at to now + ttl for every (task, epoch) still held; return their ids.
+-- Push visible_at to now + ttl for every (task, epoch) still held; return them, cancel marks too.
 UPDATE rivet_task AS t
 SET visible_at = now() + make_interval(secs => %(ttl)s), updated_at = now()
 FROM unnest(%(task_ids)s::bigint[], %(epochs)s::bigint[]) AS held (task_id, epoch)
 WHERE t.id = held.task_id AND t.lease_epoch = held.epoch AND t.state = 'pending'
-RETURNING t.id
+RETURNING t.id, t.cancel_requested
 
--- name: ack
--- Mark a task done if the epoch still holds its lease; otherwise record the fenced ack.
-WITH acked AS (
-    UPDATE rivet_task
-    SET state = 'done', result = %(result)s::jsonb, updated_at = now()
-    WHERE id = %(task_id)s AND lease_epoch = %(epoch)s AND state = 'pending'
-    RETURNING id
+-- name: settle
+-- Apply a batch of decisions, each under its own epoch; record every refused row as fenced.
+-- A row an operator cancelled is buried as cancelled whatever was decided; wake on retries.
+WITH decided AS (
+    SELECT *
+    FROM unnest(
+        %(task_ids)s::bigint[], %(epochs)s::bigint[], %(owners)s::text[], %(ops)s::text[],
+        %(states)s::text[], %(results)s::text[], %(errors)s::text[], %(delays)s::float8[]
+    ) WITH ORDINALITY AS d (task_id, epoch, owner, op, state, result, error, delay, position)
 ),
-fenced AS (
-    INSERT INTO rivet_fenced_write (task_id, queue, op, owner, epoch, created_at)
-    SELECT
-        %(task_id)s,
-        coalesce((SELECT queue FROM rivet_task WHERE id = %(task_id)s), ''),
-        'ack', %(owner)s, %(epoch)s, now()
-    WHERE NOT EXISTS (SELECT 1 FROM acked)
-    RETURNING id
-)
-SELECT count(*) FROM acked
-
--- name: fail
--- Record a failed attempt if the epoch holds the lease: retry (wake listeners if due now), or bury.
-WITH failed AS (
-    UPDATE rivet_task
+applied AS (
+    UPDATE rivet_task AS t
     SET
-        state = CASE WHEN attempts < max_attempts THEN 'pending' ELSE 'dead' END,
-        last_error = CASE WHEN attempts < max_attempts THEN %(error)s ELSE %(buried_error)s END,
-        lease_owner = CASE WHEN attempts < max_attempts THEN NULL ELSE lease_owner END,
+        state = CASE WHEN t.cancel_requested THEN 'dead' ELSE d.state END,
+        result = CASE
+            WHEN d.state = 'done' AND NOT t.cancel_requested THEN d.result::jsonb ELSE t.result
+        END,
+        last_error = CASE
+            WHEN t.cancel_requested AND d.state <> 'dead' THEN %(cancelled_error)s
+            ELSE coalesce(d.error, t.last_error)
+        END,
+        lease_owner = CASE WHEN d.state = 'pending' THEN NULL ELSE t.lease_owner END,
         visible_at = CASE
-            WHEN attempts < max_attempts THEN now() + make_interval(secs => %(delay)s)
-            ELSE visible_at
+            WHEN d.state = 'pending' THEN now() + make_interval(secs => d.delay)
+            ELSE t.visible_at
         END,
         updated_at = now()
-    WHERE id = %(task_id)s AND lease_epoch = %(epoch)s AND state = 'pending'
-    RETURNING state, queue
+    FROM decided AS d
+    WHERE t.id = d.task_id AND t.lease_epoch = d.epoch AND t.state = 'pending'
+        AND d.state IS NOT NULL
+    RETURNING d.position, t.cancel_requested AS cancelled, t.state, t.queue, d.delay
 ),
 fenced AS (
     INSERT INTO rivet_fenced_write (task_id, queue, op, owner, epoch, created_at)
     SELECT
-        %(task_id)s,
-        coalesce((SELECT queue FROM rivet_task WHERE id = %(task_id)s), ''),
-        'fail', %(owner)s, %(epoch)s, now()
-    WHERE NOT EXISTS (SELECT 1 FROM failed)
+        d.task_id, coalesce((SELECT queue FROM rivet_task WHERE id = d.task_id), ''),
+        d.op, d.owner, d.epoch, now()
+    FROM decided AS d
+    WHERE d.position NOT IN (SELECT position FROM applied)
     RETURNING id
 )
 SELECT
-    state,
+    position,
+    cancelled,
     CASE
-        WHEN state = 'pending' AND %(delay)s::float8 <= 0 THEN pg_notify(%(channel)s, queue)::text
+        WHEN state = 'pending' AND delay <= 0 THEN pg_notify(%(channel)s, queue)::text
     END AS woken
-FROM failed
+FROM applied
 
 -- name: task_get
 -- One task row by id.
 SELECT
     id, queue, kind, payload::text AS payload, idem_key, unique_key, state, attempts,
     max_attempts, lease_epoch, lease_owner, visible_at, priority, created_at, updated_at,
-    last_error, result::text AS result
+    last_error, result::text AS result, cancel_requested
 FROM rivet_task
 WHERE id = %(task_id)s
 
@@ -179,7 +171,7 @@ WHERE id = %(task_id)s
 SELECT
     id, queue, kind, payload::text AS payload, idem_key, unique_key, state, attempts,
     max_attempts, lease_epoch, lease_owner, visible_at, priority, created_at, updated_at,
-    last_error, result::text AS result
+    last_error, result::text AS result, cancel_requested
 FROM rivet_task
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
     AND (%(state)s::text IS NULL OR state = %(state)s)
@@ -207,7 +199,7 @@ WHERE queue = %(queue)s
 
 -- name: fenced_count
 -- How many fenced writes were recorded, by queue and op (NULL = any).
-SELECT count(*)
+SELECT count(*) AS fenced
 FROM rivet_fenced_write
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
     AND (%(op)s::text IS NULL OR op = %(op)s)
@@ -216,7 +208,9 @@ WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
 -- Revive a dead task of a queue with fresh attempts, unless its unique job is pending again.
 WITH revived AS (
     UPDATE rivet_task AS t
-    SET state = 'pending', attempts = 0, lease_owner = NULL, visible_at = now(), updated_at = now()
+    SET
+        state = 'pending', attempts = 0, lease_owner = NULL, visible_at = now(),
+        updated_at = now(), cancel_requested = false
     WHERE t.id = %(task_id)s AND t.queue = %(queue)s AND t.state = 'dead'
         AND NOT EXISTS (
             SELECT 1
@@ -227,24 +221,29 @@ WITH revived AS (
 )
 SELECT id, pg_notify(%(channel)s, queue)::text AS woken FROM revived
 
--- name: dead_sweep
--- Bury the pending tasks of a queue whose attempts are used up and whose lease lapsed.
-WITH lapsed AS (
-    SELECT id
-    FROM rivet_task
-    WHERE state = 'pending' AND queue = %(queue)s AND visible_at <= now()
-        AND attempts >= max_attempts
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE rivet_task AS t
-SET
-    state = 'dead',
-    last_error = CASE
-        WHEN t.last_error = '' THEN %(lost_suffix)s ELSE t.last_error || '; ' || %(lost_suffix)s
-    END,
-    updated_at = now()
-FROM lapsed
-WHERE t.id = lapsed.id
+-- name: sweep_pick
+-- The pending tasks of a queue no claim may run (used up, or cancelled) whose lease lapsed.
+SELECT id, lease_epoch, last_error, cancel_requested
+FROM rivet_task
+WHERE state = 'pending' AND queue = %(queue)s AND visible_at <= now()
+    AND (attempts >= max_attempts OR cancel_requested)
+ORDER BY id
+FOR UPDATE SKIP LOCKED
+
+-- name: cancel_pick
+-- Lock one task for a cancel: its state and epoch, and whether a lease still holds it.
+SELECT
+    state, lease_epoch, last_error,
+    (lease_owner IS NOT NULL AND visible_at > now()) AS leased
+FROM rivet_task
+WHERE id = %(task_id)s
+FOR UPDATE
+
+-- name: cancel_mark
+-- Mark a leased task cancelled: its worker's next heartbeat stops the handler and buries it.
+UPDATE rivet_task SET cancel_requested = true, updated_at = now()
+WHERE id = %(task_id)s AND state = 'pending'
+RETURNING id
 
 -- name: dead_purge
 -- Delete the dead tasks of a queue: only task_ids and only those buried older_than ago, if given.

@@ -14,7 +14,7 @@ Several worker processes may share one database file:
 - Every timestamp is written by SQLite (``strftime('%Y-%m-%d %H:%M:%f', 'now')``, UTC), never
   by Python; the one exception is an explicit ``run_at`` from the producer.
 
-Queries live in ``sqlite.sql`` (named blocks). Driver errors become ``StoreError``.
+The semantics are ``rivet.stores.sql``'s; queries live in ``sqlite.sql`` (named blocks).
 """
 
 from __future__ import annotations
@@ -27,36 +27,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from django.db import Error as DjangoDatabaseError
 from django.db import connections, transaction
 from django.utils.dateparse import parse_datetime
 
-from rivet.errors import IdempotencyMismatch, RivetConfigError, StoreError
-from rivet.stores.base import Store
+from rivet.errors import RivetConfigError, StoreError
+from rivet.stores.sql import SqlStore
 from rivet.stores.sqlfile import load_queries
-from rivet.values import (
-    HANDLER_ERROR_SUFFIX,
-    WORKER_LOST_SUFFIX,
-    AckOutcome,
-    ClaimBatch,
-    Claimed,
-    EnqueueResult,
-    FailOutcome,
-    Lease,
-    QueueStats,
-    TaskRecord,
-    TaskSpec,
-)
 
 #: transaction_mode values under which Django's atomic() already takes the write lock first.
 LOCKING_MODES = frozenset({"IMMEDIATE", "EXCLUSIVE"})
 QUERIES_PATH = Path(__file__).with_name("sqlite.sql")
 QUERIES = load_queries(QUERIES_PATH)
-
-
-def _offset(secs: float) -> str:
-    """A SQLite date modifier moving a time by ``secs`` seconds, e.g. '+30.000000 seconds'."""
-    return f"{secs:+.6f} seconds"
 
 
 def _sql_time(moment: datetime) -> str:
@@ -72,64 +53,14 @@ def _parse_time(value: str | datetime) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
-def _encode(value: Any) -> str | None:
-    """JSON text as Django's JSONField stores it on SQLite; None is SQL NULL."""
-    return None if value is None else json.dumps(value)
-
-
-def _decode(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
-
-
-def _copy(value: Any) -> Any:
-    """A value as it reads back after a JSON round trip, for comparing payloads."""
-    return _decode(_encode(value))
-
-
-def _dicts(cursor: sqlite3.Cursor) -> list[dict[str, Any]]:
-    rows = cursor.fetchall()
-    names = [column[0] for column in cursor.description or ()]
-    return [dict(zip(names, row, strict=True)) for row in rows]
-
-
-def _record(row: dict[str, Any]) -> TaskRecord:
-    times = {col: _parse_time(row[col]) for col in ("visible_at", "created_at", "updated_at")}
-    decoded = {"payload": _decode(row["payload"]), "result": _decode(row["result"])}
-    return TaskRecord(**{**row, **times, **decoded})
-
-
-def _claimed(row: dict[str, Any], owner: str) -> Claimed:
-    return Claimed(
-        task_id=row["id"],
-        queue=row["queue"],
-        kind=row["kind"],
-        payload=_decode(row["payload"]),
-        idem_key=row["idem_key"],
-        attempt=row["attempts"],
-        max_attempts=row["max_attempts"],
-        epoch=row["lease_epoch"],
-        owner=owner,
-        priority=row["priority"],
-    )
-
-
-def _store_error(alias: str, exc: Exception) -> StoreError:
-    message = f"SQLite store on database alias {alias!r} failed: {exc}"
-    if "locked" in str(exc):
-        message += (
-            f" (another connection kept the write lock past DATABASES[{alias!r}]['OPTIONS']"
-            "['timeout'] seconds, or a transaction that began DEFERRED and had already read "
-            "could not take it; set OPTIONS['transaction_mode'] = 'IMMEDIATE')"
-        )
-    return StoreError(message)
-
-
-class SqliteStore(Store):
+class SqliteStore(SqlStore):
     """Tasks in the rivet_task table of a SQLite database, on Django's connection for ``using``."""
 
     name = "sqlite"
-    joins_django_transaction = True
     supports_wakeup = False
+    queries = QUERIES
+    driver_errors = (sqlite3.Error,)
+    transient_errors = (sqlite3.OperationalError,)
 
     def __init__(self, using: str = "default") -> None:
         connection = connections[using]
@@ -146,39 +77,81 @@ class SqliteStore(Store):
             )
         self.using = using
 
-    # -- connections and transactions --------------------------------------------------------
+    # -- the dialect half --------------------------------------------------------------------
 
-    @contextmanager
-    def _translated(self) -> Iterator[None]:
-        try:
-            yield
-        except (sqlite3.Error, DjangoDatabaseError) as exc:
-            raise _store_error(self.using, exc) from exc
+    def _ids(self, ids: Sequence[int]) -> str:
+        return json.dumps(list(ids))
+
+    def _at(self, moment: datetime | None) -> str | None:
+        return None if moment is None else _sql_time(moment)
+
+    def _time(self, value: Any) -> datetime:
+        return _parse_time(value)
+
+    def _claim_params(self, cursor: Any, owner: str, lease_ttl: float) -> dict[str, Any]:
+        # One instant for the whole claim: leases taken by it compare against the same now.
+        now = cursor.execute(QUERIES["now"]).fetchone()[0]
+        return {"owner": owner, "ttl": float(lease_ttl), "now": now}
+
+    def _claim_rows(self, cursor: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
+        picked = self._rows(cursor, "claim_pick", params)
+        runnable = [row["id"] for row in picked if not row["doomed"]]
+        leased = {}
+        if runnable:
+            lease = {**params, "ids": self._ids(runnable)}
+            leased = {row["id"]: row for row in self._rows(cursor, "claim_lease", lease)}
+        return [row if row["doomed"] else {**leased[row["id"]], "doomed": 0} for row in picked]
+
+    def _oldest_ready_age(self, row: dict[str, Any]) -> float | None:
+        now, oldest = row.pop("now"), row.pop("oldest_ready_at")
+        return None if oldest is None else (_parse_time(now) - _parse_time(oldest)).total_seconds()
+
+    def _error_message(self, exc: Exception) -> str:
+        if "locked" not in str(exc):
+            return str(exc)
+        return (
+            f"{exc} (another connection kept the write lock past DATABASES[{self.using!r}]"
+            "['OPTIONS']['timeout'] seconds, or a transaction that began DEFERRED and had "
+            "already read could not take it; set OPTIONS['transaction_mode'] = 'IMMEDIATE')"
+        )
+
+    def _settle_rows(self, cursor: Any, rows: list[dict[str, Any]]) -> dict[int, bool]:
+        applied: dict[int, bool] = {}
+        params = self._common_params()
+        for position, row in enumerate(rows):
+            done = []
+            if row["state"] is not None:
+                done = cursor.execute(QUERIES["settle"], {**params, **row}).fetchall()
+            if done:
+                applied[position] = bool(done[0][0])
+            else:
+                cursor.execute(QUERIES["fence"], row)
+        return applied
+
+    # -- connections and transactions --------------------------------------------------------
 
     @contextmanager
     def _reading(self) -> Iterator[sqlite3.Cursor]:
         """A cursor for one read statement, in the caller's transaction if there is one."""
-        with self._translated():
-            connection = connections[self.using]
-            connection.ensure_connection()
-            cursor = connection.connection.cursor()
-            try:
-                yield cursor
-            finally:
-                cursor.close()
+        connection = connections[self.using]
+        connection.ensure_connection()
+        cursor = connection.connection.cursor()
+        try:
+            yield cursor
+        finally:
+            cursor.close()
 
     @contextmanager
     def _writing(self) -> Iterator[sqlite3.Cursor]:
         """A cursor in a transaction holding the write lock; joins the caller's atomic block."""
-        with self._translated():
-            connection = connections[self.using]
-            connection.ensure_connection()
-            if connection.in_atomic_block or connection.transaction_mode in LOCKING_MODES:
-                with transaction.atomic(using=self.using), self._reading() as cursor:
-                    yield cursor
-            else:
-                with self._begin_immediate() as cursor:
-                    yield cursor
+        connection = connections[self.using]
+        connection.ensure_connection()
+        if connection.in_atomic_block or connection.transaction_mode in LOCKING_MODES:
+            with transaction.atomic(using=self.using), self._reading() as cursor:
+                yield cursor
+        else:
+            with self._begin_immediate() as cursor:
+                yield cursor
 
     @contextmanager
     def _begin_immediate(self) -> Iterator[sqlite3.Cursor]:
@@ -191,192 +164,3 @@ class SqliteStore(Store):
             finally:
                 if cursor.connection.in_transaction:  # the body or the commit failed
                     cursor.execute(QUERIES["rollback"])
-
-    # -- enqueue -----------------------------------------------------------------------------
-
-    def task_enqueue(self, spec: TaskSpec) -> EnqueueResult:
-        with self._writing() as cursor:
-            return self._enqueue_one(cursor, spec)
-
-    def task_enqueue_many(self, specs: Sequence[TaskSpec]) -> list[EnqueueResult]:
-        if not specs:
-            return []
-        with self._writing() as cursor:
-            return [self._enqueue_one(cursor, spec) for spec in specs]
-
-    def _enqueue_one(self, cursor: sqlite3.Cursor, spec: TaskSpec) -> EnqueueResult:
-        params = {
-            "queue": spec.queue,
-            "kind": spec.kind,
-            "payload": _encode(spec.payload),
-            "idem_key": spec.idem_key,
-            "unique_key": spec.unique_key,
-            "max_attempts": spec.max_attempts,
-            "run_at": _sql_time(spec.run_at) if spec.run_at else None,
-            "delay": _offset(spec.delay_secs),
-            "priority": spec.priority,
-        }
-        inserted = cursor.execute(QUERIES["enqueue"], params).fetchall()
-        if inserted:
-            return EnqueueResult(task_id=inserted[0][0])
-        return self._existing(cursor, spec)
-
-    def _existing(self, cursor: sqlite3.Cursor, spec: TaskSpec) -> EnqueueResult:
-        """The task an enqueue clashed with: same key and work (duplicate), or a mismatch."""
-        if spec.idem_key is not None:
-            params = {"idem_key": spec.idem_key}
-            rows = cursor.execute(QUERIES["find_by_idem_key"], params).fetchall()
-            if rows:
-                task_id, queue, kind, payload = rows[0]
-                if (queue, kind, _decode(payload)) != (spec.queue, spec.kind, _copy(spec.payload)):
-                    raise IdempotencyMismatch(spec.idem_key, task_id)
-                return EnqueueResult(task_id=task_id, duplicate=True)
-        if spec.unique_key is not None:
-            params = {"kind": spec.kind, "unique_key": spec.unique_key}
-            rows = cursor.execute(QUERIES["find_unique_pending"], params).fetchall()
-            if rows:
-                return EnqueueResult(task_id=rows[0][0], duplicate=True)
-        raise StoreError(f"enqueue of {spec.kind!r} was refused by a constraint of rivet_task")
-
-    # -- claim and leases --------------------------------------------------------------------
-
-    def task_claim(
-        self, *, queues: Sequence[str], owner: str, limit: int, lease_ttl: float
-    ) -> ClaimBatch:
-        claimed: list[Claimed] = []
-        buried = 0
-        with self._writing() as cursor:
-            now = cursor.execute(QUERIES["now"]).fetchone()[0]
-            lease = {"now": now, "owner": owner, "ttl": _offset(lease_ttl)}
-            for queue in queues:
-                if len(claimed) >= limit:
-                    break
-                got, lost = self._claim_queue(cursor, queue, limit - len(claimed), lease)
-                claimed += got
-                buried += lost
-        return ClaimBatch(claimed=claimed, buried=buried)
-
-    def _claim_queue(
-        self, cursor: sqlite3.Cursor, queue: str, limit: int, lease: dict[str, Any]
-    ) -> tuple[list[Claimed], int]:
-        """Walk one queue in claim order: lease up to ``limit``, burying exhausted tasks met."""
-        claimed: list[Claimed] = []
-        buried, seen = 0, []
-        while len(claimed) < limit:
-            wanted = limit - len(claimed)
-            pick = {"queue": queue, "now": lease["now"], "seen": json.dumps(seen), "limit": wanted}
-            picked = [task_id for (task_id,) in cursor.execute(QUERIES["claim_pick"], pick)]
-            if not picked:
-                break
-            leased = {"ids": json.dumps(picked), "lost_suffix": WORKER_LOST_SUFFIX, **lease}
-            rows = {
-                row["id"]: row for row in _dicts(cursor.execute(QUERIES["claim_lease"], leased))
-            }
-            for task_id in picked:
-                if rows[task_id]["state"] == "dead":
-                    buried += 1
-                else:
-                    claimed.append(_claimed(rows[task_id], lease["owner"]))
-            if len(picked) < wanted:
-                break
-            seen += picked
-        return claimed, buried
-
-    def lease_extend(self, leases: Sequence[Lease], lease_ttl: float) -> set[int]:
-        if not leases:
-            return set()
-        pairs = json.dumps([[lease.task_id, lease.epoch] for lease in leases])
-        with self._writing() as cursor:
-            held = cursor.execute(
-                QUERIES["lease_extend"], {"leases": pairs, "ttl": _offset(lease_ttl)}
-            )
-            return {task_id for (task_id,) in held.fetchall()}
-
-    def _fence(self, cursor: sqlite3.Cursor, lease: Lease, op: str, owner: str) -> None:
-        params = {"id": lease.task_id, "epoch": lease.epoch, "op": op, "owner": owner}
-        cursor.execute(QUERIES["fence"], params)
-
-    def task_ack(self, lease: Lease, result: Any = None, *, owner: str = "") -> AckOutcome:
-        params = {"id": lease.task_id, "epoch": lease.epoch, "result": _encode(result)}
-        with self._writing() as cursor:
-            if cursor.execute(QUERIES["ack"], params).rowcount == 1:
-                return AckOutcome.ACKED
-            self._fence(cursor, lease, "ack", owner)
-            return AckOutcome.FENCED
-
-    def task_fail(
-        self, lease: Lease, error: str, retry_delay: float, *, owner: str = ""
-    ) -> FailOutcome:
-        params = {
-            "id": lease.task_id,
-            "epoch": lease.epoch,
-            "error": error,
-            "error_suffix": HANDLER_ERROR_SUFFIX,
-            "delay": _offset(max(retry_delay, 0.0)),
-        }
-        with self._writing() as cursor:
-            states = cursor.execute(QUERIES["fail"], params).fetchall()
-            if not states:
-                self._fence(cursor, lease, "fail", owner)
-                return FailOutcome.FENCED
-            return FailOutcome.DEAD if states[0][0] == "dead" else FailOutcome.RETRY
-
-    # -- reads -------------------------------------------------------------------------------
-
-    def task_get(self, task_id: int) -> TaskRecord | None:
-        with self._reading() as cursor:
-            rows = _dicts(cursor.execute(QUERIES["task_get"], {"id": task_id}))
-        return _record(rows[0]) if rows else None
-
-    def task_list(
-        self, *, queue: str | None = None, state: str | None = None, limit: int = 100
-    ) -> list[TaskRecord]:
-        params = {"queue": queue, "state": state, "limit": max(limit, 0)}
-        with self._reading() as cursor:
-            rows = _dicts(cursor.execute(QUERIES["task_list"], params))
-        return [_record(row) for row in rows]
-
-    def queue_stats(self, queue: str) -> QueueStats:
-        with self._reading() as cursor:
-            row = cursor.execute(QUERIES["queue_stats"], {"queue": queue}).fetchone()
-        now, ready, leased, delayed, done, dead, oldest, fenced = row
-        age = (_parse_time(now) - _parse_time(oldest)).total_seconds() if oldest else None
-        return QueueStats(
-            queue=queue,
-            ready=ready,
-            leased=leased,
-            delayed=delayed,
-            done=done,
-            dead=dead,
-            oldest_ready_age_secs=age,
-            fenced=fenced,
-        )
-
-    def fenced_count(self, queue: str | None = None, op: str | None = None) -> int:
-        with self._reading() as cursor:
-            return cursor.execute(QUERIES["fenced_count"], {"queue": queue, "op": op}).fetchone()[0]
-
-    # -- dead letters ------------------------------------------------------------------------
-
-    def dead_requeue(self, queue: str, task_id: int) -> bool:
-        params = {"id": task_id, "queue": queue}
-        with self._writing() as cursor:
-            return cursor.execute(QUERIES["dead_requeue"], params).rowcount == 1
-
-    def dead_sweep(self, queue: str) -> int:
-        params = {"queue": queue, "lost_suffix": WORKER_LOST_SUFFIX}
-        with self._writing() as cursor:
-            return cursor.execute(QUERIES["dead_sweep"], params).rowcount
-
-    def dead_purge(
-        self,
-        queue: str,
-        *,
-        older_than_secs: float | None = None,
-        task_ids: Sequence[int] | None = None,
-    ) -> int:
-        age = None if older_than_secs is None else _offset(-older_than_secs)
-        ids = None if task_ids is None else json.dumps([int(task_id) for task_id in task_ids])
-        params = {"queue": queue, "age": age, "ids": ids}
-        with self._writing() as cursor:
-            return cursor.execute(QUERIES["dead_purge"], params).rowcount

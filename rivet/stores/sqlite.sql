@@ -5,7 +5,8 @@
 -- itself as strftime('%Y-%m-%d %H:%M:%f', ...) in UTC: the text Django's Now() writes on
 -- SQLite, so it sorts and compares correctly against the values Django writes (which are
 -- 'YYYY-MM-DD HH:MM:SS[.ffffff]' in UTC). Offsets such as :ttl are modifiers like
--- '+30.000000 seconds'. Writes run inside BEGIN IMMEDIATE (the write lock is taken first).
+-- printf('%+.6f seconds', :secs). Writes run inside BEGIN IMMEDIATE (the write lock is taken
+-- first). Lists of ids come as JSON arrays, read with json_each.
 
 -- name: begin_immediate
 -- Open a transaction that holds the write lock from its first statement.
@@ -31,7 +32,7 @@ INSERT INTO rivet_task (
 )
 VALUES (
     :queue, :kind, :payload, :idem_key, :unique_key, 'pending', 0, :max_attempts,
-    0, NULL, COALESCE(:run_at, strftime('%Y-%m-%d %H:%M:%f', 'now', :delay)), :priority,
+    0, NULL, COALESCE(:run_at, strftime('%Y-%m-%d %H:%M:%f', 'now', printf('%+.6f seconds', :delay))), :priority,
     strftime('%Y-%m-%d %H:%M:%f', 'now'), strftime('%Y-%m-%d %H:%M:%f', 'now'), '', NULL
 )
 ON CONFLICT DO NOTHING
@@ -47,116 +48,108 @@ SELECT id FROM rivet_task
 WHERE kind = :kind AND unique_key = :unique_key AND state = 'pending';
 
 -- name: claim_pick
--- The next runnable tasks of one queue in claim order, skipping ids this claim already took.
-SELECT id FROM rivet_task
+-- The next runnable tasks of one queue in claim order, skipping ids this claim already met;
+-- doomed ones (attempts used up, or cancelled) come with what their burial needs.
+SELECT id, (attempts >= max_attempts OR cancel_requested) AS doomed, lease_epoch, last_error,
+    cancel_requested
+FROM rivet_task
 WHERE queue = :queue AND state = 'pending' AND visible_at <= :now
   AND id NOT IN (SELECT value FROM json_each(:seen))
 ORDER BY priority DESC, visible_at, id
 LIMIT :limit;
 
 -- name: claim_lease
--- Lease the picked tasks (attempts+1, epoch+1, visible_at = now + ttl); bury exhausted ones.
+-- Lease the picked tasks: attempts+1, epoch+1, owner, visible_at = now + ttl.
 UPDATE rivet_task SET
-    state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
-    last_error = CASE
-        WHEN attempts < max_attempts THEN last_error
-        WHEN last_error = '' THEN :lost_suffix
-        ELSE last_error || '; ' || :lost_suffix
-    END,
-    attempts = CASE WHEN attempts >= max_attempts THEN attempts ELSE attempts + 1 END,
-    lease_epoch = CASE WHEN attempts >= max_attempts THEN lease_epoch ELSE lease_epoch + 1 END,
-    lease_owner = CASE WHEN attempts >= max_attempts THEN lease_owner ELSE :owner END,
-    visible_at = CASE
-        WHEN attempts >= max_attempts THEN visible_at
-        ELSE strftime('%Y-%m-%d %H:%M:%f', :now, :ttl)
-    END,
+    attempts = attempts + 1,
+    lease_epoch = lease_epoch + 1,
+    lease_owner = :owner,
+    visible_at = strftime('%Y-%m-%d %H:%M:%f', :now, printf('%+.6f seconds', :ttl)),
     updated_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending'
 RETURNING id, queue, kind, payload, idem_key, attempts, max_attempts, lease_epoch, priority,
-    state;
+    last_error, cancel_requested;
 
 -- name: lease_extend
--- Push visible_at to now + ttl for every (id, epoch) pair whose lease is still held.
+-- Push visible_at to now + ttl for every (id, epoch) pair still held; return them, cancel marks too.
 UPDATE rivet_task SET
-    visible_at = strftime('%Y-%m-%d %H:%M:%f', 'now', :ttl),
+    visible_at = strftime('%Y-%m-%d %H:%M:%f', 'now', printf('%+.6f seconds', :ttl)),
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 WHERE state = 'pending'
   AND (id, lease_epoch) IN (
-      SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases)
+      SELECT a.value, b.value FROM json_each(:task_ids) AS a JOIN json_each(:epochs) AS b
+      ON a.key = b.key
   )
-RETURNING id;
+RETURNING id, cancel_requested;
 
--- name: ack
--- Mark a task done with its result, only under the lease epoch named.
+-- name: settle
+-- Apply one decision under its epoch. A row an operator cancelled is buried as cancelled
+-- whatever was decided; the caller records a fence when no row comes back.
 UPDATE rivet_task SET
-    state = 'done',
-    result = :result,
-    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
-WHERE id = :id AND lease_epoch = :epoch AND state = 'pending';
-
--- name: fail
--- Record a failed attempt under the epoch named: retry after :delay, or bury on the last.
-UPDATE rivet_task SET
-    state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
+    state = CASE WHEN cancel_requested THEN 'dead' ELSE :state END,
+    result = CASE WHEN :state = 'done' AND NOT cancel_requested THEN :result ELSE result END,
     last_error = CASE
-        WHEN attempts < max_attempts THEN :error
-        WHEN :error = '' THEN :error_suffix
-        ELSE :error || '; ' || :error_suffix
+        WHEN cancel_requested AND :state <> 'dead' THEN :cancelled_error
+        ELSE COALESCE(:error, last_error)
     END,
-    lease_owner = CASE WHEN attempts >= max_attempts THEN lease_owner ELSE NULL END,
+    lease_owner = CASE WHEN :state = 'pending' THEN NULL ELSE lease_owner END,
     visible_at = CASE
-        WHEN attempts >= max_attempts THEN visible_at
-        ELSE strftime('%Y-%m-%d %H:%M:%f', 'now', :delay)
+        WHEN :state = 'pending'
+            THEN strftime('%Y-%m-%d %H:%M:%f', 'now', printf('%+.6f seconds', :delay))
+        ELSE visible_at
     END,
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
-WHERE id = :id AND lease_epoch = :epoch AND state = 'pending'
-RETURNING state;
+WHERE id = :task_id AND lease_epoch = :epoch AND state = 'pending'
+RETURNING cancel_requested;
 
 -- name: fence
--- Record a refused (stale-epoch) ack or fail durably; queue is '' for a task that is gone.
+-- Record a refused (stale-epoch) decision durably; queue is '' for a task that is gone.
 INSERT INTO rivet_fenced_write (task_id, queue, op, owner, epoch, created_at)
 VALUES (
-    :id, COALESCE((SELECT queue FROM rivet_task WHERE id = :id), ''), :op, :owner, :epoch,
+    :task_id, COALESCE((SELECT queue FROM rivet_task WHERE id = :task_id), ''), :op, :owner,
+    :epoch,
     strftime('%Y-%m-%d %H:%M:%f', 'now')
 );
 
 -- name: task_get
 -- One task row by id.
 SELECT id, queue, kind, payload, idem_key, unique_key, state, attempts, max_attempts,
-    lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error, result
+    lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error, result, cancel_requested
 FROM rivet_task
-WHERE id = :id;
+WHERE id = :task_id;
 
 -- name: task_list
 -- Task rows filtered by queue and state (NULL = any), oldest id first.
 SELECT id, queue, kind, payload, idem_key, unique_key, state, attempts, max_attempts,
-    lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error, result
+    lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error, result, cancel_requested
 FROM rivet_task
 WHERE (:queue IS NULL OR queue = :queue) AND (:state IS NULL OR state = :state)
 ORDER BY id
 LIMIT :limit;
 
 -- name: queue_stats
--- Counts for one queue at one database instant, with that instant and the oldest ready time.
+-- Counts for one queue at one database instant, the oldest ready age and fenced writes.
 WITH clock AS (SELECT strftime('%Y-%m-%d %H:%M:%f', 'now') AS now)
 SELECT
-    clock.now,
-    COUNT(t.id) FILTER (WHERE t.state = 'pending' AND t.visible_at <= clock.now),
+    clock.now AS now,
+    COUNT(t.id) FILTER (WHERE t.state = 'pending' AND t.visible_at <= clock.now) AS ready,
     COUNT(t.id) FILTER (
         WHERE t.state = 'pending' AND t.visible_at > clock.now AND t.lease_owner IS NOT NULL
-    ),
+    ) AS leased,
     COUNT(t.id) FILTER (
         WHERE t.state = 'pending' AND t.visible_at > clock.now AND t.lease_owner IS NULL
-    ),
-    COUNT(t.id) FILTER (WHERE t.state = 'done'),
-    COUNT(t.id) FILTER (WHERE t.state = 'dead'),
-    MIN(t.visible_at) FILTER (WHERE t.state = 'pending' AND t.visible_at <= clock.now),
-    (SELECT COUNT(*) FROM rivet_fenced_write f WHERE f.queue = :queue)
+    ) AS delayed,
+    COUNT(t.id) FILTER (WHERE t.state = 'done') AS done,
+    COUNT(t.id) FILTER (WHERE t.state = 'dead') AS dead,
+    MIN(t.visible_at) FILTER (
+        WHERE t.state = 'pending' AND t.visible_at <= clock.now
+    ) AS oldest_ready_at,
+    (SELECT COUNT(*) FROM rivet_fenced_write f WHERE f.queue = :queue) AS fenced
 FROM clock LEFT JOIN rivet_task t ON t.queue = :queue;
 
 -- name: fenced_count
 -- Fenced writes recorded, filtered by queue and op (NULL = any).
-SELECT COUNT(*) FROM rivet_fenced_write
+SELECT COUNT(*) AS fenced FROM rivet_fenced_write
 WHERE (:queue IS NULL OR queue = :queue) AND (:op IS NULL OR op = :op);
 
 -- name: dead_requeue
@@ -165,31 +158,44 @@ UPDATE rivet_task SET
     state = 'pending',
     attempts = 0,
     lease_owner = NULL,
+    cancel_requested = 0,
     visible_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
-WHERE id = :id AND queue = :queue AND state = 'dead'
+WHERE id = :task_id AND queue = :queue AND state = 'dead'
   AND NOT EXISTS (
       SELECT 1 FROM rivet_task AS live
       WHERE live.state = 'pending' AND live.kind = rivet_task.kind
         AND live.unique_key = rivet_task.unique_key
-  );
+  )
+RETURNING id;
 
--- name: dead_sweep
--- Bury the pending tasks of a queue whose attempts are used up and whose lease lapsed.
-UPDATE rivet_task SET
-    state = 'dead',
-    last_error = CASE
-        WHEN last_error = '' THEN :lost_suffix
-        ELSE last_error || '; ' || :lost_suffix
-    END,
-    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
-WHERE queue = :queue AND state = 'pending' AND attempts >= max_attempts
-  AND visible_at <= strftime('%Y-%m-%d %H:%M:%f', 'now');
+-- name: sweep_pick
+-- The pending tasks of a queue no claim may run (used up, or cancelled) whose lease lapsed.
+SELECT id, lease_epoch, last_error, cancel_requested FROM rivet_task
+WHERE queue = :queue AND state = 'pending' AND (attempts >= max_attempts OR cancel_requested)
+  AND visible_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
+ORDER BY id;
+
+-- name: cancel_pick
+-- One task for a cancel: its state and epoch, and whether a lease still holds it.
+SELECT state, lease_epoch, last_error,
+    (lease_owner IS NOT NULL AND visible_at > strftime('%Y-%m-%d %H:%M:%f', 'now')) AS leased
+FROM rivet_task
+WHERE id = :task_id;
+
+-- name: cancel_mark
+-- Mark a leased task cancelled: its worker's next heartbeat stops the handler and buries it.
+UPDATE rivet_task SET cancel_requested = 1, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+WHERE id = :task_id AND state = 'pending'
+RETURNING id;
 
 -- name: dead_purge
--- Delete the dead tasks of a queue: only the ids in the JSON array :ids and only those last
--- updated before now + :age, if given.
+-- Delete the dead tasks of a queue: only the ids in the JSON array :task_ids and only those
+-- last updated :older_than seconds ago or earlier, if given.
 DELETE FROM rivet_task
 WHERE queue = :queue AND state = 'dead'
-  AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
-  AND (:age IS NULL OR updated_at <= strftime('%Y-%m-%d %H:%M:%f', 'now', :age));
+  AND (:task_ids IS NULL OR id IN (SELECT value FROM json_each(:task_ids)))
+  AND (:older_than IS NULL OR updated_at <= strftime(
+      '%Y-%m-%d %H:%M:%f', 'now', printf('%+.6f seconds', -:older_than)
+  ));
+

@@ -7,9 +7,10 @@ import pytest
 from django.core.management import CommandError, call_command
 
 import rivet
+from rivet.decisions import failed
 from rivet.models import Task
 from rivet.stores import store_for_alias
-from rivet.values import HANDLER_ERROR_SUFFIX, WORKER_LOST_SUFFIX
+from rivet.values import CANCELLED_SUFFIX, HANDLER_ERROR_SUFFIX, WORKER_LOST_SUFFIX, Settled
 
 pytestmark = pytest.mark.django_db
 
@@ -30,7 +31,7 @@ def make_dead(store, queue="demo", idem_key=None, error="ValueError: boom"):
         "fail", {"q": queue}, queue=queue, idem_key=idem_key, max_attempts=1, using=store
     )
     (claimed,) = store.task_claim(queues=[queue], owner="w1", limit=1, lease_ttl=600).claimed
-    store.task_fail(claimed.lease, error, retry_delay=0, owner="w1")
+    store.task_settle([failed(claimed, error, 0)])
     return result.task_id
 
 
@@ -205,3 +206,37 @@ def test_bad_usage_exits_2(args, message):
 def test_an_unknown_action_is_a_usage_error():
     with pytest.raises(CommandError, match="invalid choice"):
         dlq("explode")
+
+
+def test_cancel_buries_a_pending_task_and_requeue_revives_it(store):
+    task_id = rivet.enqueue("noop", queue="demo", using=store).task_id
+    out = dlq("cancel", str(task_id), "--queue", "demo")
+    said = f"cancelled {task_id}: it was not running, so it is in the dead letters now"
+    assert out.strip() == said
+    task = store.task_get(task_id)
+    assert (task.state, task.last_error) == ("dead", CANCELLED_SUFFIX)
+    assert f"{task_id}" in dlq("list", "--queue", "demo")
+    dlq("requeue", str(task_id), "--queue", "demo")
+    assert store.task_get(task_id).state == "pending"
+
+
+def test_cancel_of_a_running_task_marks_it_for_its_worker(store):
+    task_id = rivet.enqueue("noop", queue="demo", using=store).task_id
+    (claimed,) = store.task_claim(queues=["demo"], owner="w1", limit=1, lease_ttl=600).claimed
+    out = dlq("cancel", str(task_id), "--queue", "demo")
+    assert out.startswith(f"cancelling {task_id}: it is running")
+    assert store.task_get(task_id).state == "pending"
+    assert store.task_ack(claimed.lease, "too late") is Settled.CANCELLED
+    assert store.task_get(task_id).state == "dead"
+
+
+def test_cancel_refuses_finished_and_unknown_tasks(store):
+    dead_id = make_dead(store)
+    with pytest.raises(CommandError, match=f"task {dead_id} is dead; nothing to cancel") as err:
+        dlq("cancel", str(dead_id), "--queue", "demo")
+    assert err.value.returncode == 1
+    with pytest.raises(CommandError, match="task 999999 not found in queue demo"):
+        dlq("cancel", "999999", "--queue", "demo")
+    with pytest.raises(CommandError, match="cancel needs a task id") as err:
+        dlq("cancel", "--queue", "demo")
+    assert err.value.returncode == 2

@@ -7,6 +7,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 import rivet
+from rivet.decisions import failed
 from rivet.stores import store_for_alias
 from rivet.values import Lease
 
@@ -32,9 +33,9 @@ def fill(store):
     rivet.enqueue("noop", queue="other", using=store)
     batch = store.task_claim(queues=["demo"], owner="w1", limit=3, lease_ttl=600)
     done, dead, leased = batch.claimed
-    store.task_ack(done.lease, result={"ok": True}, owner="w1")
-    store.task_fail(dead.lease, "boom", retry_delay=0, owner="w1")
-    store.task_ack(Lease(task_id=leased.task_id, epoch=leased.epoch - 1), owner="stale")
+    store.task_ack(done.lease, result={"ok": True})
+    store.task_settle([failed(dead, "boom", 0)])
+    store.task_ack(Lease(task_id=leased.task_id, epoch=leased.epoch - 1, owner="stale"))
 
 
 def test_prints_every_count_for_the_queue(store):

@@ -17,11 +17,12 @@ import pytest
 from django.contrib.auth.models import Group
 from django.db import DatabaseError, connection, connections, transaction
 
+from rivet.decisions import failed
 from rivet.errors import IdempotencyMismatch, StoreError
 from rivet.models import FencedWrite
 from rivet.stores.postgres import BULK_CHUNK, QUERIES, PostgresStore
 from rivet.validation import build_spec
-from rivet.values import AckOutcome, FailOutcome, Lease, TaskSpec
+from rivet.values import Lease, Settled, TaskSpec
 
 LONG_WAIT = 60.0  # an upper bound for a wake-up that must come; never reached when it works
 SHORT_WAIT = 0.3  # how long to wait for a wake-up that must not come
@@ -134,13 +135,13 @@ def test_every_way_a_task_becomes_ready_wakes_listeners(store: PostgresStore, qu
     store.task_enqueue_many([spec(queue, max_attempts=3), spec(queue, max_attempts=1)])
     assert store.wait_for_work([queue], LONG_WAIT) is True, "bulk enqueue"
     retried, buried = store.task_claim(queues=[queue], owner="w", limit=2, lease_ttl=30).claimed
-    assert store.task_fail(buried.lease, "poison", 0) is FailOutcome.DEAD
+    assert store.task_settle([failed(buried, "poison", 0)]) == [Settled.BURIED]
     assert store.wait_for_work([queue], SHORT_WAIT) is False, "woken by a burial"
-    assert store.task_fail(retried.lease, "later", 60) is FailOutcome.RETRY
+    assert store.task_settle([failed(retried, "later", 60)]) == [Settled.RETRIED]
     assert store.wait_for_work([queue], SHORT_WAIT) is False, "woken by a delayed retry"
     shift_back(61)
     again = store.task_claim(queues=[queue], owner="w", limit=1, lease_ttl=30).claimed[0]
-    assert store.task_fail(again.lease, "at once", 0) is FailOutcome.RETRY
+    assert store.task_settle([failed(again, "at once", 0)]) == [Settled.RETRIED]
     assert store.wait_for_work([queue], LONG_WAIT) is True, "retry due now"
     assert store.dead_requeue(queue, buried.task_id) is True
     assert store.wait_for_work([queue], LONG_WAIT) is True, "requeue"
@@ -248,7 +249,7 @@ def test_store_error_inside_the_callers_transaction_reaches_the_caller(
 
 @pytest.mark.django_db
 def test_claim_reads_the_partial_claim_index(queue: str) -> None:
-    params = {"queue": queue, "limit": 4, "owner": "w", "ttl": 30.0, "lost_suffix": "lost"}
+    params = {"queue": queue, "limit": 4, "owner": "w", "ttl": 30.0, "seen": []}
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute("EXPLAIN " + QUERIES["claim"], params)
@@ -306,7 +307,7 @@ def test_timestamps_come_from_the_server_clock(store: PostgresStore, queue: str)
     leased = store.task_claim(queues=[queue], owner="w", limit=1, lease_ttl=30).claimed[0]
     row = store.task_get(task_id)
     assert (row.updated_at, row.visible_at) == (now, now + timedelta(seconds=30))
-    assert store.task_fail(leased.lease, "boom", 60) is FailOutcome.RETRY
+    assert store.task_settle([failed(leased, "boom", 60)]) == [Settled.RETRIED]
     assert store.task_get(task_id).visible_at == now + timedelta(seconds=60)
     delayed = store.task_enqueue(spec(queue, delay=5)).task_id
     assert store.task_get(delayed).visible_at == now + timedelta(seconds=5)
@@ -319,10 +320,10 @@ def test_timestamps_come_from_the_server_clock(store: PostgresStore, queue: str)
 def test_fenced_writes_are_recorded_with_owner_and_epoch(store: PostgresStore, queue: str) -> None:
     task_id = store.task_enqueue(spec(queue)).task_id
     leased = store.task_claim(queues=[queue], owner="w1", limit=1, lease_ttl=30).claimed[0]
-    stale = Lease(task_id=task_id, epoch=leased.epoch - 1)
-    assert store.task_ack(stale, "late", owner="w0") is AckOutcome.FENCED
-    assert store.task_fail(stale, "late", 0, owner="w0") is FailOutcome.FENCED
-    assert store.task_ack(Lease(task_id=10**12, epoch=1), owner="w9") is AckOutcome.FENCED
+    stale = Lease(task_id=task_id, epoch=leased.epoch - 1, owner="w0")
+    assert store.task_ack(stale, "late") is Settled.FENCED
+    assert store.task_retry(stale, "late", 0) is Settled.FENCED
+    assert store.task_ack(Lease(task_id=10**12, epoch=1, owner="w9")) is Settled.FENCED
     fences = FencedWrite.objects.filter(task_id__in=[task_id, 10**12])
     assert [(f.task_id, f.queue, f.op, f.owner, f.epoch) for f in fences] == [
         (task_id, queue, "ack", "w0", leased.epoch - 1),
@@ -330,7 +331,7 @@ def test_fenced_writes_are_recorded_with_owner_and_epoch(store: PostgresStore, q
         (10**12, "", "ack", "w9", 1),
     ]
     assert store.queue_stats(queue).fenced == 2
-    assert store.task_ack(leased.lease, owner="w1") is AckOutcome.ACKED
+    assert store.task_ack(leased.lease) is Settled.ACKED
 
 
 # -- bulk enqueue ----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import pytest
 from django.db import IntegrityError, connections, transaction
 
 import rivet
+from rivet.decisions import failed
 from rivet.jobs import registry
 from rivet.models import Task
 from rivet.stores import store_for_alias
@@ -102,28 +103,28 @@ class TestUniqueJobsOnTheDatabase:
         first = rivet.enqueue("db.search.rebuild", max_attempts=3, using=alias)
         claimed = claim_one(store)
         assert rivet.enqueue("db.search.rebuild", using=alias).task_id == first.task_id
-        store.task_fail(claimed.lease, "boom", retry_delay=0, owner="w1")
+        store.task_settle([failed(claimed, "boom", 0)])
         again = rivet.enqueue("db.search.rebuild", using=alias)
         assert again.duplicate and again.task_id == first.task_id
         assert len(tasks(alias)) == 1
 
     def test_the_lock_frees_when_done(self, alias, store):
         first = rivet.enqueue("db.search.rebuild", using=alias)
-        store.task_ack(claim_one(store).lease, result=None, owner="w1")
+        store.task_ack(claim_one(store).lease, result=None)
         after = rivet.enqueue("db.search.rebuild", using=alias)
         assert not after.duplicate and after.task_id != first.task_id
         assert [t.state for t in tasks(alias)] == ["done", "pending"]
 
     def test_the_lock_frees_when_dead(self, alias, store):
         first = rivet.enqueue("db.search.rebuild", max_attempts=1, using=alias)
-        store.task_fail(claim_one(store).lease, "boom", retry_delay=0, owner="w1")
+        store.task_settle([failed(claim_one(store), "boom", 0)])
         after = rivet.enqueue("db.search.rebuild", using=alias)
         assert not after.duplicate and after.task_id != first.task_id
         assert [t.state for t in tasks(alias)] == ["dead", "pending"]
 
     def test_requeue_of_a_dead_task_is_refused_while_another_holds_the_key(self, alias, store):
         dead = rivet.enqueue("db.search.rebuild", max_attempts=1, using=alias).task_id
-        store.task_fail(claim_one(store).lease, "boom", retry_delay=0, owner="w1")
+        store.task_settle([failed(claim_one(store), "boom", 0)])
         rivet.enqueue("db.search.rebuild", using=alias)
         assert store.dead_requeue("default", dead) is False
         assert Task.objects.using(alias).get(pk=dead).state == "dead"

@@ -26,7 +26,7 @@ from django.db import connections, transaction
 from rivet.errors import IdempotencyMismatch, RivetConfigError, StoreError
 from rivet.stores.sqlite import SqliteStore
 from rivet.validation import build_spec
-from rivet.values import WORKER_LOST_SUFFIX, AckOutcome, Lease
+from rivet.values import WORKER_LOST_SUFFIX, Lease, Settled
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 QUEUE = "sq-procs"
@@ -207,8 +207,8 @@ def test_every_write_takes_the_write_lock_first(store, statements):
     task_id = store.task_enqueue(spec()).task_id
     leased = store.task_claim(queues=["sq"], owner="w1", limit=5, lease_ttl=30).claimed
     assert [c.task_id for c in leased] == [task_id]
-    assert store.task_ack(leased[0].lease) is AckOutcome.ACKED
-    assert store.task_ack(leased[0].lease) is AckOutcome.FENCED
+    assert store.task_ack(leased[0].lease) is Settled.ACKED
+    assert store.task_ack(leased[0].lease) is Settled.FENCED
 
     begins = [s for s in statements if s.startswith("BEGIN")]
     assert begins == ["BEGIN IMMEDIATE"] * 4, statements

@@ -13,7 +13,7 @@ import pytest
 
 from rivet.conformance import CHECKS, Harness
 from rivet.stores.memory import FakeClock, MemoryStore
-from rivet.values import Lease
+from rivet.values import Ack, CancelOutcome, Fence, Lease, Retry
 
 
 class AckIgnoresEpoch(MemoryStore):
@@ -65,13 +65,36 @@ class ExtendDoesNothing(MemoryStore):
 
 
 class RetriesAtOnce(MemoryStore):
-    def task_fail(self, lease, error, retry_delay, *, owner=""):
-        return super().task_fail(lease, error, 0.0, owner=owner)
+    def task_settle(self, decisions):
+        return super().task_settle(
+            [dataclasses.replace(d, delay=0.0) if isinstance(d, Retry) else d for d in decisions]
+        )
 
 
 class DropsResults(MemoryStore):
-    def task_ack(self, lease, result=None, *, owner=""):
-        return super().task_ack(lease, None, owner=owner)
+    def task_settle(self, decisions):
+        return super().task_settle(
+            [dataclasses.replace(d, result=None) if isinstance(d, Ack) else d for d in decisions]
+        )
+
+
+class FencesWholeBatch(MemoryStore):
+    """One stale row refuses the whole batch: a store that fences per batch, not per row."""
+
+    def task_settle(self, decisions):
+        if any(self._held(d.lease) is None for d in decisions):
+            return [
+                self._settle_one(Fence(lease=d.lease, op=d.op), self.clock()) for d in decisions
+            ]
+        return super().task_settle(decisions)
+
+
+class IgnoresCancelMarks(MemoryStore):
+    def task_cancel(self, task_id):
+        outcome = super().task_cancel(task_id)
+        if outcome is CancelOutcome.MARKED:
+            self._tasks[task_id] = dataclasses.replace(self._tasks[task_id], cancel_requested=False)
+        return outcome
 
 
 MUTANTS = [
@@ -92,6 +115,9 @@ MUTANTS = [
     (ExtendDoesNothing, "lease_extend_keeps_the_lease", "original ttl of an extended lease"),
     (RetriesAtOnce, "fail_retries_after_delay", "before the retry delay"),
     (DropsResults, "ack_marks_done_with_result", "state and result after ack"),
+    (FencesWholeBatch, "batch_settles_each_row_under_its_own_epoch", "one stale epoch"),
+    (IgnoresCancelMarks, "cancel_of_a_leased_task_is_never_acked", "heartbeat reports it"),
+    (NeverBuries, "cancel_buries_a_pending_task_at_once", "a cancelled task"),
 ]
 
 

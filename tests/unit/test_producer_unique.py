@@ -3,6 +3,7 @@
 import pytest
 
 import rivet
+from rivet.decisions import failed
 from rivet.jobs import registry
 from rivet.stores.memory import FakeClock, MemoryStore
 
@@ -59,7 +60,7 @@ class TestUniqueJobs:
         first = rivet.enqueue("unique.rebuild", {}, max_attempts=3, using=store)
         claimed = claim_one(store)
         assert rivet.enqueue("unique.rebuild", {}, using=store).duplicate
-        store.task_fail(claimed.lease, "boom", retry_delay=0)
+        store.task_settle([failed(claimed, "boom", 0)])
         again = rivet.enqueue("unique.rebuild", {}, using=store)
         assert again.duplicate and again.task_id == first.task_id
 
@@ -71,7 +72,7 @@ class TestUniqueJobs:
 
     def test_the_lock_frees_when_the_task_is_dead(self, store):
         first = rivet.enqueue("unique.rebuild", {}, max_attempts=1, using=store)
-        store.task_fail(claim_one(store).lease, "boom", retry_delay=0)
+        store.task_settle([failed(claim_one(store), "boom", 0)])
         assert store.task_get(first.task_id).state == "dead"
         after = rivet.enqueue("unique.rebuild", {}, using=store)
         assert not after.duplicate and after.task_id != first.task_id

@@ -21,11 +21,11 @@ from rivet.failpoints import FailpointConfigError, Failpoints, fires, parse, par
 from rivet.jobs import JobContext, JobRegistry, job
 from rivet.logs import configure
 from rivet.retry import RetryPolicy
-from rivet.runtime.options import OptionError, resolve
 from rivet.stores.memory import FakeClock, MemoryStore
 from rivet.validation import build_spec
 from rivet.values import HANDLER_ERROR_SUFFIX
 from rivet.worker import EXIT_ABANDONED, Worker, WorkerStats
+from rivet.worker.options import OptionError, resolve
 
 NO_WAIT = RetryPolicy(backoff_secs=0.0, cap_secs=0.0)
 
@@ -257,8 +257,8 @@ def test_a_heartbeat_that_finds_the_lease_taken_stops_the_handler_and_records_th
 
     @job("block", registry=jobs)
     def block(ctx: JobContext):
-        ctx.stop_event.wait(10)
-        stopped.append(ctx.stop_reason[0] if ctx.stop_reason else "")
+        ctx.wait(10)
+        stopped.append(ctx.stop_reason)
         return "too late"
 
     def on_fenced(sender, **kwargs):

@@ -1,6 +1,7 @@
-"""manage.py rivet_dlq: the dead-letter queue of one queue.
+"""manage.py rivet_dlq: the dead-letter queue of one queue, and cancelling into it.
 
-A task is dead when its attempts are used up; a claim buries it, so no reaper is needed.
+A task is dead when its attempts are used up (a claim buries it, so no reaper is needed), when
+its handler raised rivet.Permanent, or when an operator cancelled it (``cancel ID``).
 Exit codes: 0 done, 1 refused (e.g. the id is not a dead task of the queue), 2 bad usage.
 """
 
@@ -15,10 +16,17 @@ from rivet.errors import InvalidInput
 from rivet.producer import resolve_store
 from rivet.stores.base import Store
 from rivet.validation import check_name
-from rivet.values import TaskRecord
+from rivet.values import CancelOutcome, TaskRecord
 
-ACTIONS = ("list", "show", "requeue", "sweep", "purge")
-NEEDS_ID = ("show", "requeue")
+ACTIONS = ("list", "show", "requeue", "sweep", "purge", "cancel")
+NEEDS_ID = ("show", "requeue", "cancel")
+CANCEL_SAYS = {
+    CancelOutcome.CANCELLED: "cancelled {id}: it was not running, so it is in the dead letters now",
+    CancelOutcome.MARKED: (
+        "cancelling {id}: it is running; its worker stops it at the next heartbeat and buries it "
+        "(it is never acked)"
+    ),
+}
 PURGE_CAVEAT = (
     "A purge deletes the rows, so it releases their idempotency keys. Purge only tasks older "
     "than the dedup retention of the effect service; sooner, the same key can make a second "
@@ -35,12 +43,16 @@ class Command(BaseCommand):
     help = (
         "Inspect and act on dead tasks: list, show ID, requeue ID (keeps the idempotency key), "
         "sweep (bury pending tasks with no attempts left and no live lease; use only when no "
-        "worker polls the queue), purge (delete dead rows; asks first unless --yes)."
+        "worker polls the queue), purge (delete dead rows; asks first unless --yes), cancel ID "
+        "(bury a pending task now, or stop a running one at its next heartbeat; requeue "
+        "revives it)."
     )
 
     def add_arguments(self, parser):
         parser.add_argument("action", choices=ACTIONS)
-        parser.add_argument("task_id", nargs="?", type=int, help="task id, for show and requeue")
+        parser.add_argument(
+            "task_id", nargs="?", type=int, help="task id, for show, requeue and cancel"
+        )
         parser.add_argument("--queue", help="queue name (default: RIVET['QUEUE'])")
         parser.add_argument("--limit", type=int, default=100, help="rows to list (default 100)")
         parser.add_argument(
@@ -65,6 +77,8 @@ class Command(BaseCommand):
             self.show_task(store, queue, task_id)
         elif action == "requeue":
             self.requeue(store, queue, task_id)
+        elif action == "cancel":
+            self.cancel(store, queue, task_id)
         elif action == "sweep":
             count = store.dead_sweep(queue)
             self.stdout.write(f"swept {count} task(s) with no attempts left into the dead letters")
@@ -108,6 +122,17 @@ class Command(BaseCommand):
             else "it has no idempotency key, so its handler's effect is not protected"
         )
         self.stdout.write(f"requeued {task_id} with fresh attempts; {note}")
+
+    def cancel(self, store: Store, queue: str, task_id: int) -> None:
+        task = store.task_get(task_id)
+        if task is None or task.queue != queue:
+            raise CommandError(f"task {task_id} not found in queue {queue}", returncode=1)
+        outcome = store.task_cancel(task_id)
+        if outcome not in CANCEL_SAYS:
+            state = store.task_get(task_id)
+            now = state.state if state else "gone"
+            raise CommandError(f"task {task_id} is {now}; nothing to cancel", returncode=1)
+        self.stdout.write(CANCEL_SAYS[outcome].format(id=task_id))
 
     def purge(self, store: Store, queue: str, older_than: float | None, yes: bool) -> None:
         if older_than is not None and older_than < 0:

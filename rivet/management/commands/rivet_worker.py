@@ -19,10 +19,10 @@ from rivet.conf import rivet_settings
 from rivet.errors import RivetConfigError
 from rivet.failpoints import Failpoints, install
 from rivet.retry import RetryPolicy
-from rivet.runtime.options import OPTIONS, resolve
-from rivet.runtime.pool import configure_pool
-from rivet.runtime.process import install_signal_handlers
 from rivet.worker import EXIT_STORE_ERROR, Worker
+from rivet.worker.options import OPTIONS, resolve
+from rivet.worker.pool import configure_pool
+from rivet.worker.process import install_signal_handlers
 
 
 class Command(BaseCommand):

@@ -1,13 +1,13 @@
 """The worker runtime: claim into free slots, run handlers on threads, settle each attempt.
 
-One loop thread claims, acks and fails; one guard thread (rivet.guard) heartbeats; on
+One loop thread claims and settles; one guard thread (``rivet.worker.guard``) heartbeats; on
 PostgreSQL a listener thread turns enqueue notifications (LISTEN) into wake-ups of the loop,
 which otherwise polls every ``poll_interval``; each handler runs on its own daemon thread. A
 claim asks for exactly as many tasks as there are free slots, so no claimed task waits behind
 another while its lease runs out.
 
 Each attempt ends in exactly one store write (or, when the lease cannot be confirmed, none):
-``rivet.runtime.settle`` says which. A handler the guard stopped (lease fenced, local deadline
+``rivet.worker.settle`` says which. A handler the guard stopped (lease fenced, local deadline
 passed) is never acked.
 
 Handlers that will not return. Python cannot kill a thread. A handler stopped by the guard (or
@@ -22,7 +22,7 @@ again) and the worker exits with code 3 instead of 0.
 
 Database connections (``pool_size``). Django gives each thread its own connection. On
 PostgreSQL the ``rivet_worker`` command makes them come from one psycopg pool of at most
-``pool_size`` (``rivet.runtime.pool``): the loop's (claim, ack, fail), the guard's (heartbeats)
+``pool_size`` (``rivet.worker.pool``): the loop's (claim, settle), the guard's (heartbeats)
 and one for each handler thread that uses the ORM, returned to the pool when the handler ends.
 Keep ``pool_size >= concurrency + 2`` (the worker warns otherwise): a heartbeat that waits for a
 connection can lose its lease. The store's LISTEN connection is outside the pool. Stale
@@ -46,14 +46,16 @@ from django.db import close_old_connections, connections
 from rivet import logs, signals
 from rivet.errors import InvalidInput, UnknownJob
 from rivet.failpoints import Failpoints, active, fired_by
-from rivet.guard import Guard, Running, StopKind
-from rivet.jobs import JobContext, JobRegistry, registry
+from rivet.jobs import JobRegistry, registry
 from rivet.retry import RetryPolicy
-from rivet.runtime.process import default_owner
-from rivet.runtime.settle import Outcome, Settler, send_signal
 from rivet.stores.base import Store
 from rivet.validation import check_name
 from rivet.values import Claimed
+from rivet.worker.attempt import Attempt, AttemptState, StopKind
+from rivet.worker.guard import Guard
+from rivet.worker.options import checked
+from rivet.worker.process import default_owner
+from rivet.worker.settle import Outcome, Settler, send_signal
 
 EXIT_OK = 0
 EXIT_STORE_ERROR = 1  # --once could not claim: the database failed
@@ -70,6 +72,7 @@ class WorkerStats:
     failed: int = 0  # attempts that ended in an error, a timeout or an unknown kind
     retried: int = 0
     dead: int = 0
+    cancelled: int = 0  # attempts an operator cancelled, buried without an ack
     fenced: int = 0
     lost: int = 0  # attempts left to lapse: no heartbeat could confirm the lease, or a write failed
     abandoned: int = 0
@@ -79,7 +82,7 @@ class WorkerStats:
     @property
     def processed(self) -> int:
         """Attempts this worker settled, whatever the outcome."""
-        return self.acked + self.retried + self.dead + self.fenced + self.lost
+        return self.acked + self.retried + self.dead + self.cancelled + self.fenced + self.lost
 
 
 class Worker:
@@ -108,15 +111,15 @@ class Worker:
         self.store = store
         self.queues = [check_name("queue", q) for q in queues]
         self.owner = owner or default_owner()
-        self.lease_ttl = _positive("lease_ttl", lease_ttl)
-        self.concurrency = _at_least("concurrency", concurrency, 1)
+        self.lease_ttl = checked("lease_ttl", lease_ttl)
+        self.concurrency = checked("concurrency", concurrency)
         self.retry_policy = retry_policy or RetryPolicy()
-        self.pool_size = _at_least("pool_size", pool_size, 2)
-        self.poll_interval = _positive("poll_interval", poll_interval)
-        self.job_timeout = None if job_timeout is None else _positive("job_timeout", job_timeout)
-        self.shutdown_timeout = _positive("shutdown_timeout", shutdown_timeout, zero_ok=True)
+        self.pool_size = checked("pool_size", pool_size)
+        self.poll_interval = checked("poll_interval", poll_interval)
+        self.job_timeout = None if job_timeout is None else checked("job_timeout", job_timeout)
+        self.shutdown_timeout = checked("shutdown_timeout", shutdown_timeout)
         self.once = once
-        self.max_jobs = None if max_jobs is None else _at_least("max_jobs", max_jobs, 1)
+        self.max_jobs = None if max_jobs is None else checked("max_jobs", max_jobs)
         self.max_abandoned = max_abandoned or max(1, self.concurrency // 2)
         self.registry = registry
         self.clock = clock
@@ -125,7 +128,7 @@ class Worker:
             raise InvalidInput("a worker needs at least one queue")
         self.guard = Guard(store=store, lease_ttl=self.lease_ttl, clock=clock, notify=self._notify)
         self._events: queue_module.SimpleQueue = queue_module.SimpleQueue()
-        self._running: dict[Any, Running] = {}
+        self._running: dict[Any, Attempt] = {}
         self._stopping = threading.Event()
         self._listener_done = threading.Event()
         self._counts: Counter[str] = Counter()
@@ -221,20 +224,20 @@ class Worker:
         deadline = self.clock() + self.shutdown_timeout
         while self._busy() and self.clock() < deadline:
             self._process_events(timeout=min(0.1, max(deadline - self.clock(), 0.0)))
-        for running in [r for r in self._running.values() if not r.returned]:
-            running.stop(StopKind.SHUTDOWN, "worker shutting down", self.clock())
-            if not running.settled:
-                self.settler.settle_stopped(running)
-            self._abandon(running)
+        for attempt in [a for a in self._running.values() if a.busy]:
+            attempt.stop(StopKind.SHUTDOWN, "worker shutting down", self.clock())
+            if not attempt.settled:
+                self.settler.settle_stopped(attempt)
+            self._abandon(attempt)
         return self._busy()
 
     # -- slots and claims --------------------------------------------------------------------
 
     def _unsettled(self) -> int:
-        return sum(1 for r in self._running.values() if not r.settled)
+        return sum(1 for a in self._running.values() if not a.settled)
 
     def _busy(self) -> int:
-        return sum(1 for r in self._running.values() if not r.returned)
+        return sum(1 for a in self._running.values() if a.busy)
 
     def _free_slots(self) -> int:
         free = self.concurrency - self._busy()
@@ -243,7 +246,8 @@ class Worker:
         return max(free, 0)
 
     def _finished(self) -> int:
-        return sum(self._counts[k] for k in ("acked", "retried", "dead", "fenced", "lost"))
+        settled = ("acked", "retried", "dead", "cancelled", "fenced", "lost")
+        return sum(self._counts[k] for k in settled)
 
     def _enough_jobs(self) -> bool:
         return self.max_jobs is not None and self._finished() >= self.max_jobs
@@ -280,42 +284,43 @@ class Worker:
         self.failpoints.fire("after_claim")
         definition = self.registry.find(claimed.kind)
         timeout = definition.timeout_secs if definition else None
-        running = Running(
+        attempt = Attempt(
             claimed=claimed,
-            context=_context(claimed),
             definition=definition,
             started=started,
             lease_ttl=self.lease_ttl,
             timeout_secs=timeout or self.job_timeout,
         )
-        self._running[running.lease] = running
+        self._running[attempt.lease] = attempt
         if definition is None:
-            self._fail_unknown(running)
+            self._fail_unknown(attempt)
             return
-        self.guard.track(running)
+        self.guard.track(attempt)
         thread = threading.Thread(
-            target=self._execute, args=(running,), name=f"rivet-task-{claimed.task_id}"
+            target=self._execute, args=(attempt,), name=f"rivet-task-{claimed.task_id}"
         )
         thread.daemon = True
         thread.start()
 
-    def _execute(self, running: Running) -> None:
+    def _execute(self, attempt: Attempt) -> None:
         """The handler thread: run the handler, hand the outcome to the loop."""
+        definition = attempt.definition
+        assert definition is not None
         try:
-            send_signal(signals.task_processing, self, running)
-            if "before_effect" not in fired_by(running.definition.handler):
+            send_signal(signals.task_processing, self, attempt)
+            if "before_effect" not in fired_by(definition.handler):
                 self.failpoints.fire("before_effect")
-            outcome = Outcome(result=running.definition(running.context))
+            outcome = Outcome(result=definition(attempt.context))
         except BaseException as exc:  # a handler may raise anything; it is the attempt's error
             outcome = Outcome(error=exc)
         finally:
             connections.close_all()  # this thread's connections only
-        self._events.put((running, outcome))
+        self._events.put((attempt, outcome))
 
     # -- events from handler threads and the guard -------------------------------------------
 
-    def _notify(self, running: Running) -> None:
-        self._events.put((running, None))
+    def _notify(self, attempt: Attempt) -> None:
+        self._events.put((attempt, None))
 
     def _process_events(self, timeout: float) -> bool:
         """Handle what handler threads and the guard reported; False when nothing came."""
@@ -331,76 +336,49 @@ class Worker:
             except queue_module.Empty:
                 return True
 
-    def _on_event(self, running: Running, outcome: Outcome | None) -> None:
+    def _on_event(self, attempt: Attempt, outcome: Outcome | None) -> None:
         if outcome is not None:
-            running.returned = True
-            if running.abandoned:
-                logs.task_event("rejoined", running.claimed)
-        if not running.settled:
-            if outcome is None or running.stop_kind is not None:
-                self.settler.settle_stopped(running)
+            if attempt.state is AttemptState.ABANDONED:
+                logs.task_event("rejoined", attempt.claimed)
+            attempt.mark_returned()
+        if not attempt.settled:
+            if outcome is None or attempt.stop_kind is not None:
+                self.settler.settle_stopped(attempt)
             else:
-                self.settler.settle(running, outcome)
-        if running.settled and running.returned:
-            self._running.pop(running.lease, None)
+                self.settler.settle(attempt, outcome)
+        if attempt.state is AttemptState.FINISHED:
+            self._running.pop(attempt.lease, None)
 
     def _check_abandoned(self) -> None:
         now = self.clock()
-        for running in list(self._running.values()):
-            late = running.stopped_at is not None and now - running.stopped_at >= self.lease_ttl
-            if late and not running.returned and not running.abandoned:
-                self._abandon(running)
-        stuck = sum(1 for r in self._running.values() if r.abandoned and not r.returned)
+        for attempt in list(self._running.values()):
+            late = attempt.stopped_at is not None and now - attempt.stopped_at >= self.lease_ttl
+            if late and attempt.busy:
+                self._abandon(attempt)
+        stuck = sum(1 for a in self._running.values() if a.state is AttemptState.ABANDONED)
         if stuck >= self.max_abandoned and not self._gave_up:
             self._gave_up = True
             logs.event("too_many_abandoned", logging.ERROR, owner=self.owner, abandoned=stuck)
             self.stop()
 
-    def _fail_unknown(self, running: Running) -> None:
+    def _fail_unknown(self, attempt: Attempt) -> None:
         """An unknown kind is never run: the attempt fails with the error naming the kind."""
         try:
-            self.registry.get(running.claimed.kind)
+            self.registry.get(attempt.claimed.kind)
         except UnknownJob as exc:
-            logs.task_event("unknown_kind", running.claimed, logging.ERROR)
-            self.settler.fail(running, exc)
-        self._running.pop(running.lease, None)
+            logs.task_event("unknown_kind", attempt.claimed, logging.ERROR)
+            self.settler.fail(attempt, exc)
+        self._running.pop(attempt.lease, None)
 
-    def _abandon(self, running: Running) -> None:
-        if not running.abandoned:
-            running.abandoned = True
+    def _abandon(self, attempt: Attempt) -> None:
+        if attempt.abandon():
             self._counts["abandoned"] += 1
             logs.task_event(
-                "abandoned", running.claimed, logging.WARNING, reason=running.stop_reason
+                "abandoned", attempt.claimed, logging.WARNING, reason=attempt.stop_reason
             )
 
 
-def _context(claimed: Claimed) -> JobContext:
-    return JobContext(
-        task_id=claimed.task_id,
-        queue=claimed.queue,
-        kind=claimed.kind,
-        payload=claimed.payload,
-        attempt=claimed.attempt,
-        max_attempts=claimed.max_attempts,
-        idem_key=claimed.idem_key,
-        epoch=claimed.epoch,
-        owner=claimed.owner,
-    )
-
-
 def _summary(stats: WorkerStats) -> dict[str, int]:
-    fields = ("claimed", "acked", "failed", "retried", "dead", "fenced", "lost", "abandoned")
+    fields = ("claimed", "acked", "failed", "retried", "dead", "cancelled", "fenced", "lost")
+    fields += ("abandoned",)
     return {name: getattr(stats, name) for name in fields}
-
-
-def _positive(name: str, value: float, *, zero_ok: bool = False) -> float:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if not ok or value < 0 or (value == 0 and not zero_ok):
-        raise InvalidInput(f"{name} must be a number {'>= 0' if zero_ok else '> 0'}, got {value!r}")
-    return float(value)
-
-
-def _at_least(name: str, value: int, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise InvalidInput(f"{name} must be an integer >= {low}, got {value!r}")
-    return value

@@ -3,13 +3,14 @@
 The guard thread extends every held lease every ``lease_ttl / 3`` seconds. Each running task
 has a local deadline on the worker's monotonic clock: the clock reading taken *before* the
 claim (or the last successful heartbeat) plus ``lease_ttl``, so it never falls later than the
-database's own ``visible_at``. The guard stops a handler (``context.stop(reason)``) when:
+database's own ``visible_at``. The guard stops a handler (``Attempt.stop``) when:
 
 - a heartbeat comes back without its lease: another claim bumped the epoch (``FENCED``);
 - its local deadline passes with no successful heartbeat, e.g. the database is unreachable
   (``EXPIRED``) — a lapsed deadline is first re-checked with a heartbeat, so a worker that was
   only paused (SIGSTOP) learns whether it was really fenced;
-- it overruns its job timeout (``TIMEOUT``).
+- it overruns its job timeout (``TIMEOUT``);
+- a heartbeat reports that an operator cancelled the task (``CANCELLED``).
 
 The guard never writes an outcome itself: it marks the task stopped and tells the worker's loop
 (``notify``), which settles it. No database time is ever computed from the local clock.
@@ -17,7 +18,6 @@ The guard never writes an outcome itself: it marks the task stopped and tells th
 
 from __future__ import annotations
 
-import enum
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -25,65 +25,9 @@ from collections.abc import Callable, Iterable
 from django.db import close_old_connections, connections
 
 from rivet import logs
-from rivet.jobs import JobContext, JobDefinition
 from rivet.stores.base import Store
-from rivet.values import Claimed, Lease
-
-
-class StopKind(enum.Enum):
-    FENCED = "fenced"
-    """A heartbeat showed the lease belongs to a newer claim."""
-    EXPIRED = "expired"
-    """The local lease deadline passed and no heartbeat could confirm the lease."""
-    TIMEOUT = "timeout"
-    """The handler ran longer than its job timeout."""
-    SHUTDOWN = "shutdown"
-    """The worker gave up waiting for the handler at shutdown."""
-
-
-class Running:
-    """One claimed task in this worker: its lease, its handler's context and its deadlines."""
-
-    def __init__(
-        self,
-        *,
-        claimed: Claimed,
-        context: JobContext,
-        definition: JobDefinition | None,
-        started: float,
-        lease_ttl: float,
-        timeout_secs: float | None,
-    ) -> None:
-        self.claimed = claimed
-        self.context = context
-        self.definition = definition
-        # started: the monotonic reading taken before the claim was sent.
-        self.lease_deadline = started + lease_ttl
-        self.timeout_secs = timeout_secs
-        self.job_deadline = None if timeout_secs is None else started + timeout_secs
-        self.stop_kind: StopKind | None = None
-        self.stopped_at: float | None = None
-        self.settled = False  # the worker wrote (or decided not to write) the outcome
-        self.returned = definition is None  # the handler thread is finished (or never ran)
-        self.abandoned = False
-        self._lock = threading.Lock()
-
-    @property
-    def lease(self) -> Lease:
-        return self.claimed.lease
-
-    def stop(self, kind: StopKind, reason: str, now: float) -> bool:
-        """Stop the handler once; False when it was already stopped."""
-        with self._lock:
-            if self.stop_kind is not None:
-                return False
-            self.stop_kind, self.stopped_at = kind, now
-        self.context.stop(reason)
-        return True
-
-    @property
-    def stop_reason(self) -> str:
-        return self.context.stop_reason[0] if self.context.stop_reason else ""
+from rivet.values import CANCELLED_SUFFIX, Lease
+from rivet.worker.attempt import Attempt, StopKind
 
 
 class Guard:
@@ -95,7 +39,7 @@ class Guard:
         store: Store,
         lease_ttl: float,
         clock: Callable[[], float],
-        notify: Callable[[Running], None],
+        notify: Callable[[Attempt], None],
     ) -> None:
         self.store = store
         self.lease_ttl = lease_ttl
@@ -103,21 +47,21 @@ class Guard:
         self.notify = notify
         self.interval = lease_ttl / 3
         self.tick_secs = min(self.interval, 0.2)
-        self._tracked: dict[Lease, Running] = {}
+        self._tracked: dict[Lease, Attempt] = {}
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._next_beat = 0.0
         self._thread: threading.Thread | None = None
 
-    def track(self, running: Running) -> None:
+    def track(self, running: Attempt) -> None:
         with self._lock:
             self._tracked[running.lease] = running
 
-    def untrack(self, running: Running) -> None:
+    def untrack(self, running: Attempt) -> None:
         with self._lock:
             self._tracked.pop(running.lease, None)
 
-    def tracked(self) -> list[Running]:
+    def tracked(self) -> list[Attempt]:
         with self._lock:
             return list(self._tracked.values())
 
@@ -150,7 +94,7 @@ class Guard:
             self._next_beat = now + self.interval
         self.check_deadlines(self.clock())
 
-    def heartbeat(self, running: Iterable[Running]) -> bool:
+    def heartbeat(self, running: Iterable[Attempt]) -> bool:
         """Extend these leases; stop the ones the store no longer holds. False on an error."""
         running = [r for r in running if r.stop_kind is None]
         if not running:
@@ -162,8 +106,13 @@ class Guard:
             logs.event("heartbeat_failed", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
             close_old_connections()
             return False
+        cancelled = getattr(held, "cancelled", frozenset())
         for r in running:
-            if r.lease.task_id in held:
+            if r.lease.task_id in cancelled:
+                r.lease_deadline = started + self.lease_ttl
+                if r.stop(StopKind.CANCELLED, CANCELLED_SUFFIX, self.clock()):
+                    self.notify(r)
+            elif r.lease.task_id in held:
                 r.lease_deadline = started + self.lease_ttl
             elif r.stop(StopKind.FENCED, "lease lost (fenced)", self.clock()):
                 self.notify(r)

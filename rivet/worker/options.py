@@ -2,7 +2,8 @@
 
 Every value goes through one parser, whichever of the three it came from, so a bad value is
 refused the same way and the message names where it came from (``--concurrency``,
-``RIVET_LEASE_TTL_SECS`` or ``RIVET['POOL_SIZE']``) and what is expected.
+``RIVET_LEASE_TTL_SECS`` or ``RIVET['POOL_SIZE']``) and what is expected. The same table
+serves the system checks (``rivet.checks``) and the Worker's keyword arguments (``checked``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class Expected(ValueError):
 
 
 def _number(text: Any) -> float:
+    if isinstance(text, bool):
+        raise Expected("a number of seconds")
     try:
         value = float(text)
     except (TypeError, ValueError):
@@ -52,6 +55,8 @@ def non_negative_secs(text: Any) -> float:
 
 def integer_at_least(low: int) -> Callable[[Any], int]:
     def parse(text: Any) -> int:
+        if isinstance(text, bool | float):
+            raise Expected(f"an integer >= {low}")
         try:
             value = int(str(text).strip())
         except ValueError:
@@ -205,6 +210,31 @@ OPTIONS = (
         help="text (default) or json, one line per event",
     ),
 )
+
+
+BY_DEST = {option.dest: option for option in OPTIONS}
+
+
+def checked(dest: str, value: Any) -> Any:
+    """A Worker keyword argument through its option's parser; InvalidInput names it."""
+    try:
+        return BY_DEST[dest].parse(value)
+    except Expected as exc:
+        raise InvalidInput(f"{dest} must be {exc}, got {value!r}") from None
+
+
+def setting_errors() -> list[str]:
+    """What is wrong with the worker settings in settings.RIVET, one message per setting."""
+    errors = []
+    for option in OPTIONS:
+        value = None if option.setting is None else getattr(rivet_settings, option.setting)
+        if value is None:
+            continue
+        try:
+            option.parse(value)
+        except Expected as exc:
+            errors.append(f"RIVET[{option.setting!r}] must be {exc}, got {value!r}")
+    return errors
 
 
 def _pick(option: Option, flags: Mapping[str, Any], environ: Mapping[str, str]):

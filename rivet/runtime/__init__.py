@@ -1,1 +1,0 @@
-"""Parts of the worker runtime that rivet.worker composes: settling attempts, worker options."""

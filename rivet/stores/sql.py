@@ -1,0 +1,387 @@
+"""SqlStore: the Store semantics written once for every SQL dialect rivet runs on.
+
+Row mapping, JSON handling, finding the task a key already names, the claim-and-bury loop,
+settling decisions, cancelling and driver-error translation live here. A dialect
+(``rivet.stores.sqlite``, ``rivet.stores.postgres``) keeps what differs: its connection and
+transaction handling (``_reading``/``_writing``), its named queries (a ``.sql`` file), how a
+batch of decisions reaches the database (``_settle_rows``), and how it passes lists and times.
+The memory store mirrors this module operation by operation; ``rivet.conformance`` is the proof.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from datetime import datetime
+from typing import Any
+
+from django.db import Error as DjangoDatabaseError
+from django.db import IntegrityError, InterfaceError, OperationalError
+
+from rivet.errors import IdempotencyMismatch, StoreError, StoreUnavailable
+from rivet.stores.base import Store
+from rivet.values import (
+    CANCELLED_SUFFIX,
+    Ack,
+    Bury,
+    CancelOutcome,
+    ClaimBatch,
+    Claimed,
+    Decision,
+    EnqueueResult,
+    Fence,
+    Held,
+    Lease,
+    QueueStats,
+    Retry,
+    Settled,
+    TaskRecord,
+    TaskSpec,
+    claim_burial,
+    ending,
+)
+
+#: How often an enqueue re-inserts after its conflicting row vanished (acked or purged).
+INSERT_TRIES = 3
+TIME_COLUMNS = ("visible_at", "created_at", "updated_at")
+
+
+def json_text(value: Any) -> str | None:
+    """A result as stored JSON text; None is SQL NULL, as the ORM stores it."""
+    return None if value is None else json.dumps(value, separators=(",", ":"))
+
+
+def json_value(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def rows_of(cursor: Any) -> list[dict[str, Any]]:
+    """Every row of the last statement as {column: value}."""
+    rows = cursor.fetchall()
+    names = [column[0] for column in cursor.description or ()]
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+def settle_row(decision: Decision) -> dict[str, Any]:
+    """One decision as the columns a settle statement takes (state None: a fence only)."""
+    lease = decision.lease
+    row = {
+        "task_id": lease.task_id,
+        "epoch": lease.epoch,
+        "owner": lease.owner,
+        "op": decision.op,
+        "state": None,
+        "result": None,
+        "error": None,
+        "delay": 0.0,
+    }
+    if isinstance(decision, Ack):
+        row.update(state="done", result=json_text(decision.result))
+    elif isinstance(decision, Retry):
+        row.update(state="pending", error=decision.error, delay=max(float(decision.delay), 0.0))
+    elif isinstance(decision, Bury):
+        row.update(state="dead", error=decision.error)
+    return row
+
+
+def outcome_of(decision: Decision, applied: bool | None) -> Settled:
+    """Settled for a decision: ``applied`` is None (fenced), False (applied), True (cancelled)."""
+    if applied is None or isinstance(decision, Fence):
+        return Settled.FENCED
+    if applied:
+        return Settled.CANCELLED
+    if isinstance(decision, Ack):
+        return Settled.ACKED
+    return Settled.RETRIED if isinstance(decision, Retry) else Settled.BURIED
+
+
+class SqlStore(Store):
+    """The shared half of a SQL store; subclasses supply the dialect half."""
+
+    joins_django_transaction = True
+    queries: dict[str, str] = {}
+    #: Exceptions of the dialect's driver, translated into StoreError at the boundary.
+    driver_errors: tuple[type[Exception], ...] = ()
+    #: Driver errors that mean "unreachable, or the connection dropped": StoreUnavailable.
+    transient_errors: tuple[type[Exception], ...] = ()
+    using: str
+
+    # -- the dialect half --------------------------------------------------------------------
+
+    @abstractmethod
+    def _reading(self) -> AbstractContextManager[Any]:
+        """A cursor for reads, in the caller's transaction if there is one."""
+
+    @abstractmethod
+    def _writing(self) -> AbstractContextManager[Any]:
+        """A cursor in a write transaction (a savepoint inside the caller's atomic block)."""
+
+    def _one_statement(self) -> AbstractContextManager[Any]:
+        """A cursor for a write that is one statement (a dialect may skip the transaction)."""
+        return self._writing()
+
+    @abstractmethod
+    def _settle_rows(self, cursor: Any, rows: list[dict[str, Any]]) -> dict[int, bool]:
+        """Apply settle rows, fencing stale ones; {position: cancelled} of the rows applied."""
+
+    def _claim_rows(self, cursor: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """Lease the next runnable tasks of a queue; rows in claim order, doomed ones flagged."""
+        return self._rows(cursor, "claim", params)
+
+    def _ids(self, ids: Sequence[int]) -> Any:
+        """A list of ids as the dialect's queries take it."""
+        return list(ids)
+
+    def _at(self, moment: datetime | None) -> Any:
+        """An explicit time (run_at) as the dialect's queries take it."""
+        return moment
+
+    def _time(self, value: Any) -> datetime:
+        """A stored timestamp as an aware datetime."""
+        return value
+
+    def _claim_params(self, cursor: Any, owner: str, lease_ttl: float) -> dict[str, Any]:
+        return {"owner": owner, "ttl": float(lease_ttl)}
+
+    def _oldest_ready_age(self, row: dict[str, Any]) -> float | None:
+        """Take the oldest ready age (seconds) out of a queue_stats row."""
+        age = row.pop("oldest_ready_age_secs")
+        return None if age is None else float(age)
+
+    def _error_message(self, exc: Exception) -> str:
+        return str(exc)
+
+    def _after_error(self) -> None:
+        """Called after a driver error, e.g. to let Django reconnect next time."""
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    @contextmanager
+    def _translated(self, op: str) -> Iterator[None]:
+        try:
+            yield
+        except (DjangoDatabaseError, *self.driver_errors) as exc:
+            self._after_error()
+            unreachable = isinstance(
+                exc, (OperationalError, InterfaceError, *self.transient_errors)
+            )
+            raise (StoreUnavailable if unreachable else StoreError)(
+                f"{self.name} store on database alias {self.using!r} failed in {op}: "
+                f"{self._error_message(exc)}"
+            ) from exc
+
+    def _common_params(self) -> dict[str, Any]:
+        """Parameters every query may use: the cancel ending, and the dialect's own."""
+        return {"cancelled_error": CANCELLED_SUFFIX}
+
+    def _rows(self, cursor: Any, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        cursor.execute(self.queries[query], {**self._common_params(), **params})
+        return rows_of(cursor) if cursor.description else []
+
+    def _record(self, row: dict[str, Any]) -> TaskRecord:
+        fields = {**row, "payload": json_value(row["payload"]), "result": json_value(row["result"])}
+        fields.update({column: self._time(row[column]) for column in TIME_COLUMNS})
+        fields["cancel_requested"] = bool(row["cancel_requested"])
+        return TaskRecord(**fields)
+
+    # -- enqueue -----------------------------------------------------------------------------
+
+    def _spec_params(self, spec: TaskSpec) -> dict[str, Any]:
+        return {
+            "queue": spec.queue,
+            "kind": spec.kind,
+            "payload": spec.payload_param,
+            "idem_key": spec.idem_key,
+            "unique_key": spec.unique_key,
+            "max_attempts": spec.max_attempts,
+            "run_at": self._at(spec.run_at),
+            "delay": float(spec.delay_secs),
+            "priority": spec.priority,
+        }
+
+    def task_enqueue(self, spec: TaskSpec) -> EnqueueResult:
+        with self._translated("task_enqueue"), self._writing() as cursor:
+            return self._enqueue_one(cursor, spec)
+
+    def task_enqueue_many(self, specs: Sequence[TaskSpec]) -> list[EnqueueResult]:
+        if not specs:
+            return []
+        with self._translated("task_enqueue_many"), self._writing() as cursor:
+            return [self._enqueue_one(cursor, spec) for spec in specs]
+
+    def _enqueue_one(self, cursor: Any, spec: TaskSpec) -> EnqueueResult:
+        params = self._spec_params(spec)
+        for _ in range(INSERT_TRIES):
+            inserted = self._rows(cursor, "enqueue", params)
+            if inserted:
+                return EnqueueResult(task_id=inserted[0]["id"])
+            existing = self._find_existing(cursor, spec)
+            if existing is not None:
+                return existing
+        raise StoreError(
+            f"enqueue of {spec.kind!r} on {spec.queue!r} conflicted {INSERT_TRIES} times with "
+            "a task that then disappeared; retry the enqueue"
+        )
+
+    def _find_existing(self, cursor: Any, spec: TaskSpec) -> EnqueueResult | None:
+        """The task a key already names (idem_key first, then the pending unique job)."""
+        if spec.idem_key is not None:
+            for row in self._rows(cursor, "find_by_idem_key", {"idem_key": spec.idem_key}):
+                work = (row["queue"], row["kind"], json_value(row["payload"]))
+                if work != (spec.queue, spec.kind, json.loads(spec.payload_json)):
+                    raise IdempotencyMismatch(spec.idem_key, row["id"])
+                return EnqueueResult(task_id=row["id"], duplicate=True)
+        if spec.unique_key is not None:
+            params = {"kind": spec.kind, "unique_key": spec.unique_key}
+            for row in self._rows(cursor, "find_unique_pending", params):
+                return EnqueueResult(task_id=row["id"], duplicate=True)
+        return None
+
+    # -- claim and leases --------------------------------------------------------------------
+
+    def task_claim(
+        self, *, queues: Sequence[str], owner: str, limit: int, lease_ttl: float
+    ) -> ClaimBatch:
+        claimed: list[Claimed] = []
+        doomed: list[dict[str, Any]] = []
+        with self._translated("task_claim"), self._writing() as cursor:
+            params = self._claim_params(cursor, owner, lease_ttl)
+            for queue in queues:
+                if len(claimed) >= limit:
+                    break
+                claimed += self._claim_queue(cursor, queue, limit - len(claimed), params, doomed)
+            if doomed:
+                self._bury_doomed(cursor, doomed)
+        return ClaimBatch(claimed=claimed, buried=len(doomed))
+
+    def _claim_queue(
+        self,
+        cursor: Any,
+        queue: str,
+        limit: int,
+        params: dict[str, Any],
+        doomed: list[dict[str, Any]],
+    ) -> list[Claimed]:
+        """Walk one queue in claim order: lease up to ``limit``; collect the doomed rows met."""
+        claimed: list[Claimed] = []
+        seen: list[int] = []
+        while len(claimed) < limit:
+            wanted = limit - len(claimed)
+            pick = {**params, "queue": queue, "limit": wanted, "seen": self._ids(seen)}
+            rows = self._claim_rows(cursor, pick)
+            if not rows:
+                break
+            for row in rows:
+                if row["doomed"]:
+                    doomed.append(row)
+                else:
+                    row = {**row, "payload": json_value(row["payload"])}
+                    claimed.append(Claimed.from_row(row, params["owner"]))
+            seen += [row["id"] for row in rows]
+            if len(rows) < wanted:
+                break
+        return claimed
+
+    def _bury_doomed(self, cursor: Any, rows: list[dict[str, Any]]) -> None:
+        """Bury rows no claim may run (attempts used up, or cancelled), under their epoch."""
+        burials = [
+            Bury(
+                lease=Lease(task_id=row["id"], epoch=row["lease_epoch"]),
+                error=claim_burial(row["last_error"], bool(row["cancel_requested"])),
+            )
+            for row in rows
+        ]
+        self._settle_rows(cursor, [settle_row(burial) for burial in burials])
+
+    def lease_extend(self, leases: Sequence[Lease], lease_ttl: float) -> Held:
+        if not leases:
+            return Held()
+        params = {
+            "task_ids": self._ids([lease.task_id for lease in leases]),
+            "epochs": self._ids([lease.epoch for lease in leases]),
+            "ttl": float(lease_ttl),
+        }
+        with self._translated("lease_extend"), self._one_statement() as cursor:
+            rows = self._rows(cursor, "lease_extend", params)
+        return Held(
+            (row["id"] for row in rows), (row["id"] for row in rows if row["cancel_requested"])
+        )
+
+    # -- settle and cancel -------------------------------------------------------------------
+
+    def task_settle(self, decisions: Sequence[Decision]) -> list[Settled]:
+        if not decisions:
+            return []
+        rows = [settle_row(decision) for decision in decisions]
+        with self._translated("task_settle"), self._one_statement() as cursor:
+            applied = self._settle_rows(cursor, rows)
+        return [outcome_of(d, applied.get(i)) for i, d in enumerate(decisions)]
+
+    def task_cancel(self, task_id: int) -> CancelOutcome:
+        with self._translated("task_cancel"), self._writing() as cursor:
+            rows = self._rows(cursor, "cancel_pick", {"task_id": task_id})
+            if not rows:
+                return CancelOutcome.NOT_FOUND
+            row = rows[0]
+            if row["state"] != "pending":
+                return CancelOutcome.FINISHED
+            if row["leased"]:
+                self._rows(cursor, "cancel_mark", {"task_id": task_id})
+                return CancelOutcome.MARKED
+            lease = Lease(task_id=task_id, epoch=row["lease_epoch"])
+            burial = Bury(lease=lease, error=ending(row["last_error"], CANCELLED_SUFFIX))
+            self._settle_rows(cursor, [settle_row(burial)])
+            return CancelOutcome.CANCELLED
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def task_get(self, task_id: int) -> TaskRecord | None:
+        with self._translated("task_get"), self._reading() as cursor:
+            rows = self._rows(cursor, "task_get", {"task_id": task_id})
+        return self._record(rows[0]) if rows else None
+
+    def task_list(
+        self, *, queue: str | None = None, state: str | None = None, limit: int = 100
+    ) -> list[TaskRecord]:
+        params = {"queue": queue, "state": state, "limit": max(limit, 0)}
+        with self._translated("task_list"), self._reading() as cursor:
+            rows = self._rows(cursor, "task_list", params)
+        return [self._record(row) for row in rows]
+
+    def queue_stats(self, queue: str) -> QueueStats:
+        with self._translated("queue_stats"), self._reading() as cursor:
+            row = self._rows(cursor, "queue_stats", {"queue": queue})[0]
+        age = self._oldest_ready_age(row)
+        return QueueStats(queue=queue, oldest_ready_age_secs=age, **row)
+
+    def fenced_count(self, queue: str | None = None, op: str | None = None) -> int:
+        with self._translated("fenced_count"), self._reading() as cursor:
+            return self._rows(cursor, "fenced_count", {"queue": queue, "op": op})[0]["fenced"]
+
+    # -- dead letters ------------------------------------------------------------------------
+
+    def dead_requeue(self, queue: str, task_id: int) -> bool:
+        params = {"queue": queue, "task_id": task_id}
+        with self._translated("dead_requeue"):
+            try:
+                with self._writing() as cursor:
+                    return bool(self._rows(cursor, "dead_requeue", params))
+            except IntegrityError:
+                # A unique job's pending task was enqueued between our check and our write.
+                return False
+
+    def dead_sweep(self, queue: str) -> int:
+        with self._translated("dead_sweep"), self._writing() as cursor:
+            rows = self._rows(cursor, "sweep_pick", {"queue": queue})
+            if rows:
+                self._bury_doomed(cursor, rows)
+        return len(rows)
+
+    def _purge_dead(self, queue: str, older_than: float | None, ids: list[int] | None) -> int:
+        ids = None if ids is None else self._ids(ids)
+        params = {"queue": queue, "older_than": older_than, "task_ids": ids}
+        with self._translated("dead_purge"), self._writing() as cursor:
+            cursor.execute(self.queries["dead_purge"], {**self._common_params(), **params})
+            return cursor.rowcount

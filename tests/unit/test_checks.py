@@ -1,0 +1,29 @@
+"""System checks of settings.RIVET share the worker's option table: one parser per setting."""
+
+from __future__ import annotations
+
+from rivet.checks import check_rivet_settings
+
+
+def messages(settings, **rivet) -> list[tuple[str, str]]:
+    settings.RIVET = {**settings.RIVET, **rivet}
+    return [(error.id, error.msg) for error in check_rivet_settings()]
+
+
+def test_default_settings_pass(settings):
+    assert messages(settings) == []
+
+
+def test_a_bad_worker_setting_is_refused_as_the_command_would_refuse_it(settings):
+    assert messages(settings, LEASE_TTL_SECS=0, CONCURRENCY=True, RETRY_BACKOFF_SECS=-1) == [
+        ("rivet.E002", "RIVET['LEASE_TTL_SECS'] must be a number of seconds > 0, got 0"),
+        ("rivet.E002", "RIVET['CONCURRENCY'] must be an integer >= 1, got True"),
+        ("rivet.E002", "RIVET['RETRY_BACKOFF_SECS'] must be a number of seconds >= 0, got -1"),
+    ]
+
+
+def test_unknown_keys_and_bad_limits_are_named(settings):
+    found = messages(settings, LEASE_TTL=5, MAX_ATTEMPTS=0, QUEUE="no spaces")
+    assert ("rivet.E001", "unknown setting RIVET['LEASE_TTL']") in found
+    assert ("rivet.E002", "RIVET['MAX_ATTEMPTS'] must be a positive number, got 0") in found
+    assert any("RIVET['QUEUE'] must be queue names" in msg for _, msg in found)

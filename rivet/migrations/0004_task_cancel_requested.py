@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("rivet", "0002_deadletter_permissions"),
+        ("rivet", "0003_admin_indexes"),
     ]
 
     operations = [

@@ -17,6 +17,7 @@ _POSITIVE_NUMBERS = (
     "CONCURRENCY",
     "POOL_SIZE",
     "POLL_INTERVAL_SECS",
+    "CONNECT_TIMEOUT_SECS",
     "SHUTDOWN_TIMEOUT_SECS",
 )
 _STORES = ("auto", "memory", "sqlite", "postgres")

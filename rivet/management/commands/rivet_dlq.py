@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import sys
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput
+from rivet.management.base import RivetCommand
 from rivet.producer import resolve_store
 from rivet.stores.base import Store
 from rivet.validation import check_name
@@ -31,7 +32,7 @@ REQUEUE_NOTE = (
 ERROR_WIDTH = 60
 
 
-class Command(BaseCommand):
+class Command(RivetCommand):
     help = (
         "Inspect and act on dead tasks: list, show ID, requeue ID (keeps the idempotency key), "
         "sweep (bury pending tasks with no attempts left and no live lease; use only when no "

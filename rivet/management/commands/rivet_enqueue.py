@@ -7,15 +7,16 @@ or oversized payload, bad name); nothing is written.
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from rivet.conf import rivet_settings
 from rivet.errors import IdempotencyMismatch, InvalidInput
+from rivet.management.base import RivetCommand
 from rivet.producer import enqueue
 from rivet.validation import parse_payload
 
 
-class Command(BaseCommand):
+class Command(RivetCommand):
     help = "Enqueue one task; a key used before with the same work prints 'duplicate <id>'."
 
     def add_arguments(self, parser):

@@ -47,9 +47,10 @@ def database_from_url(url: str) -> dict:
 
 def _bad_url(url: str, exc: Exception | None) -> ImproperlyConfigured:
     parts = urlsplit(url)
-    shown = (
-        parts._replace(netloc=f"{parts.username}:…@{parts.hostname}") if parts.password else parts
-    )
+    shown = parts
+    if parts.password:
+        host = parts.netloc.rsplit("@", 1)[1]
+        shown = parts._replace(netloc=f"{parts.username}:…@{host}")
     reason = f" ({exc})" if exc else ""
     return ImproperlyConfigured(
         f"database URL {shown.geturl()!r} is not one rivet can use{reason}; expected "

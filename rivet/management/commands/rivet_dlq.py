@@ -6,7 +6,9 @@ Exit codes: 0 done, 1 refused (e.g. the id is not a dead task of the queue), 2 b
 
 from __future__ import annotations
 
+import json
 import sys
+from datetime import datetime
 
 from django.core.management.base import CommandError
 
@@ -92,8 +94,7 @@ class Command(RivetCommand):
 
     def show_task(self, store: Store, queue: str, task_id: int) -> None:
         task = self._dead_task(store, queue, task_id)
-        for name, value in vars(task).items():
-            self.stdout.write(f"{name:<13} {value}")
+        self.stdout.write(json.dumps(vars(task), indent=2, ensure_ascii=False, default=_iso))
 
     def requeue(self, store: Store, queue: str, task_id: int) -> None:
         task = self._dead_task(store, queue, task_id)
@@ -150,3 +151,10 @@ def _short(text: str) -> str:
     """The error on one line, cut from the front: the reason a task died is at the end."""
     line = " ".join(text.split())
     return line if len(line) <= ERROR_WIDTH else "..." + line[-(ERROR_WIDTH - 3) :]
+
+
+def _iso(value: object) -> str:
+    """Timestamps as ISO 8601 in the JSON of ``show``."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")

@@ -23,6 +23,7 @@ from django.db import Error as DjangoDatabaseError
 from django.db import IntegrityError, connections, transaction
 from psycopg import sql
 
+from rivet import logs
 from rivet.conf import rivet_settings
 from rivet.errors import IdempotencyMismatch, StoreError
 from rivet.stores.base import Store
@@ -41,8 +42,6 @@ from rivet.values import (
     TaskSpec,
     join_error,
 )
-
-logger = logging.getLogger(__name__)
 
 QUERIES = load_queries(Path(__file__).with_name("postgres.sql"))
 
@@ -384,7 +383,12 @@ class WakeupListener:
             try:
                 return self._wait_locked(set(queues), deadline, channel)
             except psycopg.Error as exc:
-                logger.warning("rivet wake-up listener failed (%s); polling instead", exc)
+                logs.event(
+                    "listener_failed",
+                    logging.WARNING,
+                    error=" ".join(str(exc).split()),
+                    fallback="polling",
+                )
                 self._close_locked()
         time.sleep(max(deadline - time.monotonic(), 0.0))
         return False

@@ -238,3 +238,19 @@ def test_prune_deletes_old_dedup_rows_and_keeps_effects(effect_service, effect_d
     assert (effect_db.effects(old), effect_db.effects(new)) == (1, 1)
     # An effect older than the retention time is allowed to have lost its dedup row.
     assert effect_service.get("/verify").json["ok"]
+
+
+def test_a_database_that_goes_away_is_503_json_naming_it(start_effect_service, effect_database_url):
+    """The service's database is dropped under it: one JSON line, never an HTML page."""
+    name = f"rivet_effect_gone_{uuid.uuid4().hex[:8]}"
+    admin_url = effect_database_url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+        service = start_effect_service(effect_database_url.rsplit("/", 1)[0] + f"/{name}")
+        assert service.post(new_key(), {"amount": 1}).status == 201
+        admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    reply = service.post(new_key(), {"amount": 1})
+    assert reply.status == 503, reply.text
+    assert reply.json["code"] == "database_unavailable"
+    assert f'database "{name}" does not exist' in reply.json["detail"]
+    assert "does not exist on that server" in reply.json["detail"]

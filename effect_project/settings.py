@@ -54,6 +54,7 @@ REST_FRAMEWORK = {
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "effect_project.effects.errors.json_exception_handler",
 }
 
 # rivet.idempotency: how long a key is remembered, and the largest accepted request body.

@@ -7,3 +7,5 @@ urlpatterns = [
     path("effects/<path:key>", views.EffectDetailView.as_view(), name="effect-detail"),
     path("verify", views.VerifyView.as_view(), name="verify"),
 ]
+
+handler500 = "effect_project.effects.errors.server_error"

@@ -28,6 +28,8 @@ DEFAULTS: dict[str, Any] = {
     # Most connections a worker process holds (its psycopg pool on PostgreSQL).
     "POOL_SIZE": 10,
     "POLL_INTERVAL_SECS": 1.0,
+    # How long a worker waits at start for the database to answer before it exits 1.
+    "CONNECT_TIMEOUT_SECS": 5.0,
     "JOB_TIMEOUT_SECS": None,
     "SHUTDOWN_TIMEOUT_SECS": 30.0,
     # Modules imported at worker start so their @rivet.job functions register.

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import warnings
+from urllib.parse import urlsplit
+
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 SQLITE_ENGINE = "django.db.backends.sqlite3"
+SUPPORTED_ENGINES = {
+    SQLITE_ENGINE,
+    "django.db.backends.postgresql",
+    "django.contrib.gis.db.backends.postgis",
+}
 
 SQLITE_OPTIONS = {
     # BEGIN IMMEDIATE takes the write lock up front, so two claimers (or two requests with one
@@ -21,9 +30,29 @@ def database_from_url(url: str) -> dict:
     CONN_MAX_AGE stays 0 on PostgreSQL: a worker pools its connections instead
     (rivet.worker.pool), and Django refuses a pool beside persistent connections.
     """
-    config = environ.Env.db_url_config(url)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # its "engine not recognized": refused below
+            config = environ.Env.db_url_config(url)
+    except Exception as exc:  # django-environ raises several types for a bad URL
+        raise _bad_url(url, exc) from exc
+    if config.get("ENGINE") not in SUPPORTED_ENGINES:
+        raise _bad_url(url, None)
     if config["ENGINE"] == SQLITE_ENGINE:
         config["OPTIONS"] = {**SQLITE_OPTIONS, **config.get("OPTIONS", {})}
     else:
         config.setdefault("CONN_MAX_AGE", 0)
     return config
+
+
+def _bad_url(url: str, exc: Exception | None) -> ImproperlyConfigured:
+    parts = urlsplit(url)
+    shown = parts
+    if parts.password:
+        host = parts.netloc.rsplit("@", 1)[1]
+        shown = parts._replace(netloc=f"{parts.username}:…@{host}")
+    reason = f" ({exc})" if exc else ""
+    return ImproperlyConfigured(
+        f"database URL {shown.geturl()!r} is not one rivet can use{reason}; expected "
+        "postgres://USER[:PASSWORD]@HOST[:PORT]/NAME or sqlite:///PATH (set DATABASE_URL)"
+    )

@@ -23,14 +23,13 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from rivet import logs
 from rivet.errors import RivetConfigError
 
 ENV_VAR = "RIVET_FAILPOINT"
 SEED_VAR = "RIVET_FAILPOINT_SEED"
 POINTS = ("after_claim", "before_effect", "after_effect_before_ack", "after_ack")
 FORMAT = "name:probability[,name:probability], e.g. after_effect_before_ack:1.0"
-
-logger = logging.getLogger("rivet.failpoints")
 
 
 class FailpointConfigError(RivetConfigError):
@@ -105,7 +104,7 @@ class Failpoints:
         if name not in POINTS:
             raise ValueError(f"unknown failpoint {name!r}; known: {', '.join(POINTS)}")
         if self.should_fire(name):
-            logger.critical("failpoint %s fired: aborting the process", name)
+            logs.event("failpoint_fired", logging.CRITICAL, point=name, then="SIGABRT")
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()
             self._abort()

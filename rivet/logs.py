@@ -3,7 +3,11 @@
 Every line of a task event carries ``task``, ``kind``, ``attempt``, ``epoch`` and ``owner``;
 events are ``claimed``, ``acked``, ``fenced``, ``retry``, ``dead``,
 ``lease_expired``, ``abandoned`` and ``unknown_kind``, plus worker events (``worker_started``,
-``worker_stopping``, ``worker_stopped``). ``--log-format json`` writes one JSON object a line::
+``worker_stopping``, ``worker_stopped``) and operational ones (``listener_failed``,
+``pool_external``, ``pool_undersized``, ``failpoint_fired``). Records of the libraries the
+worker uses (psycopg's pool and driver, ``django.db``) go to the same handler, as events
+``db_pool``, ``db_driver`` and ``db_django`` with the library's words in ``message``.
+``--log-format json`` writes one JSON object a line::
 
     {"ts": "2026-01-01T12:00:00.123+00:00", "level": "info", "event": "acked", "task": 12,
      "kind": "noop", "attempt": 1, "epoch": 1, "owner": "host:4242", "queue": "demo"}
@@ -20,6 +24,9 @@ from typing import Any, TextIO
 LOG_FORMATS = ("text", "json")
 FIELDS_ATTR = "rivet_fields"
 EVENT_ATTR = "rivet_event"
+#: Loggers of libraries the worker uses, sent to the same handler; their records get a stable
+#: event name (by logger prefix) and their own words in ``message``.
+LIBRARY_EVENTS = {"psycopg.pool": "db_pool", "psycopg": "db_driver", "django.db": "db_django"}
 
 logger = logging.getLogger("rivet.worker")
 
@@ -63,9 +70,11 @@ class JsonFormatter(logging.Formatter):
         line: dict[str, Any] = {
             "ts": _timestamp(record),
             "level": record.levelname.lower(),
-            "event": getattr(record, EVENT_ATTR, None) or record.getMessage(),
+            "event": getattr(record, EVENT_ATTR, None) or library_event(record.name),
             "logger": record.name,
         }
+        if not hasattr(record, EVENT_ATTR):
+            line["message"] = record.getMessage()
         line.update(getattr(record, FIELDS_ATTR, {}))
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
@@ -80,6 +89,14 @@ class TextFormatter(logging.Formatter):
         if record.exc_info:
             text += "\n" + self.formatException(record.exc_info)
         return text
+
+
+def library_event(logger_name: str) -> str:
+    """The event name of a record that did not come through :func:`event`."""
+    for prefix, name in LIBRARY_EVENTS.items():
+        if logger_name == prefix or logger_name.startswith(prefix + "."):
+            return name
+    return "log"
 
 
 def _text(value: Any) -> str:
@@ -98,4 +115,12 @@ def configure(log_format: str = "text", *, stream: TextIO | None = None) -> logg
     root.propagate = False
     if root.level == logging.NOTSET:
         root.setLevel(logging.INFO)
+    for name in LIBRARY_EVENTS:
+        library = logging.getLogger(name)
+        if "." in name and name.split(".")[0] in LIBRARY_EVENTS:
+            continue  # a child of a library logger configured here: it propagates to it
+        library.handlers = [handler]
+        library.propagate = False
+        if library.level == logging.NOTSET:
+            library.setLevel(logging.WARNING)
     return handler

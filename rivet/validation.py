@@ -10,16 +10,15 @@ from typing import Any
 
 from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput, PayloadTooLarge
+from rivet.text import unstorable
 from rivet.values import TaskSpec
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
 PRIORITY_MIN, PRIORITY_MAX = -100, 100
-# An escaped NUL in JSON text: \u0000 preceded by an even number of backslashes.
-NUL_ESCAPE_RE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def check_name(what: str, value: Any) -> str:
-    """A queue or kind name: 1..MAX_NAME_LENGTH of letters, digits and ``_ . : -``."""
+    """A queue or kind name: 1..MAX_NAME_LENGTH of ASCII letters, digits and ``_ . : -``."""
     limit = rivet_settings.MAX_NAME_LENGTH
     if not isinstance(value, str) or not value:
         raise InvalidInput(f"{what} must be a non-empty string, got {value!r}")
@@ -27,8 +26,8 @@ def check_name(what: str, value: Any) -> str:
         raise InvalidInput(f"{what} {value[:20]!r}... is {len(value)} characters; at most {limit}")
     if not NAME_RE.match(value):
         raise InvalidInput(
-            f"{what} {value!r} has characters outside letters, digits and '_.:-' "
-            "(and must start with a letter or digit)"
+            f"{what} {value!r} may use only ASCII letters (a-z, A-Z), digits and '_.:-', "
+            "and must start with a letter or digit"
         )
     return value
 
@@ -58,9 +57,9 @@ def encode_payload(payload: Any) -> str:
         )
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"payload must be JSON-serialisable: {exc}") from exc
-    if NUL_ESCAPE_RE.search(text):
-        # PostgreSQL's jsonb cannot hold NUL; refuse it here for every store alike.
-        raise InvalidInput("payload contains a NUL character (\\u0000), which cannot be stored")
+    reason = unstorable(text, json_text=True)
+    if reason:
+        raise InvalidInput(f"payload {reason}")
     size, limit = len(text.encode()), rivet_settings.MAX_PAYLOAD_BYTES
     if size > limit:
         raise PayloadTooLarge(f"payload is {size} bytes encoded; the limit is {limit} bytes")
@@ -69,6 +68,9 @@ def encode_payload(payload: Any) -> str:
 
 def parse_payload(text: str) -> Any:
     """Payload JSON given as text (the CLI), refused with the parser's message if malformed."""
+    reason = unstorable(text)
+    if reason:
+        raise InvalidInput(f"payload {reason}")
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -39,9 +39,11 @@ from rivet.idempotency.errors import (
     IdempotencyKeyReused,
     IdempotencyKeyTooLong,
     RequestBodyTooLarge,
+    UnstorableText,
 )
-from rivet.idempotency.fingerprint import request_fingerprint
+from rivet.idempotency.fingerprint import canonical_json, request_fingerprint
 from rivet.idempotency.models import IdempotencyRecord
+from rivet.text import unstorable
 
 KEY_HEADER = "Idempotency-Key"
 MAX_SCOPE_LENGTH = 60  # leaves room for "|user:<pk>" in the 100-character scope column
@@ -113,8 +115,17 @@ def _admit(request: Request, limit: int) -> tuple[str, str]:
         raise IdempotencyKeyMissing()
     if len(key) > MAX_KEY_LENGTH:
         raise IdempotencyKeyTooLong(len(key))
+    _refuse_unstorable("Idempotency-Key", key)
     _check_body_size(request, limit)
-    return key, request_fingerprint(request.method, request.get_full_path(), _body_data(request))
+    data = _body_data(request)
+    _refuse_unstorable("request body", canonical_json(data), json_text=True)
+    return key, request_fingerprint(request.method, request.get_full_path(), data)
+
+
+def _refuse_unstorable(where: str, text: str, *, json_text: bool = False) -> None:
+    reason = unstorable(text, json_text=json_text)
+    if reason:
+        raise UnstorableText(where, reason)
 
 
 def _check_body_size(request: Request, limit: int) -> None:

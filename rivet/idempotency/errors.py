@@ -31,6 +31,16 @@ class IdempotencyKeyTooLong(IdempotencyRefused):
         )
 
 
+class UnstorableText(IdempotencyRefused):
+    """The key or the body holds text the database cannot store (NUL, a lone surrogate)."""
+
+    status_code = status.HTTP_400_BAD_REQUEST
+    default_code = "unstorable_text"
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"{where} {reason}; nothing was written")
+
+
 class RequestBodyTooLarge(IdempotencyRefused):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_code = "request_body_too_large"

@@ -22,12 +22,11 @@ from django.db import Error as DjangoDatabaseError
 from django.db import connections, transaction
 from psycopg import sql
 
+from rivet import logs
 from rivet.conf import rivet_settings
 from rivet.stores.sql import SqlStore
 from rivet.stores.sqlfile import load_queries
 from rivet.values import EnqueueResult, TaskSpec
-
-logger = logging.getLogger(__name__)
 
 QUERIES = load_queries(Path(__file__).with_name("postgres.sql"))
 
@@ -147,7 +146,12 @@ class WakeupListener:
             try:
                 return self._wait_locked(set(queues), deadline, channel)
             except psycopg.Error as exc:
-                logger.warning("rivet wake-up listener failed (%s); polling instead", exc)
+                logs.event(
+                    "listener_failed",
+                    logging.WARNING,
+                    error=" ".join(str(exc).split()),
+                    fallback="polling",
+                )
                 self._close_locked()
         time.sleep(max(deadline - time.monotonic(), 0.0))
         return False

@@ -17,6 +17,10 @@ from rivet.errors import InvalidInput, RivetConfigError
 from rivet.validation import check_name
 
 MAX_OWNER_LENGTH = 200  # rivet_task.lease_owner
+# Bounds a typo cannot cross: each is far beyond any sensible value, and named in the message.
+MAX_CONCURRENCY = 1024
+MAX_POOL_SIZE = 1024
+DAY = 86400.0
 
 
 class OptionError(RivetConfigError):
@@ -39,30 +43,38 @@ def _number(text: Any) -> float:
     return value
 
 
-def positive_secs(text: Any) -> float:
-    value = _number(text)
-    if value <= 0:
-        raise Expected("a number of seconds > 0")
-    return value
+def positive_secs(high: float) -> Callable[[Any], float]:
+    def parse(text: Any) -> float:
+        value = _number(text)
+        if not 0 < value <= high:
+            raise Expected(f"a number of seconds > 0 and <= {high:g}")
+        return value
+
+    return parse
 
 
-def non_negative_secs(text: Any) -> float:
-    value = _number(text)
-    if value < 0:
-        raise Expected("a number of seconds >= 0")
-    return value
+def non_negative_secs(high: float) -> Callable[[Any], float]:
+    def parse(text: Any) -> float:
+        value = _number(text)
+        if not 0 <= value <= high:
+            raise Expected(f"a number of seconds between 0 and {high:g}")
+        return value
+
+    return parse
 
 
-def integer_at_least(low: int) -> Callable[[Any], int]:
+def integer_between(low: int, high: int | None = None) -> Callable[[Any], int]:
+    expected = f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"
+
     def parse(text: Any) -> int:
         if isinstance(text, bool | float):
             raise Expected(f"an integer >= {low}")
         try:
             value = int(str(text).strip())
         except ValueError:
-            raise Expected(f"an integer >= {low}") from None
-        if value < low:
-            raise Expected(f"an integer >= {low}")
+            raise Expected(expected) from None
+        if value < low or (high is not None and value > high):
+            raise Expected(expected)
         return value
 
     return parse
@@ -120,7 +132,7 @@ OPTIONS = (
         flag="--lease-ttl-secs",
         env="RIVET_LEASE_TTL_SECS",
         setting="LEASE_TTL_SECS",
-        parse=positive_secs,
+        parse=positive_secs(DAY),
         help="lease length; heartbeats extend it every third of it",
     ),
     Option(
@@ -128,7 +140,7 @@ OPTIONS = (
         flag="--concurrency",
         env="RIVET_CONCURRENCY",
         setting="CONCURRENCY",
-        parse=integer_at_least(1),
+        parse=integer_between(1, MAX_CONCURRENCY),
         metavar="N",
         help="handlers run at once; also the most tasks one claim asks for",
     ),
@@ -137,7 +149,7 @@ OPTIONS = (
         flag="--retry-backoff-secs",
         env="RIVET_RETRY_BACKOFF_SECS",
         setting="RETRY_BACKOFF_SECS",
-        parse=non_negative_secs,
+        parse=non_negative_secs(DAY),
         help="retry wait = random in [0, min(cap, backoff * 2**attempts)]",
     ),
     Option(
@@ -145,7 +157,7 @@ OPTIONS = (
         flag="--retry-backoff-cap-secs",
         env="RIVET_RETRY_BACKOFF_CAP_SECS",
         setting="RETRY_BACKOFF_CAP_SECS",
-        parse=non_negative_secs,
+        parse=non_negative_secs(30 * DAY),
         help="the longest retry wait",
     ),
     Option(
@@ -153,7 +165,7 @@ OPTIONS = (
         flag="--pool-size",
         env="RIVET_POOL_SIZE",
         setting="POOL_SIZE",
-        parse=integer_at_least(2),
+        parse=integer_between(2, MAX_POOL_SIZE),
         metavar="N",
         help="most database connections the worker holds: its PostgreSQL pool (>= 2)",
     ),
@@ -171,7 +183,7 @@ OPTIONS = (
         flag="--poll-interval",
         env="RIVET_POLL_INTERVAL",
         setting="POLL_INTERVAL_SECS",
-        parse=positive_secs,
+        parse=positive_secs(3600.0),
         help="seconds between claims when idle (PostgreSQL also wakes on enqueue)",
     ),
     Option(
@@ -179,7 +191,7 @@ OPTIONS = (
         flag="--job-timeout",
         env="RIVET_JOB_TIMEOUT",
         setting="JOB_TIMEOUT_SECS",
-        parse=positive_secs,
+        parse=positive_secs(30 * DAY),
         help="seconds before an attempt counts as failed (a job's own timeout wins)",
     ),
     Option(
@@ -187,15 +199,23 @@ OPTIONS = (
         flag="--shutdown-timeout",
         env="RIVET_SHUTDOWN_TIMEOUT",
         setting="SHUTDOWN_TIMEOUT_SECS",
-        parse=non_negative_secs,
+        parse=non_negative_secs(DAY),
         help="seconds to let in-flight handlers finish after SIGTERM/SIGINT",
+    ),
+    Option(
+        dest="connect_timeout",
+        flag="--connect-timeout-secs",
+        env="RIVET_CONNECT_TIMEOUT_SECS",
+        setting="CONNECT_TIMEOUT_SECS",
+        parse=positive_secs(300.0),
+        help="at start, how long to wait for the database to answer before exiting 1",
     ),
     Option(
         dest="max_jobs",
         flag="--max-jobs",
         env="RIVET_MAX_JOBS",
         setting=None,
-        parse=integer_at_least(1),
+        parse=integer_between(1),
         metavar="N",
         help="exit after this many attempts are settled",
     ),

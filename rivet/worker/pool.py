@@ -15,7 +15,8 @@ import logging
 
 from django.db import connections
 
-logger = logging.getLogger("rivet.worker")
+from rivet import logs
+
 POOL_TIMEOUT_SECS = 30.0
 
 
@@ -26,16 +27,17 @@ def configure_pool(alias: str, pool_size: int, concurrency: int) -> bool:
         return False
     options = connection.settings_dict.setdefault("OPTIONS", {})
     if options.get("pool"):
-        logger.info("database alias %r configures its own pool; --pool-size not applied", alias)
+        logs.event("pool_external", alias=alias, note="the alias configures its own pool")
         return False
     connection.close()
     options["pool"] = {"min_size": 1, "max_size": pool_size, "timeout": POOL_TIMEOUT_SECS}
     if pool_size < concurrency + 2:
-        logger.warning(
-            "pool size %d is below concurrency %d + 2 (the loop and the heartbeat): handlers "
-            "that use the database will wait for a connection, and a heartbeat that waits too "
-            "long loses its lease",
-            pool_size,
-            concurrency,
+        logs.event(
+            "pool_undersized",
+            logging.WARNING,
+            pool_size=pool_size,
+            concurrency=concurrency,
+            note="below concurrency + 2 (loop and heartbeat): handlers that use the database "
+            "wait for a connection, and a heartbeat that waits too long loses its lease",
         )
     return True

@@ -100,7 +100,7 @@ def test_a_failpoint_aborts_the_worker_at_its_point(workers, point, state_after_
     env = workers.env(RIVET_FAILPOINT=f"{point}:1.0")
     worker = workers.start("--queue", "demo", *FAST, env=env)
     assert worker.wait() == -signal.SIGABRT, worker.log
-    assert f"failpoint {point} fired" in worker.log
+    assert f"failpoint_fired point={point} then=SIGABRT" in worker.log
     task = workers.task(task_id)
     assert (task.state, task.attempts) == (state_after_abort, 1)
 

@@ -72,6 +72,34 @@ def test_malformed_json_is_400_and_writes_nothing(effect_service, effect_db):
     assert (effect_db.effects(key), effect_db.dedups(key)) == (0, 0)
 
 
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b'{"note": "a\\u0000b"}', "contains a NUL character"),
+        (b'{"note": "\\ud800"}', "contains a lone surrogate (U+D800"),
+        (b'{"note": "\xff"}', "can't decode byte 0xff"),
+    ],
+    ids=["nul", "lone-surrogate", "invalid-utf8"],
+)
+def test_text_the_database_cannot_store_is_400_json_and_writes_nothing(
+    effect_service, effect_db, raw: bytes, reason: str
+):
+    key = new_key()
+    reply = effect_service.post(key, raw=raw)
+    assert reply.status == 400, reply.text
+    assert reply.headers["content-type"].startswith("application/json")
+    assert reason in reply.json["detail"]
+    assert (effect_db.effects(key), effect_db.dedups(key)) == (0, 0)
+    assert effect_service.post(key, {"note": "fine"}).status == 201
+
+
+def test_a_body_with_any_unicode_reads_back_equal(effect_service, effect_db):
+    key = new_key()
+    body = {"note": "ünïcode \U0001f600 \u2028 \\u0000 as text", "n": [1, 2.5, None]}
+    assert effect_service.post(key, body).status == 201
+    assert effect_service.get(f"/effects/{key}").json["body"] == body
+
+
 def test_a_refused_body_is_not_remembered_so_the_key_stays_usable(effect_service, effect_db):
     key = new_key()
     assert effect_service.post(key, [1, 2]).status == 400  # not a JSON object
@@ -210,3 +238,19 @@ def test_prune_deletes_old_dedup_rows_and_keeps_effects(effect_service, effect_d
     assert (effect_db.effects(old), effect_db.effects(new)) == (1, 1)
     # An effect older than the retention time is allowed to have lost its dedup row.
     assert effect_service.get("/verify").json["ok"]
+
+
+def test_a_database_that_goes_away_is_503_json_naming_it(start_effect_service, effect_database_url):
+    """The service's database is dropped under it: one JSON line, never an HTML page."""
+    name = f"rivet_effect_gone_{uuid.uuid4().hex[:8]}"
+    admin_url = effect_database_url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+        service = start_effect_service(effect_database_url.rsplit("/", 1)[0] + f"/{name}")
+        assert service.post(new_key(), {"amount": 1}).status == 201
+        admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    reply = service.post(new_key(), {"amount": 1})
+    assert reply.status == 503, reply.text
+    assert reply.json["code"] == "database_unavailable"
+    assert f'database "{name}" does not exist' in reply.json["detail"]
+    assert "does not exist on that server" in reply.json["detail"]

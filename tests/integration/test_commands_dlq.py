@@ -1,6 +1,8 @@
 """manage.py rivet_dlq on the real database: list, show, requeue, sweep, purge."""
 
 import io
+import json
+from datetime import datetime
 from io import StringIO
 
 import pytest
@@ -26,9 +28,9 @@ def store():
     return store_for_alias("default")
 
 
-def make_dead(store, queue="demo", idem_key=None, error="ValueError: boom"):
+def make_dead(store, queue="demo", idem_key=None, error="ValueError: boom", payload=None):
     result = rivet.enqueue(
-        "fail", {"q": queue}, queue=queue, idem_key=idem_key, max_attempts=1, using=store
+        "fail", payload or {"q": queue}, queue=queue, idem_key=idem_key, max_attempts=1, using=store
     )
     (claimed,) = store.task_claim(queues=[queue], owner="w1", limit=1, lease_ttl=600).claimed
     store.task_settle([failed(claimed, error, 0)])
@@ -67,10 +69,9 @@ def test_list_of_an_empty_dead_letter_queue_says_so():
     assert dlq("list", "--queue", "demo").strip() == "no dead tasks in queue demo"
 
 
-def test_show_prints_every_field(store):
-    task_id = make_dead(store, idem_key="pay-1")
-    out = dlq("show", str(task_id), "--queue", "demo")
-    fields = {line.split(None, 1)[0] for line in out.splitlines()}
+def test_show_prints_every_field_as_json(store):
+    task_id = make_dead(store, idem_key="pay-1", payload={"amount": 100, "note": "ünï"})
+    shown = json.loads(dlq("show", str(task_id), "--queue", "demo"))
     assert {
         "id",
         "kind",
@@ -89,9 +90,11 @@ def test_show_prints_every_field(store):
         "queue",
         "priority",
         "unique_key",
-    } <= fields
-    assert f"last_error    ValueError: boom; {HANDLER_ERROR_SUFFIX}" in out
-    assert "idem_key      pay-1" in out
+    } <= set(shown)
+    assert shown["last_error"] == f"ValueError: boom; {HANDLER_ERROR_SUFFIX}"
+    assert (shown["id"], shown["idem_key"], shown["state"]) == (task_id, "pay-1", "dead")
+    assert shown["payload"] == {"amount": 100, "note": "ünï"}
+    assert datetime.fromisoformat(shown["updated_at"]).tzinfo is not None
 
 
 def test_show_of_a_task_that_is_not_dead_exits_1_with_its_state(store):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from datetime import UTC, datetime, timedelta
@@ -53,9 +54,11 @@ def test_name_length_follows_the_setting(settings) -> None:
         check_name("kind", "abcdef")
 
 
-@pytest.mark.parametrize("name", ["bad queue", "-leading", "naïve", "semi;colon", ".dot"])
+@pytest.mark.parametrize(
+    "name", ["bad queue", "-leading", "naïve", "ünïcode", "semi;colon", ".dot", "nul\x00"]
+)
 def test_name_characters_are_bounded(name: str) -> None:
-    with refused(f"kind {name!r} has characters outside letters, digits and '_.:-'"):
+    with refused(f"kind {name!r} may use only ASCII letters (a-z, A-Z), digits and '_.:-'"):
         check_name("kind", name)
 
 
@@ -133,7 +136,7 @@ def test_build_spec_fills_defaults(settings) -> None:
         ({"max_attempts": 1001}, "max_attempts must be between 1 and 1000, got 1001"),
         ({"max_attempts": True}, "max_attempts must be an integer, got True"),
         ({"queue": "q" * 101}, "queue 'qqqqqqqqqqqqqqqqqqqq'... is 101 characters; at most 100"),
-        ({"kind": "no spaces"}, "kind 'no spaces' has characters outside"),
+        ({"kind": "no spaces"}, "kind 'no spaces' may use only ASCII letters"),
         ({"idem_key": "k" * 201}, "idem_key is 201 characters; at most 200"),
         ({"unique_key": "tab\there"}, "unique_key must be a non-empty printable string"),
         ({"payload": object}, "payload must be JSON-serialisable"),
@@ -159,3 +162,37 @@ def test_clip_error_keeps_the_end(settings) -> None:
 def test_payload_with_nul_is_refused() -> None:
     with refused("payload contains a NUL character"):
         encode_payload({"text": "a\x00b"})
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        ({"a": "\ud800"}, "payload contains a lone surrogate (U+D800"),
+        (["ok", "\udfff"], "payload contains a lone surrogate (U+DFFF"),
+        ({"k\udc80": 1}, "payload is not valid UTF-8 (byte 0x80"),
+        ({"a": "x\x00y"}, "payload contains a NUL character"),
+    ],
+)
+def test_payload_text_the_database_cannot_store_is_refused(payload, reason: str) -> None:
+    with refused(reason):
+        encode_payload(payload)
+
+
+def test_an_escaped_surrogate_pair_in_json_is_one_character() -> None:
+    assert encode_payload(json.loads('{"a":"\\ud83d\\ude00"}')) == '{"a":"\U0001f600"}'
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ('{"a":"\\ud800"}', None),  # the escape is parsed, then refused by encode_payload
+        ('{"a":"' + b"\xff".decode("utf-8", "surrogateescape") + '"}', "not valid UTF-8"),
+    ],
+)
+def test_cli_payload_text_is_checked(text: str, reason: str | None) -> None:
+    if reason is None:
+        with refused("lone surrogate (U+D800"):
+            encode_payload(parse_payload(text))
+    else:
+        with refused(f"payload is {reason} (byte 0xff at character 6)"):
+            parse_payload(text)

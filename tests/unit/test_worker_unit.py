@@ -521,9 +521,14 @@ def test_a_flag_beats_its_variable_which_beats_the_setting(settings):
 @pytest.mark.parametrize(
     ("flags", "env", "message"),
     [
-        ({"concurrency": "0"}, {}, "--concurrency must be an integer >= 1, got '0'"),
+        ({"concurrency": "0"}, {}, "--concurrency must be an integer from 1 to 1024, got '0'"),
+        ({"concurrency": "100000"}, {}, "--concurrency must be an integer from 1 to 1024"),
+        ({}, {"RIVET_LEASE_TTL_SECS": "1e9"}, "must be a number of seconds > 0 and <= 86400"),
+        ({"pool_size": "5000"}, {}, "--pool-size must be an integer from 2 to 1024, got '5000'"),
+        ({"connect_timeout": "0"}, {}, "--connect-timeout-secs must be a number of seconds > 0"),
+        ({"max_jobs": "0"}, {}, "--max-jobs must be an integer >= 1"),
         ({}, {"RIVET_LEASE_TTL_SECS": "abc"}, "RIVET_LEASE_TTL_SECS must be a number"),
-        ({"pool_size": "1"}, {}, "--pool-size must be an integer >= 2"),
+        ({"pool_size": "1"}, {}, "--pool-size must be an integer from 2 to 1024"),
         ({"queues": "ok,no way"}, {}, "--queue must be queue names"),
         ({}, {"RIVET_LOG_FORMAT": "xml"}, "RIVET_LOG_FORMAT must be text or json"),
     ],

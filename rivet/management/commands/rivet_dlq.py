@@ -7,12 +7,15 @@ Exit codes: 0 done, 1 refused (e.g. the id is not a dead task of the queue), 2 b
 
 from __future__ import annotations
 
+import json
 import sys
+from datetime import datetime
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput
+from rivet.management.base import RivetCommand
 from rivet.producer import resolve_store
 from rivet.stores.base import Store
 from rivet.validation import check_name
@@ -39,7 +42,7 @@ REQUEUE_NOTE = (
 ERROR_WIDTH = 60
 
 
-class Command(BaseCommand):
+class Command(RivetCommand):
     help = (
         "Inspect and act on dead tasks: list, show ID, requeue ID (keeps the idempotency key), "
         "sweep (bury pending tasks with no attempts left and no live lease; use only when no "
@@ -105,8 +108,7 @@ class Command(BaseCommand):
 
     def show_task(self, store: Store, queue: str, task_id: int) -> None:
         task = self._dead_task(store, queue, task_id)
-        for name, value in vars(task).items():
-            self.stdout.write(f"{name:<13} {value}")
+        self.stdout.write(json.dumps(vars(task), indent=2, ensure_ascii=False, default=_iso))
 
     def requeue(self, store: Store, queue: str, task_id: int) -> None:
         task = self._dead_task(store, queue, task_id)
@@ -174,3 +176,10 @@ def _short(text: str) -> str:
     """The error on one line, cut from the front: the reason a task died is at the end."""
     line = " ".join(text.split())
     return line if len(line) <= ERROR_WIDTH else "..." + line[-(ERROR_WIDTH - 3) :]
+
+
+def _iso(value: object) -> str:
+    """Timestamps as ISO 8601 in the JSON of ``show``."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput
+from rivet.management.base import RivetCommand
 from rivet.producer import resolve_store
 from rivet.validation import check_name
 from rivet.values import QueueStats
@@ -23,7 +24,7 @@ ROWS = (
 )
 
 
-class Command(BaseCommand):
+class Command(RivetCommand):
     help = (
         "Counts for a queue: ready (runnable now), leased (held by a worker), delayed (waiting "
         "for a run time or a retry), done, dead, the age of the oldest ready task, and the "

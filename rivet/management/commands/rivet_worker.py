@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 from importlib import import_module
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from rivet import logs
 from rivet.conf import rivet_settings
+from rivet.dberrors import DatabaseUnready, preflight
 from rivet.errors import RivetConfigError
 from rivet.failpoints import Failpoints, install
+from rivet.management.base import EXIT_UNAVAILABLE, RivetCommand
 from rivet.retry import RetryPolicy
 from rivet.worker import EXIT_STORE_ERROR, Worker
 from rivet.worker.options import OPTIONS, resolve
@@ -25,7 +27,7 @@ from rivet.worker.pool import configure_pool
 from rivet.worker.process import install_signal_handlers
 
 
-class Command(BaseCommand):
+class Command(RivetCommand):
     help = (
         "Run a worker: claim tasks into free slots, heartbeat their leases, ack or fail each "
         "attempt. SIGTERM/SIGINT: stop claiming and finish in-flight work; a second signal "
@@ -51,6 +53,7 @@ class Command(BaseCommand):
         except RivetConfigError as exc:
             raise CommandError(str(exc), returncode=2) from exc
         logs.configure(values.pop("log_format"))
+        check_database(values.pop("connect_timeout"))
         import_job_modules()
         worker = build_worker(values, once=options["once"], failpoints=install(points))
         install_signal_handlers(worker)
@@ -66,6 +69,14 @@ class Command(BaseCommand):
                 "supervisor restarts the worker",
                 returncode=stats.exit_code,
             )
+
+
+def check_database(connect_timeout: float) -> None:
+    """Exit 1 with one message when the database does not answer or lacks rivet's tables."""
+    try:
+        preflight(rivet_settings.DATABASE_ALIAS, connect_timeout)
+    except DatabaseUnready as exc:
+        raise CommandError(str(exc), returncode=EXIT_UNAVAILABLE) from exc
 
 
 def import_job_modules() -> None:

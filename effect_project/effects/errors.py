@@ -1,0 +1,28 @@
+"""The effect service answers in JSON even when something breaks: 503 for its database, 500 else.
+
+A client must never have to parse an HTML error page: rivet's effect client reads a 5xx as
+"unavailable, retry" and shows the ``detail`` in its error.
+"""
+
+from __future__ import annotations
+
+from django.db import DatabaseError
+from django.http import JsonResponse
+from rest_framework.response import Response
+from rest_framework.views import exception_handler
+
+from rivet.dberrors import explain
+
+
+def json_exception_handler(exc, context):
+    """DRF's handler, plus a 503 with one line for a database that failed."""
+    response = exception_handler(exc, context)
+    if response is None and isinstance(exc, DatabaseError):
+        detail = explain(exc, "default")
+        return Response({"detail": detail, "code": "database_unavailable"}, status=503)
+    return response
+
+
+def server_error(request, *args, **kwargs):
+    """handler500: the same JSON shape as every other error of the service."""
+    return JsonResponse({"detail": "internal error", "code": "server_error"}, status=500)

@@ -15,10 +15,17 @@ def test_default_settings_pass(settings):
 
 
 def test_a_bad_worker_setting_is_refused_as_the_command_would_refuse_it(settings):
-    assert messages(settings, LEASE_TTL_SECS=0, CONCURRENCY=True, RETRY_BACKOFF_SECS=-1) == [
-        ("rivet.E002", "RIVET['LEASE_TTL_SECS'] must be a number of seconds > 0, got 0"),
-        ("rivet.E002", "RIVET['CONCURRENCY'] must be an integer >= 1, got True"),
-        ("rivet.E002", "RIVET['RETRY_BACKOFF_SECS'] must be a number of seconds >= 0, got -1"),
+    found = messages(settings, LEASE_TTL_SECS=0, CONCURRENCY=True, RETRY_BACKOFF_SECS=-1)
+    assert found == [
+        (
+            "rivet.E002",
+            "RIVET['LEASE_TTL_SECS'] must be a number of seconds > 0 and <= 86400, got 0",
+        ),
+        ("rivet.E002", "RIVET['CONCURRENCY'] must be an integer from 1 to 1024, got True"),
+        (
+            "rivet.E002",
+            "RIVET['RETRY_BACKOFF_SECS'] must be a number of seconds between 0 and 86400, got -1",
+        ),
     ]
 
 

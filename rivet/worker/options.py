@@ -68,7 +68,7 @@ def integer_between(low: int, high: int | None = None) -> Callable[[Any], int]:
 
     def parse(text: Any) -> int:
         if isinstance(text, bool | float):
-            raise Expected(f"an integer >= {low}")
+            raise Expected(expected)
         try:
             value = int(str(text).strip())
         except ValueError:

@@ -18,6 +18,7 @@ _POSITIVE_NUMBERS = (
     "POOL_SIZE",
     "POLL_INTERVAL_SECS",
     "SHUTDOWN_TIMEOUT_SECS",
+    "API_BULK_MAX",
 )
 _STORES = ("auto", "memory", "sqlite", "postgres")
 
@@ -51,6 +52,16 @@ def check_rivet_settings(app_configs=None, **kwargs):
             Error(
                 "RIVET['RETRY_BACKOFF_SECS'] and RIVET['RETRY_BACKOFF_CAP_SECS'] must be >= 0",
                 id="rivet.E004",
+            )
+        )
+    token = rivet_settings.METRICS_TOKEN
+    if token is not None and (not isinstance(token, str) or len(token) < 16):
+        errors.append(
+            Error(
+                "RIVET['METRICS_TOKEN'] must be None or a string of at least 16 characters, "
+                f"got {type(token).__name__} of length {len(str(token))}",
+                hint="make one: python -c 'import secrets; print(secrets.token_urlsafe())'",
+                id="rivet.E005",
             )
         )
     return errors

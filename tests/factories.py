@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import factory
+from django.utils import timezone
 from factory.django import DjangoModelFactory
 
 from rivet.models import FencedWrite, Task
@@ -38,3 +41,38 @@ class FencedWriteFactory(DjangoModelFactory):
 
     class Params:
         task = factory.SubFactory(TaskFactory)
+
+
+class UserFactory(DjangoModelFactory):
+    """A user; ``perms=["rivet.add_task", ...]`` grants permissions by their dotted names."""
+
+    class Meta:
+        model = "auth.User"
+        django_get_or_create = ("username",)
+        skip_postgeneration_save = True
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    password = factory.django.Password("pw")
+
+    @factory.post_generation
+    def perms(self, create: bool, names, **kwargs) -> None:
+        from django.contrib.auth.models import Permission
+
+        for name in names or ():
+            app_label, codename = name.split(".")
+            self.user_permissions.add(
+                Permission.objects.get(content_type__app_label=app_label, codename=codename)
+            )
+
+
+def task_in(alias: str, **fields) -> Task:
+    """A task row saved on a given database alias (factory-boy's own create uses 'default').
+
+    visible_at defaults to an hour ago: inside a test's transaction PostgreSQL's now() is the
+    transaction's start, earlier than a row's default (the statement's time).
+    """
+    fields.setdefault("visible_at", timezone.now() - timedelta(hours=1))
+    task = TaskFactory.build(**fields)
+    task.save(using=alias)
+    task.refresh_from_db(using=alias)
+    return task

@@ -1,0 +1,181 @@
+"""Prometheus metrics: a worker's own counters, and the queue gauges a host serves.
+
+Worker (``rivet_worker --metrics-port N`` or ``RIVET_METRICS_PORT``): counters of claims,
+acks, retries, dead, fenced, lost and abandoned attempts, labelled by queue and kind; the
+handler duration (histogram); the busy and total slots (gauges). :class:`WorkerMetrics` is
+called at the points where the worker already counts those events; with metrics off the
+worker holds :data:`NO_METRICS`, whose methods do nothing.
+
+Host (``rivet/metrics/``): :func:`queue_overview` reads every queue's counts at scrape time
+with three grouped queries: pending and dead rows (the partial claim index and the
+``(queue, state)`` index serve it; its cost follows the pending and dead rows, not the table),
+done rows (an index-only count on ``(queue, state)``: it reads one index entry per done row,
+the one cost that grows with history; purge old done tasks to keep it small), and fenced
+writes (the ``(queue, op)`` index).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import datetime
+
+from django.db.models import Count, Min, Q
+from django.db.models.functions import Now
+from django.utils import timezone
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from rivet.models import FencedWrite, Task
+from rivet.values import Claimed, QueueStats, TaskState
+
+#: The worker's counters: the name of the event in the worker -> the metric's name.
+WORKER_EVENTS = {
+    "claimed": ("rivet_worker_claims", "attempts started under a fresh lease"),
+    "acked": ("rivet_worker_acks", "attempts acked: the task is done"),
+    "retried": ("rivet_worker_retries", "attempts that failed and will be retried"),
+    "dead": ("rivet_worker_dead", "attempts that failed on the last try: the task is dead"),
+    "fenced": ("rivet_worker_fenced", "writes the fence refused: the lease was claimed again"),
+    "lost": ("rivet_worker_lost", "attempts left to lapse: no heartbeat or write succeeded"),
+    "abandoned": ("rivet_worker_abandoned", "handler threads still running long after a stop"),
+}
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+class NoMetrics:
+    """Metrics off: every event is dropped at the cost of one method call."""
+
+    def event(self, name: str, claimed: Claimed) -> None:
+        pass
+
+    def handler_seconds(self, claimed: Claimed, seconds: float) -> None:
+        pass
+
+    def buried(self, count: int) -> None:
+        pass
+
+
+NO_METRICS = NoMetrics()
+
+
+class WorkerMetrics(NoMetrics):
+    """One worker's metrics, in a registry of its own (several workers may share a process)."""
+
+    def __init__(self, *, slots: int, busy: Callable[[], float]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.counters = {
+            event: Counter(name, text, ["queue", "kind"], registry=self.registry)
+            for event, (name, text) in WORKER_EVENTS.items()
+        }
+        self.duration = Histogram(
+            "rivet_worker_handler_duration_seconds",
+            "how long handlers ran, from start to return or raise",
+            ["queue", "kind"],
+            buckets=DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self.buried_total = Counter(
+            "rivet_worker_buried",
+            "exhausted tasks a claim buried on the way (no handler ran)",
+            registry=self.registry,
+        )
+        Gauge(
+            "rivet_worker_slots", "handlers this worker runs at once", registry=self.registry
+        ).set(slots)
+        busy_slots = "slots whose handler has not returned"
+        Gauge("rivet_worker_slots_busy", busy_slots, registry=self.registry).set_function(busy)
+
+    def event(self, name: str, claimed: Claimed) -> None:
+        self.counters[name].labels(claimed.queue, claimed.kind).inc()
+
+    def handler_seconds(self, claimed: Claimed, seconds: float) -> None:
+        self.duration.labels(claimed.queue, claimed.kind).observe(seconds)
+
+    def buried(self, count: int) -> None:
+        self.buried_total.inc(count)
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        """Answer scrapes on ``addr:port`` from a daemon thread."""
+        from prometheus_client import start_http_server
+
+        start_http_server(port, addr=addr, registry=self.registry)
+
+
+# -- the host's queue gauges -------------------------------------------------------------------
+
+
+def queue_overview(using: str = "default") -> list[QueueStats]:
+    """Every queue's counts now, in queue order, from three grouped queries."""
+    tasks = Task.objects.using(using)
+    now = timezone.now()
+    live = (
+        tasks.filter(state__in=[TaskState.PENDING, TaskState.DEAD])
+        .values("queue")
+        .annotate(
+            ready=Count("id", filter=Q(state="pending", visible_at__lte=Now())),
+            leased=Count(
+                "id", filter=Q(state="pending", visible_at__gt=Now(), lease_owner__isnull=False)
+            ),
+            delayed=Count(
+                "id", filter=Q(state="pending", visible_at__gt=Now(), lease_owner__isnull=True)
+            ),
+            dead=Count("id", filter=Q(state="dead")),
+            oldest=Min("visible_at", filter=Q(state="pending", visible_at__lte=Now())),
+        )
+        .order_by()
+    )
+    done = tasks.filter(state=TaskState.DONE).values("queue").annotate(n=Count("id")).order_by()
+    fenced = FencedWrite.objects.using(using).values("queue").annotate(n=Count("id")).order_by()
+    rows = {row["queue"]: row for row in live}
+    done_by_queue = {row["queue"]: row["n"] for row in done}
+    fenced_by_queue = {row["queue"]: row["n"] for row in fenced}
+    names = sorted(set(rows) | set(done_by_queue) | set(fenced_by_queue))
+    return [_stats(name, rows.get(name, {}), done_by_queue, fenced_by_queue, now) for name in names]
+
+
+def _stats(name: str, row: dict, done: dict, fenced: dict, now: datetime) -> QueueStats:
+    oldest = row.get("oldest")
+    return QueueStats(
+        queue=name,
+        ready=row.get("ready", 0),
+        leased=row.get("leased", 0),
+        delayed=row.get("delayed", 0),
+        done=done.get(name, 0),
+        dead=row.get("dead", 0),
+        oldest_ready_age_secs=None if oldest is None else max((now - oldest).total_seconds(), 0),
+        fenced=fenced.get(name, 0),
+    )
+
+
+QUEUE_GAUGES = (
+    ("ready", "rivet_queue_ready", "pending tasks runnable now"),
+    ("leased", "rivet_queue_leased", "pending tasks held by a worker's lease"),
+    ("delayed", "rivet_queue_delayed", "pending tasks waiting for a run time or a retry"),
+    ("done", "rivet_queue_done", "tasks done (kept until purged)"),
+    ("dead", "rivet_queue_dead", "tasks in the dead letters"),
+    ("oldest_ready_age_secs", "rivet_queue_oldest_ready_age_seconds", "age of the oldest ready"),
+    ("fenced", "rivet_queue_fenced_writes", "stale acks and fails the fence refused, recorded"),
+)
+
+
+class QueueCollector(Collector):
+    """The queue gauges, read from the database each time Prometheus scrapes."""
+
+    def __init__(self, using: str) -> None:
+        self.using = using
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        stats = queue_overview(self.using)
+        for attr, name, text in QUEUE_GAUGES:
+            family = GaugeMetricFamily(name, text, labels=["queue"])
+            for queue in stats:
+                value = getattr(queue, attr)
+                family.add_metric([queue.queue], 0.0 if value is None else float(value))
+            yield family
+
+
+def queue_exposition(using: str) -> bytes:
+    """The queue gauges in the Prometheus text format."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(QueueCollector(using))
+    return generate_latest(registry)

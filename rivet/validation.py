@@ -30,7 +30,7 @@ def check_name(what: str, value: Any) -> str:
         raise InvalidName(
             f"{what} {value[:20]!r}... is {len(value)} characters; at most {limit}", field=what
         )
-    if not NAME_RE.match(value):
+    if not NAME_RE.fullmatch(value):
         raise InvalidName(
             f"{what} {value!r} has characters outside letters, digits and '_.:-' "
             "(and must start with a letter or digit)",

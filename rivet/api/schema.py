@@ -20,6 +20,7 @@ from rivet.api.serializers import (
     EnqueueSerializer,
     ErrorSerializer,
     QueueStatsSerializer,
+    name_schema,
     SweepResultSerializer,
     TaskSerializer,
 )
@@ -105,11 +106,13 @@ def _errors(*statuses: int) -> dict[int, OpenApiResponse]:
 
 
 def _name_filter(name: str, what: str) -> OpenApiParameter:
-    return OpenApiParameter(name, str, OpenApiParameter.QUERY, required=False, description=what)
+    return OpenApiParameter(
+        name, name_schema(), OpenApiParameter.QUERY, required=False, description=what
+    )
 
 
 TASK_ID = OpenApiParameter("task_id", int, OpenApiParameter.PATH, description="task id")
-QUEUE = OpenApiParameter("queue", str, OpenApiParameter.PATH, description="queue name")
+QUEUE = OpenApiParameter("queue", name_schema(), OpenApiParameter.PATH, description="queue name")
 
 list_tasks = extend_schema(
     operation_id="rivet_tasks_list",

@@ -4,15 +4,33 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from rivet.errors import InvalidInput, PayloadTooLarge
 from rivet.producer import task_spec
-from rivet.validation import MAX_ATTEMPTS_LIMIT, PRIORITY_MAX, PRIORITY_MIN
+from rivet.conf import rivet_settings
+from rivet.validation import (
+    MAX_ATTEMPTS_LIMIT,
+    MAX_DELAY_SECS,
+    NAME_RE,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+)
 from rivet.values import TaskState
 
 #: The header a client may send its idempotency key in (the IETF Idempotency-Key draft).
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
+def name_schema() -> dict[str, Any]:
+    """A queue or kind name as JSON Schema: the rule ``rivet.validation.check_name`` applies."""
+    return {
+        "type": "string",
+        "pattern": NAME_RE.pattern,
+        "minLength": 1,
+        "maxLength": rivet_settings.MAX_NAME_LENGTH,
+    }
 
 
 def _text(**kwargs: Any) -> serializers.CharField:
@@ -20,14 +38,22 @@ def _text(**kwargs: Any) -> serializers.CharField:
     return serializers.CharField(trim_whitespace=False, allow_blank=True, **kwargs)
 
 
+@extend_schema_field(name_schema())
+class NameField(serializers.CharField):
+    """A queue or kind name, checked by rivet (an ``invalid_name`` error when wrong)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(trim_whitespace=False, allow_blank=True, **kwargs)
+
+
 class EnqueueSerializer(serializers.Serializer):
     """One task to enqueue; the producer's defaults fill what is left out."""
 
-    kind = _text(help_text="registered job kind: letters, digits and _ . : - (at most 100)")
+    kind = NameField(help_text="registered job kind: letters, digits and _ . : -")
     payload = serializers.JSONField(
         required=False, allow_null=True, default=None, help_text="any JSON value"
     )
-    queue = _text(required=False, help_text="queue name (default: the job's, else RIVET QUEUE)")
+    queue = NameField(required=False, help_text="queue (default: the job's, else RIVET QUEUE)")
     idem_key = _text(
         required=False,
         allow_null=True,
@@ -37,7 +63,11 @@ class EnqueueSerializer(serializers.Serializer):
         required=False, allow_null=True, help_text="at most one pending task per kind and key"
     )
     delay = serializers.FloatField(
-        required=False, allow_null=True, help_text="seconds before the task may run (>= 0)"
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=MAX_DELAY_SECS,
+        help_text="seconds before the task may run",
     )
     run_at = serializers.DateTimeField(
         required=False, allow_null=True, help_text="when the task may run (instead of delay)"

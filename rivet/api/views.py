@@ -44,13 +44,32 @@ REQUEUE, PURGE = "rivet.requeue_deadletter", "rivet.purge_deadletter"
 MAX_TASK_ID = 2**63 - 1  # bigint
 
 
+def query_value(params, name: str) -> str | None:
+    """One query parameter, given at most once (a repeated filter is refused, not guessed)."""
+    values = params.getlist(name)
+    if len(values) > 1:
+        raise InvalidInput(f"give {name} once, got it {len(values)} times", field=name)
+    return values[0] if values else None
+
+
 class TaskCursorPagination(CursorPagination):
-    """Pages of tasks in id order; ``cursor`` is opaque, ``page_size`` at most 1000."""
+    """Pages of tasks in id order; ``cursor`` is opaque, ``page_size`` 1..1000 (default 100)."""
 
     ordering = "id"
     page_size = 100
     page_size_query_param = "page_size"
     max_page_size = 1000
+
+    def get_page_size(self, request) -> int:
+        query_value(request.query_params, self.cursor_query_param)
+        text = query_value(request.query_params, self.page_size_query_param)
+        if text is None:
+            return self.page_size
+        if not (text.isascii() and text.isdigit()) or int(text) < 1:
+            raise InvalidInput(
+                f"page_size must be an integer >= 1, got {text!r}", field="page_size"
+            )
+        return min(int(text), self.max_page_size)
 
 
 class RivetView(generics.GenericAPIView):
@@ -107,7 +126,7 @@ def parse_task_id(text: str | int) -> int | None:
 
 
 def _filter_name(params, what: str) -> str | None:
-    value = params.get(what)
+    value = query_value(params, what)
     return None if value is None else check_name(what, value)
 
 
@@ -132,7 +151,7 @@ class TaskListCreateView(RivetView):
             value = _filter_name(params, name)
             if value is not None:
                 rows = rows.filter(**{name: value})
-        state = params.get("state")
+        state = query_value(params, "state")
         if state is not None:
             if state not in TaskState.values:
                 raise InvalidInput(

@@ -20,9 +20,9 @@ from rivet.api.serializers import (
     EnqueueSerializer,
     ErrorSerializer,
     QueueStatsSerializer,
-    name_schema,
     SweepResultSerializer,
     TaskSerializer,
+    name_schema,
 )
 from rivet.values import TaskState
 

@@ -7,9 +7,9 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput, PayloadTooLarge
 from rivet.producer import task_spec
-from rivet.conf import rivet_settings
 from rivet.validation import (
     MAX_ATTEMPTS_LIMIT,
     MAX_DELAY_SECS,

@@ -48,6 +48,7 @@ from rivet.errors import InvalidInput, UnknownJob
 from rivet.failpoints import Failpoints, active, fired_by
 from rivet.guard import Guard, Running, StopKind
 from rivet.jobs import JobContext, JobRegistry, registry
+from rivet.metrics import NO_METRICS, WorkerMetrics
 from rivet.retry import RetryPolicy
 from rivet.runtime.process import default_owner
 from rivet.runtime.settle import Outcome, Settler, send_signal
@@ -104,6 +105,7 @@ class Worker:
         registry: JobRegistry = registry,
         clock: Callable[[], float] = time.monotonic,
         failpoints: Failpoints | None = None,
+        metrics: bool = False,
     ) -> None:
         self.store = store
         self.queues = [check_name("queue", q) for q in queues]
@@ -129,6 +131,10 @@ class Worker:
         self._stopping = threading.Event()
         self._listener_done = threading.Event()
         self._counts: Counter[str] = Counter()
+        #: Prometheus counters (rivet_worker serves them on --metrics-port), or no-ops.
+        self.metrics = (
+            WorkerMetrics(slots=self.concurrency, busy=self.busy_slots) if metrics else NO_METRICS
+        )
         self.settler = Settler(
             worker=self,
             store=store,
@@ -236,6 +242,10 @@ class Worker:
     def _busy(self) -> int:
         return sum(1 for r in self._running.values() if not r.returned)
 
+    def busy_slots(self) -> int:
+        """Slots whose handler has not returned; safe to call from another thread (a scrape)."""
+        return sum(1 for r in list(self._running.values()) if not r.returned)
+
     def _free_slots(self) -> int:
         free = self.concurrency - self._busy()
         if self.max_jobs is not None:
@@ -269,6 +279,7 @@ class Worker:
             return None
         if batch.buried:
             self._counts["buried"] += batch.buried
+            self.metrics.buried(batch.buried)
             logs.event("buried", owner=self.owner, count=batch.buried)
         for claimed in batch.claimed:
             self._start(claimed, started)
@@ -276,6 +287,7 @@ class Worker:
 
     def _start(self, claimed: Claimed, started: float) -> None:
         self._counts["claimed"] += 1
+        self.metrics.event("claimed", claimed)
         logs.task_event("claimed", claimed)
         self.failpoints.fire("after_claim")
         definition = self.registry.find(claimed.kind)
@@ -305,7 +317,11 @@ class Worker:
             send_signal(signals.task_processing, self, running)
             if "before_effect" not in fired_by(running.definition.handler):
                 self.failpoints.fire("before_effect")
-            outcome = Outcome(result=running.definition(running.context))
+            began = time.perf_counter()
+            try:
+                outcome = Outcome(result=running.definition(running.context))
+            finally:
+                self.metrics.handler_seconds(running.claimed, time.perf_counter() - began)
         except BaseException as exc:  # a handler may raise anything; it is the attempt's error
             outcome = Outcome(error=exc)
         finally:
@@ -369,6 +385,7 @@ class Worker:
         if not running.abandoned:
             running.abandoned = True
             self._counts["abandoned"] += 1
+            self.metrics.event("abandoned", running.claimed)
             logs.task_event(
                 "abandoned", running.claimed, logging.WARNING, reason=running.stop_reason
             )

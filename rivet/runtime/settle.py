@@ -152,6 +152,7 @@ class Settler:
         running.settled = True
         self.guard.untrack(running)
         self.counts[count] += 1
+        self.worker.metrics.event(count, running.claimed)
 
     def _write(self, running: Running, op: str, call: Callable[[], Any]) -> Any:
         """A store write for an attempt; on a database error the attempt is left to lapse."""

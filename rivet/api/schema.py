@@ -28,14 +28,23 @@ from rivet.values import TaskState
 
 TAG = "rivet"
 
+
 #: Settings for drf-spectacular while it serves rivet's schema and docs (the host's own
 #: SPECTACULAR_SETTINGS are left alone).
+def _codes_table() -> str:
+    rows = [
+        f"| `{code}` | {', '.join(map(str, statuses))} | {meaning} |"
+        for code, (statuses, meaning) in ERROR_CODES.items()
+    ]
+    return "\n".join(["| code | status | meaning |", "|---|---|---|", *rows])
+
+
 SPECTACULAR = {
     "TITLE": "rivet task queue API",
     "DESCRIPTION": (
         "Enqueue tasks, read them and act on the dead letters of rivet. Every error body has "
         "`detail` (for people) and `code` (for programs); validation errors keep DRF's field "
-        "errors beside them."
+        "errors beside them.\n\n" + _codes_table()
     ),
     "VERSION": "1",
     "COMPONENT_SPLIT_REQUEST": True,
@@ -88,9 +97,14 @@ ERRORS = {
 }
 
 
-class MismatchSerializer(ERRORS[422]):
+class Error422Serializer(ERRORS[422]):
+    """An error answered with HTTP 422: the key, and the task it already names."""
+
     idem_key = serializers.CharField(help_text="the key that names different work")
     existing_task_id = serializers.IntegerField(help_text="the task the key already names")
+
+
+ERRORS[422] = Error422Serializer
 
 
 def _errors(*statuses: int) -> dict[int, OpenApiResponse]:
@@ -98,7 +112,7 @@ def _errors(*statuses: int) -> dict[int, OpenApiResponse]:
     wanted = sorted({401, 403, *statuses})
     return {
         status: OpenApiResponse(
-            MismatchSerializer if status == 422 else ERRORS[status],
+            ERRORS[status],
             description=", ".join(c for c, (s, _) in ERROR_CODES.items() if status in s),
         )
         for status in wanted

@@ -168,8 +168,3 @@ class ErrorSerializer(serializers.Serializer):
 
     detail = serializers.CharField()
     code = serializers.CharField()
-
-
-class MismatchErrorSerializer(ErrorSerializer):
-    idem_key = serializers.CharField()
-    existing_task_id = serializers.IntegerField()

@@ -6,12 +6,15 @@ handler duration (histogram); the busy and total slots (gauges). :class:`WorkerM
 called at the points where the worker already counts those events; with metrics off the
 worker holds :data:`NO_METRICS`, whose methods do nothing.
 
-Host (``rivet/metrics/``): :func:`queue_overview` reads every queue's counts at scrape time
-with three grouped queries: pending and dead rows (the partial claim index and the
-``(queue, state)`` index serve it; its cost follows the pending and dead rows, not the table),
-done rows (an index-only count on ``(queue, state)``: it reads one index entry per done row,
-the one cost that grows with history; purge old done tasks to keep it small), and fenced
-writes (the ``(queue, op)`` index).
+Host (``rivet/metrics/``, and ``GET rivet/queues/``): :func:`queue_overview` reads every
+queue's counts at scrape time. Its cost follows the live rows, not the history:
+
+- one grouped query over pending and dead rows, found through the two partial indexes (the
+  claim index on pending rows, ``rivet_task_dead_idx`` on dead ones): done rows are not read;
+- done rows: counted (one grouped query) while the table is small; above
+  ``DONE_ESTIMATE_ABOVE`` rows on PostgreSQL, the planner's estimate for each queue (an
+  ``EXPLAIN``, no scan; as fresh as the last ANALYZE, which autovacuum runs);
+- one grouped query over the fenced writes (the ``(queue, op)`` index).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from datetime import datetime
 
+from django.db import connections
 from django.db.models import Count, Min, Q
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -39,6 +43,17 @@ WORKER_EVENTS = {
     "lost": ("rivet_worker_lost", "attempts left to lapse: no heartbeat or write succeeded"),
     "abandoned": ("rivet_worker_abandoned", "handler threads still running long after a stop"),
 }
+#: Above this many rows (PostgreSQL's own estimate), done tasks are estimated, not counted.
+DONE_ESTIMATE_ABOVE = 200_000
+# The planner's figures: no table scan. reltuples is -1 before the first ANALYZE.
+TABLE_ROWS_SQL = "SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = 'rivet_task'::regclass"
+COMMON_QUEUES_SQL = (
+    "SELECT most_common_vals::text::text[] FROM pg_stats "
+    "WHERE tablename = 'rivet_task' AND attname = 'queue' AND schemaname = current_schema()"
+)
+DONE_ESTIMATE_SQL = (
+    "EXPLAIN (FORMAT JSON) SELECT 1 FROM rivet_task WHERE queue = %s AND state = 'done'"
+)
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
 
@@ -105,32 +120,52 @@ class WorkerMetrics(NoMetrics):
 
 
 def queue_overview(using: str = "default") -> list[QueueStats]:
-    """Every queue's counts now, in queue order, from three grouped queries."""
+    """Every queue's counts now, in queue order (done may be estimated; see the module doc)."""
     tasks = Task.objects.using(using)
     now = timezone.now()
+    ready = Q(state="pending", visible_at__lte=Now())
+    waiting = Q(state="pending", visible_at__gt=Now())
     live = (
-        tasks.filter(state__in=[TaskState.PENDING, TaskState.DEAD])
+        # Two OR arms, not IN: each arm matches one partial index (a BitmapOr on PostgreSQL).
+        tasks.filter(Q(state=TaskState.PENDING) | Q(state=TaskState.DEAD))
         .values("queue")
         .annotate(
-            ready=Count("id", filter=Q(state="pending", visible_at__lte=Now())),
-            leased=Count(
-                "id", filter=Q(state="pending", visible_at__gt=Now(), lease_owner__isnull=False)
-            ),
-            delayed=Count(
-                "id", filter=Q(state="pending", visible_at__gt=Now(), lease_owner__isnull=True)
-            ),
+            ready=Count("id", filter=ready),
+            leased=Count("id", filter=waiting & Q(lease_owner__isnull=False)),
+            delayed=Count("id", filter=waiting & Q(lease_owner__isnull=True)),
             dead=Count("id", filter=Q(state="dead")),
-            oldest=Min("visible_at", filter=Q(state="pending", visible_at__lte=Now())),
+            oldest=Min("visible_at", filter=ready),
         )
         .order_by()
     )
-    done = tasks.filter(state=TaskState.DONE).values("queue").annotate(n=Count("id")).order_by()
     fenced = FencedWrite.objects.using(using).values("queue").annotate(n=Count("id")).order_by()
     rows = {row["queue"]: row for row in live}
-    done_by_queue = {row["queue"]: row["n"] for row in done}
     fenced_by_queue = {row["queue"]: row["n"] for row in fenced}
+    done_by_queue = done_counts(using, set(rows) | set(fenced_by_queue))
     names = sorted(set(rows) | set(done_by_queue) | set(fenced_by_queue))
     return [_stats(name, rows.get(name, {}), done_by_queue, fenced_by_queue, now) for name in names]
+
+
+def done_counts(using: str, known: set[str]) -> dict[str, int]:
+    """Done tasks by queue: counted, or on a big PostgreSQL table the planner's estimate."""
+    connection = connections[using]
+    if connection.vendor != "postgresql" or _table_rows(connection) < DONE_ESTIMATE_ABOVE:
+        done = Task.objects.using(using).filter(state=TaskState.DONE)
+        return {row["queue"]: row["n"] for row in done.values("queue").annotate(n=Count("id"))}
+    with connection.cursor() as cursor:
+        cursor.execute(COMMON_QUEUES_SQL)
+        names = known | set(cursor.fetchone()[0] or ())
+        estimates = {}
+        for name in sorted(names):
+            cursor.execute(DONE_ESTIMATE_SQL, [name])
+            estimates[name] = int(cursor.fetchone()[0][0]["Plan"]["Plan Rows"])
+    return estimates
+
+
+def _table_rows(connection) -> float:
+    with connection.cursor() as cursor:
+        cursor.execute(TABLE_ROWS_SQL)
+        return float(cursor.fetchone()[0] or 0)
 
 
 def _stats(name: str, row: dict, done: dict, fenced: dict, now: datetime) -> QueueStats:
@@ -151,7 +186,7 @@ QUEUE_GAUGES = (
     ("ready", "rivet_queue_ready", "pending tasks runnable now"),
     ("leased", "rivet_queue_leased", "pending tasks held by a worker's lease"),
     ("delayed", "rivet_queue_delayed", "pending tasks waiting for a run time or a retry"),
-    ("done", "rivet_queue_done", "tasks done (kept until purged)"),
+    ("done", "rivet_queue_done", "tasks done (estimated on a big PostgreSQL table)"),
     ("dead", "rivet_queue_dead", "tasks in the dead letters"),
     ("oldest_ready_age_secs", "rivet_queue_oldest_ready_age_seconds", "age of the oldest ready"),
     ("fenced", "rivet_queue_fenced_writes", "stale acks and fails the fence refused, recorded"),

@@ -60,6 +60,10 @@ class Task(models.Model):
                 name="rivet_task_claim_idx",
             ),
             models.Index(fields=["queue", "state"], name="rivet_task_queue_state_idx"),
+            # The dead letters: listed by queue in id order, counted by queue (metrics, API).
+            models.Index(
+                fields=["queue", "id"], condition=Q(state="dead"), name="rivet_task_dead_idx"
+            ),
         ]
 
     def __str__(self) -> str:

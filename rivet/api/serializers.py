@@ -16,6 +16,7 @@ from rivet.validation import (
     NAME_RE,
     PRIORITY_MAX,
     PRIORITY_MIN,
+    check_name,
 )
 from rivet.values import TaskState
 
@@ -40,10 +41,17 @@ def _text(**kwargs: Any) -> serializers.CharField:
 
 @extend_schema_field(name_schema())
 class NameField(serializers.CharField):
-    """A queue or kind name, checked by rivet (an ``invalid_name`` error when wrong)."""
+    """A queue or kind name, checked by rivet's rule (an ``invalid_name`` error when wrong)."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(trim_whitespace=False, allow_blank=True, **kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        try:
+            return check_name(self.field_name, value)
+        except InvalidInput as exc:
+            raise serializers.ValidationError(str(exc), code=exc.code) from exc
 
 
 class EnqueueSerializer(serializers.Serializer):

@@ -129,6 +129,12 @@ def test_bad_fields_answer_400_with_field_errors(api, alias, body, field, code) 
     assert rows(alias) == 0
 
 
+def test_every_bad_field_is_reported_at_once(api, alias) -> None:
+    body = assert_error(enqueue(api, {"kind": "a b", "priority": 500}), 400, "invalid_input")
+    assert set(body) == {"detail", "code", "kind", "priority"}
+    assert body["detail"] == "2 errors; see the fields"
+
+
 def test_a_body_that_is_not_json_answers_400(api, alias) -> None:
     response = api.post(TASKS, data='{"kind": ', content_type="application/json")
     assert_error(response, 400, "invalid_json")

@@ -110,9 +110,10 @@ class WorkerMetrics(NoMetrics):
         self.buried_total.inc(count)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        """Answer scrapes on ``addr:port`` from a daemon thread."""
-        from prometheus_client import start_http_server
+        """Answer scrapes on ``addr:port`` from a daemon thread (the worker's own process)."""
+        from prometheus_client import disable_created_metrics, start_http_server
 
+        disable_created_metrics()  # the *_created series double every counter for no use here
         start_http_server(port, addr=addr, registry=self.registry)
 
 
@@ -188,7 +189,11 @@ QUEUE_GAUGES = (
     ("delayed", "rivet_queue_delayed", "pending tasks waiting for a run time or a retry"),
     ("done", "rivet_queue_done", "tasks done (estimated on a big PostgreSQL table)"),
     ("dead", "rivet_queue_dead", "tasks in the dead letters"),
-    ("oldest_ready_age_secs", "rivet_queue_oldest_ready_age_seconds", "age of the oldest ready"),
+    (
+        "oldest_ready_age_secs",
+        "rivet_queue_oldest_ready_age_seconds",
+        "how long the oldest ready task has been runnable (0: none is ready)",
+    ),
     ("fenced", "rivet_queue_fenced_writes", "stale acks and fails the fence refused, recorded"),
 )
 

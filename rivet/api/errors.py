@@ -73,11 +73,8 @@ def api_error(exc: Exception) -> exceptions.APIException | Exception:
             "the request body is larger than the host's DATA_UPLOAD_MAX_MEMORY_SIZE"
         )
     if isinstance(exc, InvalidInput):
-        detail = {exc.field: [str(exc)]} if exc.field else [str(exc)]
-        return exceptions.ValidationError(
-            exceptions.ErrorDetail(str(exc), code=exc.code) if not exc.field else detail,
-            code=exc.code,
-        )
+        message = exceptions.ErrorDetail(str(exc), code=exc.code)
+        return exceptions.ValidationError({exc.field: [message]} if exc.field else [message])
     return exc
 
 

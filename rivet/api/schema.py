@@ -24,6 +24,7 @@ from rivet.api.serializers import (
     TaskSerializer,
     name_schema,
 )
+from rivet.conf import rivet_settings
 from rivet.values import TaskState
 
 TAG = "rivet"
@@ -151,7 +152,11 @@ enqueue = extend_schema(
     ),
     parameters=[
         OpenApiParameter(
-            IDEMPOTENCY_HEADER, str, OpenApiParameter.HEADER, required=False, description="key"
+            IDEMPOTENCY_HEADER,
+            {"type": "string", "minLength": 1, "maxLength": rivet_settings.MAX_IDEM_KEY_LENGTH},
+            OpenApiParameter.HEADER,
+            required=False,
+            description="the idempotency key (or the idem_key field)",
         )
     ],
     request=EnqueueSerializer,

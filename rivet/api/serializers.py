@@ -34,9 +34,15 @@ def name_schema() -> dict[str, Any]:
     }
 
 
-def _text(**kwargs: Any) -> serializers.CharField:
-    """A string rivet validates itself: DRF neither trims nor refuses blanks first."""
-    return serializers.CharField(trim_whitespace=False, allow_blank=True, **kwargs)
+def _key(**kwargs: Any) -> serializers.CharField:
+    """An idempotency or unique key; rivet.validation.check_key has the last word."""
+    return serializers.CharField(
+        trim_whitespace=False,
+        required=False,
+        allow_null=True,
+        max_length=rivet_settings.MAX_IDEM_KEY_LENGTH,
+        **kwargs,
+    )
 
 
 @extend_schema_field(name_schema())
@@ -44,7 +50,12 @@ class NameField(serializers.CharField):
     """A queue or kind name, checked by rivet's rule (an ``invalid_name`` error when wrong)."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(trim_whitespace=False, allow_blank=True, **kwargs)
+        super().__init__(trim_whitespace=False, **kwargs)
+
+    def run_validation(self, data: Any = serializers.empty) -> Any:
+        if data == "":  # rivet's message and code, not DRF's "may not be blank"
+            return self.to_internal_value(data)
+        return super().run_validation(data)
 
     def to_internal_value(self, data: Any) -> str:
         value = super().to_internal_value(data)
@@ -62,13 +73,11 @@ class EnqueueSerializer(serializers.Serializer):
         required=False, allow_null=True, default=None, help_text="any JSON value"
     )
     queue = NameField(required=False, help_text="queue (default: the job's, else RIVET QUEUE)")
-    idem_key = _text(
-        required=False,
-        allow_null=True,
-        help_text=f"idempotency key; the {IDEMPOTENCY_HEADER} header may carry it instead",
+    idem_key = _key(
+        help_text=f"idempotency key; the {IDEMPOTENCY_HEADER} header may carry it instead"
     )
-    unique_key = _text(
-        required=False, allow_null=True, help_text="at most one pending task per kind and key"
+    unique_key = _key(
+        allow_blank=True, help_text='at most one pending task per kind and key ("": per kind)'
     )
     delay = serializers.FloatField(
         required=False,

@@ -466,3 +466,10 @@ def test_done_is_estimated_on_a_big_postgres_table(monkeypatch) -> None:
     assert (estimated["live"].ready, estimated["live"].dead) == (1, 0)  # counted, exactly
     monkeypatch.setattr(metrics, "DONE_ESTIMATE_ABOVE", 10**9)
     assert {s.queue: s.done for s in metrics.queue_overview("default")}["archive"] == 40
+
+
+def test_a_body_over_the_hosts_upload_limit_answers_413(api, alias, settings) -> None:
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    response = enqueue(api, {"kind": "noop", "payload": "x" * 2000})
+    assert_error(response, 413, "payload_too_large")
+    assert rows(alias) == 0

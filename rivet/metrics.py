@@ -21,14 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import datetime
+from typing import Any
 
 from django.db import connections
 from django.db.models import Count, Min, Q
 from django.db.models.functions import Now
 from django.utils import timezone
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 from rivet.models import FencedWrite, Task
 from rivet.values import Claimed, QueueStats, TaskState
@@ -77,6 +75,9 @@ class WorkerMetrics(NoMetrics):
     """One worker's metrics, in a registry of its own (several workers may share a process)."""
 
     def __init__(self, *, slots: int, busy: Callable[[], float]) -> None:
+        # Imported here: a worker without metrics starts without prometheus_client.
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
         self.registry = CollectorRegistry(auto_describe=True)
         self.counters = {
             event: Counter(name, text, ["queue", "kind"], registry=self.registry)
@@ -198,13 +199,15 @@ QUEUE_GAUGES = (
 )
 
 
-class QueueCollector(Collector):
+class QueueCollector:
     """The queue gauges, read from the database each time Prometheus scrapes."""
 
     def __init__(self, using: str) -> None:
         self.using = using
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
         stats = queue_overview(self.using)
         for attr, name, text in QUEUE_GAUGES:
             family = GaugeMetricFamily(name, text, labels=["queue"])
@@ -216,6 +219,8 @@ class QueueCollector(Collector):
 
 def queue_exposition(using: str) -> bytes:
     """The queue gauges in the Prometheus text format."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QueueCollector(using))
     return generate_latest(registry)

@@ -29,6 +29,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "rivet",
     "chaos_project",
 ]
@@ -80,6 +82,19 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 
+# rivet's HTTP API (rivet/urls.py) follows these, and adds its own floor (an authenticated
+# user with the endpoint's rivet permission) whatever they say: DRF's default AllowAny here
+# still refuses anonymous callers there. Basic auth serves curl.
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.BasicAuthentication",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # The rivet-enqueue scope is off until a rate is set, e.g. "100/second".
+    "DEFAULT_THROTTLE_RATES": {},
+}
+
 EFFECT_SERVICE_URL = env("EFFECT_SERVICE_URL", default="http://127.0.0.1:8081")
 
 RIVET = {
@@ -87,6 +102,8 @@ RIVET = {
     # chaos_project/jobs.py (noop, fail, sleep) is found by autodiscovery; the effect kind is
     # named here because it needs the effect service's URL from these settings.
     "JOB_MODULES": ["chaos_project.effect_kind", "chaos_project.chaos_kinds"],
+    # Prometheus may scrape rivet/metrics/ with "Authorization: Bearer <token>" when set.
+    "METRICS_TOKEN": env("RIVET_METRICS_TOKEN", default=None),
 }
 
 # Django's own @task functions run on rivet too (django.tasks on Django 6, the backport on 5.2).

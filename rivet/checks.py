@@ -16,6 +16,7 @@ _POSITIVE_NUMBERS = (
     "MAX_NAME_LENGTH",
     "MAX_IDEM_KEY_LENGTH",
     "MAX_ERROR_LENGTH",
+    "API_BULK_MAX",
 )
 _STORES = ("auto", "memory", "sqlite", "postgres")
 
@@ -42,6 +43,16 @@ def check_rivet_settings(app_configs=None, **kwargs):
             Error(
                 f"RIVET['STORE'] is {rivet_settings.STORE!r}; expected one of {', '.join(_STORES)}",
                 id="rivet.E003",
+            )
+        )
+    token = rivet_settings.METRICS_TOKEN
+    if token is not None and (not isinstance(token, str) or len(token) < 16):
+        errors.append(
+            Error(
+                "RIVET['METRICS_TOKEN'] must be None or a string of at least 16 characters, "
+                f"got {type(token).__name__} of length {len(str(token))}",
+                hint="make one: python -c 'import secrets; print(secrets.token_urlsafe())'",
+                id="rivet.E005",
             )
         )
     return errors

@@ -35,6 +35,10 @@ DEFAULTS: dict[str, Any] = {
     # Modules imported at worker start so their @rivet.job functions register.
     "JOB_MODULES": [],
     "NOTIFY_CHANNEL": "rivet_task",
+    # Most tasks one POST to the HTTP API's tasks/bulk/ may carry.
+    "API_BULK_MAX": 1000,
+    # A bearer token that may read rivet/metrics/ without a user (None: users only).
+    "METRICS_TOKEN": None,
 }
 
 

@@ -8,11 +8,29 @@ class RivetError(Exception):
 
 
 class InvalidInput(RivetError, ValueError):
-    """A value given to rivet is out of bounds or malformed; nothing was written."""
+    """A value given to rivet is out of bounds or malformed; nothing was written.
+
+    ``field`` names the input that was wrong when one is to blame (the HTTP API reports it as
+    a field error); ``code`` is the stable machine-readable name of the kind of error.
+    """
+
+    code = "invalid_input"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class InvalidName(InvalidInput):
+    """A queue or kind name is empty, too long or has characters outside the allowed set."""
+
+    code = "invalid_name"
 
 
 class PayloadTooLarge(InvalidInput):
     """The encoded payload is larger than RIVET['MAX_PAYLOAD_BYTES']."""
+
+    code = "payload_too_large"
 
 
 class IdempotencyMismatch(RivetError):

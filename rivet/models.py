@@ -66,6 +66,10 @@ class Task(models.Model):
             # scan for the kinds a filter offers), and the date hierarchy on created_at.
             models.Index(fields=["state", "kind"], name="rivet_task_state_kind_idx"),
             models.Index(fields=["created_at"], name="rivet_task_created_idx"),
+            # The dead letters: listed by queue in id order, counted by queue (metrics, API).
+            models.Index(
+                fields=["queue", "id"], condition=Q(state="dead"), name="rivet_task_dead_idx"
+            ),
         ]
 
     def __str__(self) -> str:

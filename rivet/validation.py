@@ -9,25 +9,31 @@ from datetime import datetime
 from typing import Any
 
 from rivet.conf import rivet_settings
-from rivet.errors import InvalidInput, PayloadTooLarge
+from rivet.errors import InvalidInput, InvalidName, PayloadTooLarge
 from rivet.text import unstorable
 from rivet.values import TaskSpec
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
 PRIORITY_MIN, PRIORITY_MAX = -100, 100
+MAX_ATTEMPTS_LIMIT = 1000
+# Ten years: beyond it a delay is a mistake, and the databases' interval types overflow.
+MAX_DELAY_SECS = 10 * 365 * 24 * 3600
 
 
 def check_name(what: str, value: Any) -> str:
     """A queue or kind name: 1..MAX_NAME_LENGTH of ASCII letters, digits and ``_ . : -``."""
     limit = rivet_settings.MAX_NAME_LENGTH
     if not isinstance(value, str) or not value:
-        raise InvalidInput(f"{what} must be a non-empty string, got {value!r}")
+        raise InvalidName(f"{what} must be a non-empty string, got {value!r}", field=what)
     if len(value) > limit:
-        raise InvalidInput(f"{what} {value[:20]!r}... is {len(value)} characters; at most {limit}")
-    if not NAME_RE.match(value):
-        raise InvalidInput(
+        raise InvalidName(
+            f"{what} {value[:20]!r}... is {len(value)} characters; at most {limit}", field=what
+        )
+    if not NAME_RE.fullmatch(value):
+        raise InvalidName(
             f"{what} {value!r} may use only ASCII letters (a-z, A-Z), digits and '_.:-', "
-            "and must start with a letter or digit"
+            "and must start with a letter or digit",
+            field=what,
         )
     return value
 
@@ -43,9 +49,11 @@ def check_key(what: str, value: Any, *, allow_empty: bool = False) -> str | None
     limit = rivet_settings.MAX_IDEM_KEY_LENGTH
     empty_refused = not value and not allow_empty
     if not isinstance(value, str) or empty_refused or not value.isprintable():
-        raise InvalidInput(f"{what} must be a non-empty printable string, got {value!r}")
+        raise InvalidInput(
+            f"{what} must be a non-empty printable string, got {value!r}", field=what
+        )
     if len(value) > limit:
-        raise InvalidInput(f"{what} is {len(value)} characters; at most {limit}")
+        raise InvalidInput(f"{what} is {len(value)} characters; at most {limit}", field=what)
     return value
 
 
@@ -56,13 +64,15 @@ def encode_payload(payload: Any) -> str:
             payload, allow_nan=False, separators=(",", ":"), sort_keys=True, ensure_ascii=False
         )
     except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"payload must be JSON-serialisable: {exc}") from exc
+        raise InvalidInput(f"payload must be JSON-serialisable: {exc}", field="payload") from exc
     reason = unstorable(text, json_text=True)
     if reason:
-        raise InvalidInput(f"payload {reason}")
+        raise InvalidInput(f"payload {reason}", field="payload")
     size, limit = len(text.encode()), rivet_settings.MAX_PAYLOAD_BYTES
     if size > limit:
-        raise PayloadTooLarge(f"payload is {size} bytes encoded; the limit is {limit} bytes")
+        raise PayloadTooLarge(
+            f"payload is {size} bytes encoded; the limit is {limit} bytes", field="payload"
+        )
     return text
 
 
@@ -70,19 +80,19 @@ def parse_payload(text: str) -> Any:
     """Payload JSON given as text (the CLI), refused with the parser's message if malformed."""
     reason = unstorable(text)
     if reason:
-        raise InvalidInput(f"payload {reason}")
+        raise InvalidInput(f"payload {reason}", field="payload")
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InvalidInput(f"payload is not valid JSON: {exc}") from exc
+        raise InvalidInput(f"payload is not valid JSON: {exc}", field="payload") from exc
 
 
 def _check_int(what: str, value: Any, low: int, high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidInput(f"{what} must be an integer, got {value!r}")
+        raise InvalidInput(f"{what} must be an integer, got {value!r}", field=what)
     if value < low or (high is not None and value > high):
         bound = f"between {low} and {high}" if high is not None else f">= {low}"
-        raise InvalidInput(f"{what} must be {bound}, got {value}")
+        raise InvalidInput(f"{what} must be {bound}, got {value}", field=what)
     return value
 
 
@@ -103,13 +113,18 @@ def build_spec(
     if hasattr(delay, "total_seconds"):
         delay = delay.total_seconds()
     if isinstance(delay, bool) or not isinstance(delay, int | float) or not math.isfinite(delay):
-        raise InvalidInput(f"delay must be a number of seconds, got {delay!r}")
-    if delay < 0:
-        raise InvalidInput(f"delay must be >= 0 seconds, got {delay}")
+        raise InvalidInput(f"delay must be a number of seconds, got {delay!r}", field="delay")
+    if delay < 0 or delay > MAX_DELAY_SECS:
+        raise InvalidInput(
+            f"delay must be between 0 and {MAX_DELAY_SECS} seconds (ten years), got {delay}",
+            field="delay",
+        )
     if run_at is not None and (not isinstance(run_at, datetime) or run_at.tzinfo is None):
-        raise InvalidInput(f"run_at must be a timezone-aware datetime, got {run_at!r}")
+        raise InvalidInput(
+            f"run_at must be a timezone-aware datetime, got {run_at!r}", field="run_at"
+        )
     if run_at is not None and delay:
-        raise InvalidInput("give delay or run_at, not both")
+        raise InvalidInput("give delay or run_at, not both", field="delay")
     payload_json = encode_payload(payload)
     attempts = rivet_settings.MAX_ATTEMPTS if max_attempts is None else max_attempts
     return TaskSpec(
@@ -122,7 +137,7 @@ def build_spec(
         delay_secs=float(delay),
         run_at=run_at,
         priority=_check_int("priority", priority, PRIORITY_MIN, PRIORITY_MAX),
-        max_attempts=_check_int("max_attempts", attempts, 1, 1000),
+        max_attempts=_check_int("max_attempts", attempts, 1, MAX_ATTEMPTS_LIMIT),
     )
 
 

@@ -72,3 +72,16 @@ class UserFactory(DjangoModelFactory):
                 content_type__app_label=app_label, codename=codename
             )
             self.user_permissions.add(permission)
+
+
+def task_in(alias: str, **fields) -> Task:
+    """A task row saved on a given database alias (factory-boy's own create uses 'default').
+
+    visible_at defaults to an hour ago: inside a test's transaction PostgreSQL's now() is the
+    transaction's start, earlier than a row's default (the statement's time).
+    """
+    fields.setdefault("visible_at", timezone.now() - timedelta(hours=1))
+    task = TaskFactory.build(**fields)
+    task.save(using=alias)
+    task.refresh_from_db(using=alias)
+    return task

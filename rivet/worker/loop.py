@@ -47,6 +47,7 @@ from rivet import logs, signals
 from rivet.errors import InvalidInput, UnknownJob
 from rivet.failpoints import Failpoints, active, fired_by
 from rivet.jobs import JobRegistry, registry
+from rivet.metrics import NO_METRICS, WorkerMetrics
 from rivet.retry import RetryPolicy
 from rivet.stores.base import Store
 from rivet.validation import check_name
@@ -107,6 +108,7 @@ class Worker:
         registry: JobRegistry = registry,
         clock: Callable[[], float] = time.monotonic,
         failpoints: Failpoints | None = None,
+        metrics: bool = False,
     ) -> None:
         self.store = store
         self.queues = [check_name("queue", q) for q in queues]
@@ -132,6 +134,10 @@ class Worker:
         self._stopping = threading.Event()
         self._listener_done = threading.Event()
         self._counts: Counter[str] = Counter()
+        #: Prometheus counters (rivet_worker serves them on --metrics-port), or no-ops.
+        self.metrics = (
+            WorkerMetrics(slots=self.concurrency, busy=self.busy_slots) if metrics else NO_METRICS
+        )
         self.settler = Settler(
             worker=self,
             store=store,
@@ -239,6 +245,10 @@ class Worker:
     def _busy(self) -> int:
         return sum(1 for a in self._running.values() if a.busy)
 
+    def busy_slots(self) -> int:
+        """Slots whose handler has not returned; safe to call from another thread (a scrape)."""
+        return sum(1 for a in list(self._running.values()) if a.busy)
+
     def _free_slots(self) -> int:
         free = self.concurrency - self._busy()
         if self.max_jobs is not None:
@@ -273,6 +283,7 @@ class Worker:
             return None
         if batch.buried:
             self._counts["buried"] += batch.buried
+            self.metrics.buried(batch.buried)
             logs.event("buried", owner=self.owner, count=batch.buried)
         for claimed in batch.claimed:
             self._start(claimed, started)
@@ -280,6 +291,7 @@ class Worker:
 
     def _start(self, claimed: Claimed, started: float) -> None:
         self._counts["claimed"] += 1
+        self.metrics.event("claimed", claimed)
         logs.task_event("claimed", claimed)
         self.failpoints.fire("after_claim")
         definition = self.registry.find(claimed.kind)
@@ -310,7 +322,11 @@ class Worker:
             send_signal(signals.task_processing, self, attempt)
             if "before_effect" not in fired_by(definition.handler):
                 self.failpoints.fire("before_effect")
-            outcome = Outcome(result=definition(attempt.context))
+            began = time.perf_counter()
+            try:
+                outcome = Outcome(result=definition(attempt.context))
+            finally:
+                self.metrics.handler_seconds(attempt.claimed, time.perf_counter() - began)
         except BaseException as exc:  # a handler may raise anything; it is the attempt's error
             outcome = Outcome(error=exc)
         finally:
@@ -373,6 +389,7 @@ class Worker:
     def _abandon(self, attempt: Attempt) -> None:
         if attempt.abandon():
             self._counts["abandoned"] += 1
+            self.metrics.event("abandoned", attempt.claimed)
             logs.task_event(
                 "abandoned", attempt.claimed, logging.WARNING, reason=attempt.stop_reason
             )

@@ -97,6 +97,16 @@ def owner_name(text: Any) -> str:
     return text
 
 
+def port_number(text: Any) -> int:
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise Expected("a TCP port number, 1..65535") from None
+    if not 1 <= value <= 65535:
+        raise Expected("a TCP port number, 1..65535")
+    return value
+
+
 def log_format(text: Any) -> str:
     if text not in ("text", "json"):
         raise Expected("text or json")
@@ -218,6 +228,15 @@ OPTIONS = (
         parse=integer_between(1),
         metavar="N",
         help="exit after this many attempts are settled",
+    ),
+    Option(
+        dest="metrics_port",
+        flag="--metrics-port",
+        env="RIVET_METRICS_PORT",
+        setting=None,
+        parse=port_number,
+        metavar="PORT",
+        help="serve Prometheus metrics at http://0.0.0.0:PORT/metrics (off by default)",
     ),
     Option(
         dest="log_format",

@@ -199,6 +199,7 @@ class Settler:
         attempt.mark_settled()
         self.guard.untrack(attempt)
         self.counts[count] += 1
+        self.worker.metrics.event(count, attempt.claimed)
 
     def _run_failed_hook(self, attempt: Attempt, exc: BaseException) -> None:
         hook = attempt.definition.failed if attempt.definition else None

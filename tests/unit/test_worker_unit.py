@@ -38,6 +38,12 @@ def wait_until(predicate: Callable[[], bool], what: str, limit: float = 10.0) ->
         time.sleep(0.01)
 
 
+def counted(worker: Worker, name: str, **labels: str) -> float:
+    """A worker metric's value for queue "q" (0 when it was never counted)."""
+    value = worker.metrics.registry.get_sample_value(name, {"queue": "q", **labels})
+    return value or 0.0
+
+
 class RecordingAbort:
     """An abort for Failpoints that records the point instead of killing the test process."""
 
@@ -298,7 +304,7 @@ def test_an_ack_with_a_stale_epoch_is_fenced_not_applied(store, jobs):
 
     slow_store = SlowHeartbeats(clock=store.clock)
     task_id = enqueue(slow_store, "slow")
-    bg = Background(make_worker(slow_store, jobs))
+    bg = Background(make_worker(slow_store, jobs, metrics=True))
     wait_until(lambda: slow_store.task_get(task_id).attempts == 1, "the claim")
     slow_store.clock.advance(10)
     slow_store.task_claim(queues=["q"], owner="thief", limit=1, lease_ttl=60)
@@ -307,6 +313,8 @@ def test_an_ack_with_a_stale_epoch_is_fenced_not_applied(store, jobs):
     stats = bg.stop()
     assert slow_store.task_get(task_id).state == "pending"
     assert stats.fenced == 1
+    assert counted(bg.worker, "rivet_worker_fenced_total", kind="slow") == 1
+    assert counted(bg.worker, "rivet_worker_acks_total", kind="slow") == 0
 
 
 def test_a_lapsed_local_deadline_stops_the_handler_and_writes_nothing(store, jobs):
@@ -317,12 +325,13 @@ def test_a_lapsed_local_deadline_stops_the_handler_and_writes_nothing(store, job
     broken = DeadHeartbeats(clock=store.clock)
     blocking_job(jobs)
     task_id = enqueue(broken, "block")
-    bg = Background(make_worker(broken, jobs, lease_ttl=0.2))
+    bg = Background(make_worker(broken, jobs, lease_ttl=0.2, metrics=True))
     wait_until(lambda: bg.worker.settler.counts["lost"] == 1, "the lease to expire locally")
     stats = bg.stop()
     task = broken.task_get(task_id)
     assert (task.state, task.attempts, task.last_error) == ("pending", 1, "")
     assert stats.acked == 0 and stats.lost == 1
+    assert counted(bg.worker, "rivet_worker_lost_total", kind="block") == 1
 
 
 def test_a_job_timeout_fails_the_attempt_with_the_retry_policy(store, jobs):
@@ -340,7 +349,13 @@ def test_a_handler_that_will_not_return_is_abandoned_and_the_worker_exits_3(stor
     job("stuck", registry=jobs)(lambda ctx: release.wait(30))
     task_id = enqueue(store, "stuck")
     worker = make_worker(
-        store, jobs, concurrency=1, lease_ttl=0.2, job_timeout=0.1, shutdown_timeout=0.2
+        store,
+        jobs,
+        concurrency=1,
+        lease_ttl=0.2,
+        job_timeout=0.1,
+        shutdown_timeout=0.2,
+        metrics=True,
     )
     try:
         bg = Background(worker)
@@ -349,6 +364,7 @@ def test_a_handler_that_will_not_return_is_abandoned_and_the_worker_exits_3(stor
     finally:
         release.set()
     assert bg.stats.abandoned == 1
+    assert counted(worker, "rivet_worker_abandoned_total", kind="stuck") == 1
     assert bg.stats.exit_code == EXIT_ABANDONED
     assert store.task_get(task_id).last_error == "TimeoutError: timed out after 0.1s"
 

@@ -55,7 +55,14 @@ class Command(RivetCommand):
         logs.configure(values.pop("log_format"))
         check_database(values.pop("connect_timeout"))
         import_job_modules()
-        worker = build_worker(values, once=options["once"], failpoints=install(points))
+        metrics_port = values.pop("metrics_port")
+        worker = build_worker(
+            values,
+            once=options["once"],
+            failpoints=install(points),
+            metrics=metrics_port is not None,
+        )
+        serve_metrics(worker, metrics_port)
         install_signal_handlers(worker)
         try:
             stats = worker.run()
@@ -79,6 +86,21 @@ def check_database(connect_timeout: float) -> None:
         raise CommandError(str(exc), returncode=EXIT_UNAVAILABLE) from exc
 
 
+def serve_metrics(worker: Worker, port: int | None) -> None:
+    """Answer Prometheus scrapes on ``port`` (--metrics-port / RIVET_METRICS_PORT), if given."""
+    if port is None:
+        return
+    try:
+        worker.metrics.serve(port)
+    except OSError as exc:
+        worker.store.close()
+        raise CommandError(
+            f"--metrics-port {port}: cannot listen there ({exc.strerror or exc}); pick a free port",
+            returncode=2,
+        ) from exc
+    logs.event("metrics_serving", owner=worker.owner, port=port)
+
+
 def import_job_modules() -> None:
     """Import RIVET['JOB_MODULES'] so their @rivet.job kinds are registered."""
     for module in rivet_settings.JOB_MODULES:
@@ -91,7 +113,9 @@ def import_job_modules() -> None:
             ) from exc
 
 
-def build_worker(values: dict, *, once: bool, failpoints: Failpoints) -> Worker:
+def build_worker(
+    values: dict, *, once: bool, failpoints: Failpoints, metrics: bool = False
+) -> Worker:
     """A Worker on the configured store from resolved option values."""
     from rivet.stores import get_store
 
@@ -103,4 +127,11 @@ def build_worker(values: dict, *, once: bool, failpoints: Failpoints) -> Worker:
         backoff_secs=values.pop("retry_backoff"), cap_secs=values.pop("retry_backoff_cap")
     )
     configure_pool(rivet_settings.DATABASE_ALIAS, values["pool_size"], values["concurrency"])
-    return Worker(store=store, retry_policy=retry, once=once, failpoints=failpoints, **values)
+    return Worker(
+        store=store,
+        retry_policy=retry,
+        once=once,
+        failpoints=failpoints,
+        metrics=metrics,
+        **values,
+    )

@@ -1,0 +1,113 @@
+"""Views about the API rather than the queue: metrics, the schema, its docs, and not-found."""
+
+from __future__ import annotations
+
+from drf_spectacular.settings import patched_settings
+from drf_spectacular.utils import extend_schema
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework import exceptions, renderers
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.response import Response
+from rest_framework.settings import api_settings
+
+from rivet.api import schema
+from rivet.api.errors import exception_handler
+from rivet.api.permissions import MetricsTokenAuthentication, RivetPermission, permissions_for
+from rivet.api.views import VIEW, RivetView
+from rivet.metrics import queue_exposition
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class PrometheusRenderer(renderers.BaseRenderer):
+    media_type = "text/plain"
+    format = "prometheus"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None) -> bytes:
+        return data
+
+
+class FirstRenderer(BaseContentNegotiation):
+    """Prometheus asks for several formats; it gets the text format whatever it lists."""
+
+    def select_parser(self, request, parsers):
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
+class MetricsView(RivetView):
+    """``GET``: the queue gauges in the Prometheus text format (version 0.0.4)."""
+
+    renderer_classes = [PrometheusRenderer]
+    content_negotiation_class = FirstRenderer
+    accepts_metrics_token = True
+
+    def get_authenticators(self):
+        host = [cls() for cls in api_settings.DEFAULT_AUTHENTICATION_CLASSES]
+        return [MetricsTokenAuthentication(), *host]
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        if response.status_code >= 400:  # errors keep rivet's JSON body
+            request.accepted_renderer = renderers.JSONRenderer()
+            request.accepted_media_type = "application/json"
+        return super().finalize_response(request, response, *args, **kwargs)
+
+    @schema.metrics
+    def get(self, request, *args, **kwargs) -> Response:
+        return Response(queue_exposition(self.get_alias()), content_type=CONTENT_TYPE)
+
+
+class FloorOnly(RivetPermission):
+    """The schema and its docs: any authenticated user (they describe, they do not show)."""
+
+    def has_permission(self, request, view) -> bool:
+        user = request.user
+        return bool(user and user.is_authenticated)
+
+
+class SchemaView(SpectacularAPIView):
+    """The OpenAPI document of rivet's endpoints alone."""
+
+    custom_settings = schema.SPECTACULAR
+    schema = schema.RivetAutoSchema()
+
+    def get_permissions(self):
+        return [*permissions_for(self)[:-1], FloorOnly()]
+
+    def get_exception_handler(self):
+        return exception_handler
+
+    @extend_schema(exclude=True)
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+
+class DocsView(SpectacularSwaggerView):
+    """Swagger UI over the schema, its assets served by this host (drf-spectacular-sidecar)."""
+
+    url_name = "rivet:schema"
+    schema = schema.RivetAutoSchema()
+
+    def get_permissions(self):
+        return [*permissions_for(self)[:-1], FloorOnly()]
+
+    @extend_schema(exclude=True)
+    def get(self, request, *args, **kwargs):
+        with patched_settings(schema.SPECTACULAR):
+            return super().get(request, *args, **kwargs)
+
+
+class NotFoundView(RivetView):
+    """Any other path under rivet's prefix: 404 with rivet's JSON body, not an HTML page."""
+
+    required_permission = VIEW
+
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)
+        raise exceptions.NotFound(f"no rivet endpoint at {request.path}", code="not_found")
+
+    def http_method_not_allowed(self, request, *args, **kwargs):
+        raise exceptions.NotFound(f"no rivet endpoint at {request.path}", code="not_found")

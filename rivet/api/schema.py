@@ -1,0 +1,266 @@
+"""The OpenAPI description of rivet's HTTP API (drf-spectacular): every status, every error code.
+
+Each error status has its own component (``Error400``, ``Error409``...) whose ``code`` is an
+enum of exactly the codes that status can carry (``rivet.api.errors.ERROR_CODES``).
+"""
+
+from __future__ import annotations
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers
+
+from rivet.api.errors import ERROR_CODES
+from rivet.api.serializers import (
+    IDEMPOTENCY_HEADER,
+    BulkEnqueueSerializer,
+    BulkResultSerializer,
+    EnqueueSerializer,
+    ErrorSerializer,
+    QueueStatsSerializer,
+    SweepResultSerializer,
+    TaskSerializer,
+    name_schema,
+)
+from rivet.conf import rivet_settings
+from rivet.values import TaskState
+
+TAG = "rivet"
+
+
+#: Settings for drf-spectacular while it serves rivet's schema and docs (the host's own
+#: SPECTACULAR_SETTINGS are left alone).
+def _codes_table() -> str:
+    rows = [
+        f"| `{code}` | {', '.join(map(str, statuses))} | {meaning} |"
+        for code, (statuses, meaning) in ERROR_CODES.items()
+    ]
+    return "\n".join(["| code | status | meaning |", "|---|---|---|", *rows])
+
+
+SPECTACULAR = {
+    "TITLE": "rivet task queue API",
+    "DESCRIPTION": (
+        "Enqueue tasks, read them and act on the dead letters of rivet. Every error body has "
+        "`detail` (for people) and `code` (for programs); validation errors keep DRF's field "
+        "errors beside them.\n\n" + _codes_table()
+    ),
+    "VERSION": "1",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "PREPROCESSING_HOOKS": ["rivet.api.schema.only_rivet_views"],
+    "ENUM_NAME_OVERRIDES": {"TaskStateEnum": TaskState.choices},
+}
+
+
+def only_rivet_views(endpoints, **kwargs):
+    """Keep rivet's own endpoints, whatever else the host serves."""
+    return [
+        endpoint
+        for endpoint in endpoints
+        if getattr(endpoint[3], "cls", None) is not None
+        and endpoint[3].cls.__module__.startswith("rivet.api.")
+    ]
+
+
+class RivetAutoSchema(AutoSchema):
+    def get_tags(self) -> list[str]:
+        return [TAG]
+
+
+class MetricsTokenScheme(OpenApiAuthenticationExtension):
+    """``Authorization: Bearer <RIVET['METRICS_TOKEN']>`` on rivet/metrics/."""
+
+    target_class = "rivet.api.permissions.MetricsTokenAuthentication"
+    name = "rivetMetricsToken"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer"}
+
+
+def _error_serializer(status: int) -> type[serializers.Serializer]:
+    codes = sorted(code for code, (statuses, _) in ERROR_CODES.items() if status in statuses)
+    meanings = "; ".join(f"`{code}`: {ERROR_CODES[code][1]}" for code in codes)
+    fields = {
+        "code": serializers.ChoiceField(choices=codes, help_text=meanings),
+        "__doc__": f"An error answered with HTTP {status}.",
+    }
+    return type(f"Error{status}Serializer", (ErrorSerializer,), fields)
+
+
+ERRORS = {
+    status: _error_serializer(status)
+    for status in sorted({s for statuses, _ in ERROR_CODES.values() for s in statuses})
+}
+
+
+class Error422Serializer(ERRORS[422]):
+    """An error answered with HTTP 422: the key, and the task it already names."""
+
+    idem_key = serializers.CharField(help_text="the key that names different work")
+    existing_task_id = serializers.IntegerField(help_text="the task the key already names")
+
+
+ERRORS[422] = Error422Serializer
+
+
+def _errors(*statuses: int) -> dict[int, OpenApiResponse]:
+    """Error responses, always with 401 and 403 (the auth floor)."""
+    wanted = sorted({401, 403, *statuses})
+    return {
+        status: OpenApiResponse(
+            ERRORS[status],
+            description=", ".join(c for c, (s, _) in ERROR_CODES.items() if status in s),
+        )
+        for status in wanted
+    }
+
+
+def _name_filter(name: str, what: str) -> OpenApiParameter:
+    return OpenApiParameter(
+        name, name_schema(), OpenApiParameter.QUERY, required=False, description=what
+    )
+
+
+TASK_ID = OpenApiParameter("task_id", int, OpenApiParameter.PATH, description="task id")
+QUEUE = OpenApiParameter("queue", name_schema(), OpenApiParameter.PATH, description="queue name")
+
+list_tasks = extend_schema(
+    operation_id="rivet_tasks_list",
+    summary="List tasks in id order (cursor pagination)",
+    parameters=[
+        _name_filter("queue", "only this queue"),
+        _name_filter("kind", "only this kind"),
+        OpenApiParameter(
+            "state", str, OpenApiParameter.QUERY, required=False, enum=TaskState.values
+        ),
+    ],
+    responses={200: TaskSerializer(many=True), **_errors(400, 404)},
+)
+
+enqueue = extend_schema(
+    operation_id="rivet_tasks_enqueue",
+    summary="Enqueue one task",
+    description=(
+        f"The idempotency key comes from the `{IDEMPOTENCY_HEADER}` header or the `idem_key` "
+        "field (both, and different: 400). A key used before with the same work answers 200 "
+        "and the existing task; with different work, 422. Throttle scope: `rivet-enqueue`."
+    ),
+    parameters=[
+        OpenApiParameter(
+            IDEMPOTENCY_HEADER,
+            {"type": "string", "minLength": 1, "maxLength": rivet_settings.MAX_IDEM_KEY_LENGTH},
+            OpenApiParameter.HEADER,
+            required=False,
+            description="the idempotency key (or the idem_key field)",
+        )
+    ],
+    request=EnqueueSerializer,
+    responses={
+        201: OpenApiResponse(TaskSerializer, description="a new task"),
+        200: OpenApiResponse(TaskSerializer, description="the key's task: same work"),
+        **_errors(400, 413, 415, 422, 429),
+    },
+    examples=[
+        OpenApiExample(
+            "send an email",
+            value={"kind": "send_email", "payload": {"to": "ada@example.com"}, "queue": "mail"},
+            request_only=True,
+        )
+    ],
+)
+
+enqueue_bulk = extend_schema(
+    operation_id="rivet_tasks_bulk",
+    summary="Enqueue several tasks at once, all or none",
+    description=(
+        "At most `RIVET['API_BULK_MAX']` tasks (default 1000). Every item is checked first: "
+        "one invalid item refuses the whole call (400, errors keyed by the item's index) and "
+        "nothing is written. Results keep the order given. 201 when any task is new, else 200."
+    ),
+    request=BulkEnqueueSerializer,
+    responses={
+        201: BulkResultSerializer,
+        200: BulkResultSerializer,
+        **_errors(400, 413, 415, 429),
+    },
+)
+
+get_task = extend_schema(
+    operation_id="rivet_tasks_get",
+    summary="One task",
+    parameters=[TASK_ID],
+    responses={200: TaskSerializer, **_errors(404)},
+)
+
+list_queues = extend_schema(
+    operation_id="rivet_queues_list",
+    summary="Counts of every queue that holds tasks",
+    responses={200: QueueStatsSerializer(many=True), **_errors()},
+)
+
+get_queue = extend_schema(
+    operation_id="rivet_queues_get",
+    summary="Counts of one queue",
+    parameters=[QUEUE],
+    responses={200: QueueStatsSerializer, **_errors(400)},
+)
+
+sweep_queue = extend_schema(
+    operation_id="rivet_queues_sweep",
+    summary="Bury pending tasks with no attempts left and no live lease",
+    description=(
+        "Moves to the dead letters what the next claim would bury anyway; needs "
+        "`rivet.requeue_deadletter`. Use it when no worker polls the queue."
+    ),
+    parameters=[QUEUE],
+    request=None,
+    responses={200: SweepResultSerializer, **_errors(400)},
+)
+
+list_dead = extend_schema(
+    operation_id="rivet_dead_letters_list",
+    summary="Dead tasks in id order (cursor pagination)",
+    parameters=[_name_filter("queue", "only this queue")],
+    responses={200: TaskSerializer(many=True), **_errors(400, 404)},
+)
+
+requeue_dead = extend_schema(
+    operation_id="rivet_dead_letters_requeue",
+    summary="Requeue a dead task with fresh attempts (it keeps its idempotency key)",
+    description=(
+        "A replay, not a second effect, follows: the key the effect service saw is kept. "
+        "Needs `rivet.requeue_deadletter`."
+    ),
+    parameters=[TASK_ID],
+    request=None,
+    responses={200: TaskSerializer, **_errors(404, 409)},
+)
+
+purge_dead = extend_schema(
+    operation_id="rivet_dead_letters_purge",
+    summary="Purge one dead task (releases its idempotency key)",
+    description=(
+        "Safe only past the effect service's dedup retention: sooner, a new task with the "
+        "same key can make a second effect. Needs `rivet.purge_deadletter`."
+    ),
+    parameters=[TASK_ID],
+    responses={204: OpenApiResponse(description="purged"), **_errors(404, 409)},
+)
+
+metrics = extend_schema(
+    operation_id="rivet_metrics",
+    summary="Queue gauges in the Prometheus text format, read from the database now",
+    description=(
+        "Needs `rivet.view_task`, or `Authorization: Bearer <RIVET['METRICS_TOKEN']>` when "
+        "that setting is set."
+    ),
+    responses={
+        (200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="exposition text"),
+        **_errors(),
+    },
+)

@@ -1,0 +1,187 @@
+"""What rivet's HTTP API reads and writes. Bounds come from ``rivet.validation``, not from here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from rivet.conf import rivet_settings
+from rivet.errors import InvalidInput, PayloadTooLarge
+from rivet.producer import task_spec
+from rivet.validation import (
+    MAX_ATTEMPTS_LIMIT,
+    MAX_DELAY_SECS,
+    NAME_RE,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    check_name,
+)
+from rivet.values import TaskState
+
+#: The header a client may send its idempotency key in (the IETF Idempotency-Key draft).
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
+def name_schema() -> dict[str, Any]:
+    """A queue or kind name as JSON Schema: the rule ``rivet.validation.check_name`` applies."""
+    return {
+        "type": "string",
+        "pattern": NAME_RE.pattern,
+        "minLength": 1,
+        "maxLength": rivet_settings.MAX_NAME_LENGTH,
+    }
+
+
+def _key(**kwargs: Any) -> serializers.CharField:
+    """An idempotency or unique key; rivet.validation.check_key has the last word."""
+    return serializers.CharField(
+        trim_whitespace=False,
+        required=False,
+        allow_null=True,
+        max_length=rivet_settings.MAX_IDEM_KEY_LENGTH,
+        **kwargs,
+    )
+
+
+@extend_schema_field(name_schema())
+class NameField(serializers.CharField):
+    """A queue or kind name, checked by rivet's rule (an ``invalid_name`` error when wrong)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(trim_whitespace=False, **kwargs)
+
+    def run_validation(self, data: Any = serializers.empty) -> Any:
+        if data == "":  # rivet's message and code, not DRF's "may not be blank"
+            return self.to_internal_value(data)
+        return super().run_validation(data)
+
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        try:
+            return check_name(self.field_name, value)
+        except InvalidInput as exc:
+            raise serializers.ValidationError(str(exc), code=exc.code) from exc
+
+
+class EnqueueSerializer(serializers.Serializer):
+    """One task to enqueue; the producer's defaults fill what is left out."""
+
+    kind = NameField(help_text="registered job kind: letters, digits and _ . : -")
+    payload = serializers.JSONField(
+        required=False, allow_null=True, default=None, help_text="any JSON value"
+    )
+    queue = NameField(required=False, help_text="queue (default: the job's, else RIVET QUEUE)")
+    idem_key = _key(
+        help_text=f"idempotency key; the {IDEMPOTENCY_HEADER} header may carry it instead"
+    )
+    unique_key = _key(
+        allow_blank=True, help_text='at most one pending task per kind and key ("": per kind)'
+    )
+    delay = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=MAX_DELAY_SECS,
+        help_text="seconds before the task may run",
+    )
+    run_at = serializers.DateTimeField(
+        required=False, allow_null=True, help_text="when the task may run (instead of delay)"
+    )
+    priority = serializers.IntegerField(
+        required=False, allow_null=True, min_value=PRIORITY_MIN, max_value=PRIORITY_MAX
+    )
+    max_attempts = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=MAX_ATTEMPTS_LIMIT
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """Apply rivet's own rules (rivet.validation) and report them as field errors."""
+        header = self.context.get("idempotency_key")
+        if header is not None:
+            given = attrs.get("idem_key")
+            if given is not None and given != header:
+                raise serializers.ValidationError(
+                    {
+                        "idem_key": [
+                            f"the {IDEMPOTENCY_HEADER} header ({header!r}) and the idem_key "
+                            f"field ({given!r}) differ; send the key once, or twice the same"
+                        ]
+                    },
+                    code="idempotency_key_conflict",
+                )
+            attrs["idem_key"] = header
+        options = {key: value for key, value in attrs.items() if key not in ("kind", "payload")}
+        try:
+            task_spec(attrs["kind"], attrs.get("payload"), **options)
+        except PayloadTooLarge:
+            raise
+        except InvalidInput as exc:
+            field = exc.field if exc.field in self.fields else "non_field_errors"
+            raise serializers.ValidationError({field: [str(exc)]}, code=exc.code) from exc
+        return attrs
+
+
+class BulkEnqueueSerializer(serializers.Serializer):
+    """Several tasks, written all or none (checked item by item in the view)."""
+
+    tasks = serializers.ListField(
+        child=serializers.DictField(), help_text="each item as the body of POST tasks/"
+    )
+
+
+class TaskSerializer(serializers.Serializer):
+    """A snapshot of one task row."""
+
+    id = serializers.IntegerField()
+    queue = serializers.CharField()
+    kind = serializers.CharField()
+    payload = serializers.JSONField(allow_null=True)
+    idem_key = serializers.CharField(allow_null=True)
+    unique_key = serializers.CharField(allow_null=True)
+    state = serializers.ChoiceField(choices=TaskState.choices)
+    attempts = serializers.IntegerField()
+    max_attempts = serializers.IntegerField()
+    lease_epoch = serializers.IntegerField()
+    lease_owner = serializers.CharField(allow_null=True)
+    visible_at = serializers.DateTimeField()
+    priority = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    last_error = serializers.CharField(allow_blank=True)
+    result = serializers.JSONField(allow_null=True)
+
+
+class BulkItemResultSerializer(serializers.Serializer):
+    created = serializers.BooleanField(help_text="false: the key named this task already")
+    task = TaskSerializer()
+
+
+class BulkResultSerializer(serializers.Serializer):
+    results = BulkItemResultSerializer(many=True, help_text="one per task, in the order given")
+
+
+class QueueStatsSerializer(serializers.Serializer):
+    """Counts for one queue, as the database sees them now."""
+
+    queue = serializers.CharField()
+    ready = serializers.IntegerField(help_text="pending and runnable now")
+    leased = serializers.IntegerField(help_text="pending, held by a worker's lease")
+    delayed = serializers.IntegerField(help_text="pending, waiting for a run time or a retry")
+    done = serializers.IntegerField()
+    dead = serializers.IntegerField()
+    oldest_ready_age_secs = serializers.FloatField(allow_null=True)
+    fenced = serializers.IntegerField(help_text="stale acks and fails the fence refused")
+
+
+class SweepResultSerializer(serializers.Serializer):
+    queue = serializers.CharField()
+    swept = serializers.IntegerField(help_text="pending tasks with no attempts left now buried")
+
+
+class ErrorSerializer(serializers.Serializer):
+    """An error body: ``detail`` for people, ``code`` for programs (and field errors)."""
+
+    detail = serializers.CharField()
+    code = serializers.CharField()

@@ -1,0 +1,340 @@
+"""rivet's HTTP API views. Writes go through the Store (the calls ``rivet_dlq`` makes).
+
+The store is the configured one (``rivet.producer.resolve_store``); listings read the same
+database through the ORM so they can page with a cursor. An enqueue runs on Django's
+connection for that database, so with ``ATOMIC_REQUESTS`` it commits or rolls back with the
+request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from rest_framework import generics, serializers, status
+from rest_framework.exceptions import NotFound
+from rest_framework.pagination import CursorPagination
+from rest_framework.parsers import JSONParser
+from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
+from rest_framework.settings import api_settings
+
+from rivet import producer
+from rivet.api import schema
+from rivet.api.errors import Conflict, PayloadTooLargeError, exception_handler
+from rivet.api.permissions import EnqueueThrottle, permissions_for
+from rivet.api.serializers import (
+    IDEMPOTENCY_HEADER,
+    BulkEnqueueSerializer,
+    EnqueueSerializer,
+    QueueStatsSerializer,
+    SweepResultSerializer,
+    TaskSerializer,
+)
+from rivet.conf import rivet_settings
+from rivet.errors import InvalidInput, PayloadTooLarge, RivetConfigError
+from rivet.metrics import queue_overview
+from rivet.models import Task
+from rivet.stores.base import Store
+from rivet.validation import check_name
+from rivet.values import TaskRecord, TaskState
+
+VIEW, ADD = "rivet.view_task", "rivet.add_task"
+REQUEUE, PURGE = "rivet.requeue_deadletter", "rivet.purge_deadletter"
+MAX_TASK_ID = 2**63 - 1  # bigint
+
+
+def query_value(params, name: str) -> str | None:
+    """One query parameter, given at most once (a repeated filter is refused, not guessed)."""
+    values = params.getlist(name)
+    if len(values) > 1:
+        raise InvalidInput(f"give {name} once, got it {len(values)} times", field=name)
+    return values[0] if values else None
+
+
+class TaskCursorPagination(CursorPagination):
+    """Pages of tasks in id order; ``cursor`` is opaque, ``page_size`` 1..1000 (default 100)."""
+
+    ordering = "id"
+    page_size = 100
+    page_size_query_param = "page_size"
+    max_page_size = 1000
+
+    def get_page_size(self, request) -> int:
+        query_value(request.query_params, self.cursor_query_param)
+        text = query_value(request.query_params, self.page_size_query_param)
+        if text is None:
+            return self.page_size
+        if not (text.isascii() and text.isdigit()) or int(text) < 1:
+            raise InvalidInput(
+                f"page_size must be an integer >= 1, got {text!r}", field="page_size"
+            )
+        return min(int(text), self.max_page_size)
+
+
+class RivetView(generics.GenericAPIView):
+    """The base of every rivet view: the auth floor, rivet's error bodies, the store."""
+
+    schema = schema.RivetAutoSchema()
+    parser_classes = [JSONParser]
+    renderer_classes = [JSONRenderer]
+    #: The permission the method needs, by HTTP method.
+    permissions_by_method: dict[str, str] = {}
+    pagination_class = None
+
+    @property
+    def required_permission(self) -> str | None:
+        return self.permissions_by_method.get(self.request.method, VIEW)
+
+    def get_permissions(self):
+        return permissions_for(self)
+
+    def get_exception_handler(self):
+        return exception_handler
+
+    def get_store(self) -> Store:
+        return producer.resolve_store()
+
+    def get_alias(self) -> str:
+        store = self.get_store()
+        alias = getattr(store, "using", None)
+        if alias is None:
+            raise RivetConfigError(
+                f"the {store.name} store keeps no database rows; rivet's HTTP API lists tasks "
+                "from a SQL store (PostgreSQL or SQLite)"
+            )
+        return alias
+
+    def render_task(self, task: TaskRecord | Task, status_code: int = 200) -> Response:
+        return Response(TaskSerializer(task).data, status=status_code)
+
+    def find_task(self, task_id: str | int) -> TaskRecord:
+        number = parse_task_id(task_id)
+        task = None if number is None else self.get_store().task_get(number)
+        if task is None:
+            raise NotFound(f"no task with id {task_id}", code="not_found")
+        return task
+
+
+def parse_task_id(text: str | int) -> int | None:
+    """A task id from a URL: a positive 64-bit integer, else None (answered as 404)."""
+    text = str(text)
+    if not (text.isascii() and text.isdigit()):
+        return None
+    number = int(text)
+    return number if 0 < number <= MAX_TASK_ID else None
+
+
+def _filter_name(params, what: str) -> str | None:
+    value = query_value(params, what)
+    return None if value is None else check_name(what, value)
+
+
+class TaskListCreateView(RivetView):
+    """``GET``: tasks by id, filtered by queue, state and kind. ``POST``: enqueue one task."""
+
+    permissions_by_method = {"POST": ADD}
+    pagination_class = TaskCursorPagination
+    serializer_class = TaskSerializer
+    throttle_scope = "rivet-enqueue"
+
+    def get_throttles(self):
+        throttles = [cls() for cls in api_settings.DEFAULT_THROTTLE_CLASSES]
+        if self.request.method == "POST":
+            throttles.append(EnqueueThrottle())
+        return throttles
+
+    def get_queryset(self) -> QuerySet[Task]:
+        params = self.request.query_params
+        rows = Task.objects.using(self.get_alias()).all()
+        for name in ("queue", "kind"):
+            value = _filter_name(params, name)
+            if value is not None:
+                rows = rows.filter(**{name: value})
+        state = query_value(params, "state")
+        if state is not None:
+            if state not in TaskState.values:
+                raise InvalidInput(
+                    f"state must be one of {', '.join(TaskState.values)}, got {state!r}",
+                    field="state",
+                )
+            rows = rows.filter(state=state)
+        return rows
+
+    @schema.list_tasks
+    def get(self, request, *args, **kwargs) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(TaskSerializer(page, many=True).data)
+
+    @schema.enqueue
+    def post(self, request, *args, **kwargs) -> Response:
+        context = {"idempotency_key": request.headers.get(IDEMPOTENCY_HEADER)}
+        incoming = EnqueueSerializer(data=request.data, context=context)
+        incoming.is_valid(raise_exception=True)
+        data = dict(incoming.validated_data)
+        result = producer.enqueue(data.pop("kind"), data.pop("payload", None), **data)
+        code = status.HTTP_200_OK if result.duplicate else status.HTTP_201_CREATED
+        return self.render_task(self.find_task(result.task_id), code)
+
+
+class TaskBulkView(RivetView):
+    """``POST``: enqueue up to RIVET['API_BULK_MAX'] tasks in one transaction, all or none."""
+
+    permissions_by_method = {"POST": ADD}
+    serializer_class = BulkEnqueueSerializer
+    throttle_scope = "rivet-enqueue"
+
+    def get_throttles(self):
+        return [*(cls() for cls in api_settings.DEFAULT_THROTTLE_CLASSES), EnqueueThrottle()]
+
+    @schema.enqueue_bulk
+    def post(self, request, *args, **kwargs) -> Response:
+        incoming = BulkEnqueueSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        items = incoming.validated_data["tasks"]
+        self._check_count(len(items))
+        checked = self._check_items(items)
+        results = producer.enqueue_many(checked)
+        tasks = self._load([result.task_id for result in results])
+        body = [
+            {"created": not result.duplicate, "task": TaskSerializer(tasks[result.task_id]).data}
+            for result in results
+        ]
+        created = any(not result.duplicate for result in results)
+        code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        return Response({"results": body}, status=code)
+
+    def _check_count(self, count: int) -> None:
+        limit = rivet_settings.API_BULK_MAX
+        if count > limit:
+            raise serializers.ValidationError(
+                {"tasks": [f"{count} tasks in one call; at most {limit} (RIVET['API_BULK_MAX'])"]},
+                code="too_many_tasks",
+            )
+
+    def _check_items(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Every item checked before anything is written; errors keyed by the item's index."""
+        errors: dict[str, Any] = {}
+        checked = []
+        for index, item in enumerate(items):
+            one = EnqueueSerializer(data=item, context={})
+            try:
+                valid = one.is_valid()
+            except PayloadTooLarge as exc:
+                raise PayloadTooLargeError(f"task {index}: {exc}") from exc
+            if valid:
+                checked.append(dict(one.validated_data))
+            else:
+                errors[str(index)] = one.errors
+        if errors:
+            raise serializers.ValidationError({"tasks": errors})
+        return checked
+
+    def _load(self, ids: list[int]) -> dict[int, Any]:
+        store = self.get_store()
+        if getattr(store, "using", None) is None:
+            return {task_id: store.task_get(task_id) for task_id in ids}
+        return Task.objects.using(store.using).in_bulk(ids)
+
+
+class TaskDetailView(RivetView):
+    """``GET``: one task by id."""
+
+    serializer_class = TaskSerializer
+
+    @schema.get_task
+    def get(self, request, task_id: str, *args, **kwargs) -> Response:
+        return self.render_task(self.find_task(task_id))
+
+
+class QueueListView(RivetView):
+    """``GET``: the counts of every queue that holds a task or a fenced write."""
+
+    serializer_class = QueueStatsSerializer
+
+    @schema.list_queues
+    def get(self, request, *args, **kwargs) -> Response:
+        stats = queue_overview(self.get_alias())
+        return Response(QueueStatsSerializer([s.as_dict() for s in stats], many=True).data)
+
+
+class QueueDetailView(RivetView):
+    """``GET``: the counts of one queue (zeros for a queue with no tasks)."""
+
+    serializer_class = QueueStatsSerializer
+
+    @schema.get_queue
+    def get(self, request, queue: str, *args, **kwargs) -> Response:
+        stats = self.get_store().queue_stats(check_name("queue", queue))
+        return Response(QueueStatsSerializer(stats.as_dict()).data)
+
+
+class QueueSweepView(RivetView):
+    """``POST``: bury the queue's pending tasks whose attempts are used up and lease lapsed."""
+
+    permissions_by_method = {"POST": REQUEUE}
+    serializer_class = SweepResultSerializer
+
+    @schema.sweep_queue
+    def post(self, request, queue: str, *args, **kwargs) -> Response:
+        queue = check_name("queue", queue)
+        swept = self.get_store().dead_sweep(queue)
+        return Response({"queue": queue, "swept": swept})
+
+
+class DeadLetterListView(RivetView):
+    """``GET``: dead tasks by id, of one queue (``?queue=``) or all."""
+
+    pagination_class = TaskCursorPagination
+    serializer_class = TaskSerializer
+
+    def get_queryset(self) -> QuerySet[Task]:
+        rows = Task.objects.using(self.get_alias()).filter(state=TaskState.DEAD)
+        queue = _filter_name(self.request.query_params, "queue")
+        return rows if queue is None else rows.filter(queue=queue)
+
+    @schema.list_dead
+    def get(self, request, *args, **kwargs) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(TaskSerializer(page, many=True).data)
+
+
+class DeadLetterMixin:
+    def dead_task(self, task_id: str) -> TaskRecord:
+        task = self.find_task(task_id)
+        if task.state != TaskState.DEAD:
+            raise Conflict(
+                f"task {task_id} is {task.state}, not in the dead letters", code="not_dead"
+            )
+        return task
+
+
+class DeadLetterDetailView(DeadLetterMixin, RivetView):
+    """``DELETE``: purge one dead task (its idempotency key is released)."""
+
+    permissions_by_method = {"DELETE": PURGE}
+
+    @schema.purge_dead
+    def delete(self, request, task_id: str, *args, **kwargs) -> Response:
+        task = self.dead_task(task_id)
+        if not self.get_store().dead_purge(task.queue, task_ids=[task.id]):
+            raise Conflict(f"task {task_id} left the dead letters meanwhile", code="not_dead")
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class DeadLetterRequeueView(DeadLetterMixin, RivetView):
+    """``POST``: make a dead task pending again with fresh attempts; it keeps its key."""
+
+    permissions_by_method = {"POST": REQUEUE}
+    serializer_class = TaskSerializer
+
+    @schema.requeue_dead
+    def post(self, request, task_id: str, *args, **kwargs) -> Response:
+        task = self.dead_task(task_id)
+        if not self.get_store().dead_requeue(task.queue, task.id):
+            raise Conflict(
+                f"task {task_id} was not requeued: a pending task of kind {task.kind!r} holds "
+                f"its unique key {task.unique_key!r}, or it left the dead letters meanwhile",
+                code="not_requeued",
+            )
+        return self.render_task(self.find_task(task_id))

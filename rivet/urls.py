@@ -1,0 +1,35 @@
+"""rivet's HTTP API. A host includes it with ``path("rivet/", include("rivet.urls"))``."""
+
+from django.urls import path, re_path
+
+from rivet.api import meta, views
+
+app_name = "rivet"
+
+urlpatterns = [
+    path("tasks/", views.TaskListCreateView.as_view(), name="task-list"),
+    path("tasks/bulk/", views.TaskBulkView.as_view(), name="task-bulk"),
+    path("tasks/<str:task_id>/", views.TaskDetailView.as_view(), name="task-detail"),
+    path("queues/", views.QueueListView.as_view(), name="queue-list"),
+    # A queue in a path is any text up to the last slash; the view says what is wrong with it.
+    re_path(
+        r"^queues/(?P<queue>[\s\S]+)/sweep/\Z", views.QueueSweepView.as_view(), name="queue-sweep"
+    ),
+    re_path(r"^queues/(?P<queue>[\s\S]+)/\Z", views.QueueDetailView.as_view(), name="queue-detail"),
+    path("dead-letters/", views.DeadLetterListView.as_view(), name="dead-letter-list"),
+    path(
+        "dead-letters/<str:task_id>/",
+        views.DeadLetterDetailView.as_view(),
+        name="dead-letter-detail",
+    ),
+    path(
+        "dead-letters/<str:task_id>/requeue/",
+        views.DeadLetterRequeueView.as_view(),
+        name="dead-letter-requeue",
+    ),
+    path("metrics/", meta.MetricsView.as_view(), name="metrics"),
+    path("schema/", meta.SchemaView.as_view(), name="schema"),
+    path("docs/", meta.DocsView.as_view(url_name="rivet:schema"), name="docs"),
+    # Anything else under rivet's prefix: a JSON 404, not the host's HTML page.
+    re_path(r"^[\s\S]*\Z", meta.NotFoundView.as_view(), name="not-found"),
+]

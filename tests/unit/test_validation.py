@@ -125,7 +125,7 @@ def test_build_spec_fills_defaults(settings) -> None:
     [
         ({"delay": -1}, "delay must be between 0 and 315360000 seconds (ten years), got -1"),
         ({"delay": 1e300}, "delay must be between 0 and 315360000 seconds (ten years)"),
-        ({"payload": "\ud800"}, "payload has a character that is not valid Unicode text"),
+        ({"payload": "\ud800"}, "payload contains a lone surrogate (U+D800"),
         ({"delay": "soon"}, "delay must be a number of seconds, got 'soon'"),
         ({"delay": math.inf}, "delay must be a number of seconds, got inf"),
         ({"delay": True}, "delay must be a number of seconds, got True"),

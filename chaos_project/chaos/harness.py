@@ -155,8 +155,7 @@ class ChaosRun:
         service = EffectService(
             database_url=o.effect_database_url,
             port=free_port(),
-            workers=1,
-            threads=8,
+            threads=16,
             log_path=log_dir / "effect-service.log",
         )
         try:

@@ -1,6 +1,7 @@
 """manage.py rivet_chaos: the chaos run (default), ``verify`` on its own, and ``bench``.
 
-    rivet_chaos [--tasks 500] [--workers 4] [--duration-secs 15] [--seed S] [--keep]
+    rivet_chaos [--tasks 5000] [--workers 4] [--duration-secs 60] [--seed S] [--keep] [--json P]
+    rivet_chaos campaign [--seeds 20] [--first-seed 1] [RUN OPTIONS] [--json PATH]
     rivet_chaos verify [--queue chaos] [--events PATH]
     rivet_chaos bench [--workers 1,4,16] [--tasks N] [--rate R] [--out bench/results.md]
 
@@ -10,6 +11,7 @@ Exit 0 only when every invariant held (S1, S2, L1, F2); otherwise the failed one
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 
@@ -17,6 +19,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from chaos_project.chaos.bench import Bench, BenchOptions
+from chaos_project.chaos.campaign import Campaign
+from chaos_project.chaos.faults import UnknownFault, parse_faults
 from chaos_project.chaos.fleet import count_chaos, read_event_log
 from chaos_project.chaos.harness import ChaosOptions, ChaosRun
 from chaos_project.chaos.report import report_lines, verdict_lines
@@ -36,6 +40,13 @@ def _positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
     return value
+
+
+def _faults(text: str) -> tuple[str, ...]:
+    try:
+        return parse_faults(text)
+    except UnknownFault as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _counts(text: str) -> tuple[int, ...]:
@@ -58,28 +69,20 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         self._effect_arguments(parser)
-        parser.add_argument("--tasks", type=_positive_int, default=500)
-        parser.add_argument("--workers", type=_positive_int, default=4)
-        parser.add_argument("--duration-secs", type=_positive_float, default=15.0)
-        parser.add_argument("--seed", type=int, help="repeat a run (default: random, printed)")
-        parser.add_argument("--keep", action="store_true", help="do not empty the databases")
-        parser.add_argument("--lease-ttl-secs", type=_positive_float, default=2.0)
-        parser.add_argument("--concurrency", type=_positive_int, default=4)
-        parser.add_argument("--queue", default="chaos")
-        parser.add_argument("--poison", type=int, default=2, help="tasks that always fail")
-        parser.add_argument("--drain-timeout-secs", type=_positive_float, default=60.0)
-        parser.add_argument("--keep-logs", action="store_true", help="keep logs of a good run")
-        parser.add_argument(
-            "--effect-url",
-            help="use the effect service at this URL (default: one answering "
-            "at settings.EFFECT_SERVICE_URL, else start one)",
-        )
-        parser.add_argument(
-            "--own-effect-service",
-            action="store_true",
-            help="always start an effect service for the run (on EFFECT_DATABASE_URL)",
-        )
+        self._run_arguments(parser)
         sub = parser.add_subparsers(dest="action")
+        campaign = sub.add_parser(
+            "campaign",
+            help="chaos runs for consecutive seeds, one table, JSON; exit 0 if every run held",
+        )
+        self._effect_arguments(campaign)
+        campaign.add_argument(
+            "--seeds", type=_positive_int, default=20, help="how many runs (default: %(default)s)"
+        )
+        campaign.add_argument(
+            "--first-seed", type=int, default=1, help="seed of the first run (default: %(default)s)"
+        )
+        self._run_arguments(campaign, seed=False)
         check = sub.add_parser("verify", help="check the invariants on the databases as they are")
         self._effect_arguments(check)
         check.add_argument("--queue", dest="verify_queue", default="chaos")
@@ -97,11 +100,81 @@ class Command(BaseCommand):
         )
 
     @staticmethod
+    def _run_arguments(parser, *, seed: bool = True):
+        """The options of one run (the campaign takes them too, after ``campaign``)."""
+        add = parser.add_argument
+        add("--tasks", type=_positive_int, default=5000, help="effect tasks (default: %(default)s)")
+        add(
+            "--workers",
+            type=_positive_int,
+            default=4,
+            help="worker processes (default: %(default)s)",
+        )
+        add(
+            "--duration-secs",
+            type=_positive_float,
+            default=60.0,
+            help="seconds of chaos; the drain follows (default: %(default)s)",
+        )
+        if seed:
+            add("--seed", type=int, help="repeat a run (default: random, printed)")
+        add("--keep", action="store_true", help="do not empty the databases (default: empty them)")
+        add(
+            "--lease-ttl-secs",
+            type=_positive_float,
+            default=2.0,
+            help="the workers' lease (default: %(default)s)",
+        )
+        add(
+            "--concurrency",
+            type=_positive_int,
+            default=4,
+            help="handlers per worker (default: %(default)s)",
+        )
+        add(
+            "--backlog-tasks",
+            type=_positive_int,
+            help="tasks outstanding at most, released as others finish "
+            "(default: workers x concurrency)",
+        )
+        add("--queue", default="chaos", help="queue of the run (default: %(default)s)")
+        add("--poison", type=int, default=2, help="tasks that always fail (default: %(default)s)")
+        add(
+            "--drain-timeout-secs",
+            type=_positive_float,
+            default=60.0,
+            help="give up the drain when no task finished for this long (default: %(default)s)",
+        )
+        add(
+            "--keep-logs",
+            action="store_true",
+            help="keep the logs of a run that held (default: only a failed run's are kept)",
+        )
+        add(
+            "--faults",
+            type=_faults,
+            default=(),
+            help="opt-in faults, comma-separated, or 'all' (default: none)",
+        )
+        add("--json", type=Path, help="also write the outcome as JSON to this file")
+        add(
+            "--effect-url",
+            help="use the effect service at this URL (default: one answering "
+            "at settings.EFFECT_SERVICE_URL, else start one)",
+        )
+        add(
+            "--own-effect-service",
+            action="store_true",
+            help="always start an effect service for the run (on EFFECT_DATABASE_URL)",
+        )
+
+    @staticmethod
     def _effect_arguments(parser):
         parser.add_argument(
             "--effect-database-url",
             default=os.environ.get("EFFECT_DATABASE_URL", ""),
-            help="the effect service's database, read by the verifier [EFFECT_DATABASE_URL]",
+            help="the effect service's database, read by the verifier "
+            "(default: EFFECT_DATABASE_URL from the environment)",
         )
 
     def handle(self, *args, **options):
@@ -110,36 +183,42 @@ class Command(BaseCommand):
                 return self._bench(options)
             if options.get("action") == "verify":
                 return self._verify(options)
+            if options.get("action") == "campaign":
+                return self._campaign(options)
             return self._run(options)
         except RivetError as exc:
             raise CommandError(str(exc)) from exc
 
     def _run(self, options) -> None:
-        run = ChaosRun(
-            ChaosOptions(
-                effect_database_url=_effect_db(options),
-                tasks=options["tasks"],
-                workers=options["workers"],
-                duration=options["duration_secs"],
-                seed=options["seed"],
-                keep=options["keep"],
-                lease_ttl=options["lease_ttl_secs"],
-                queue=options["queue"],
-                concurrency=options["concurrency"],
-                poison=options["poison"],
-                effect_url=options["effect_url"],
-                own_effect_service=options["own_effect_service"],
-                drain_timeout=options["drain_timeout_secs"],
-                keep_logs=options["keep_logs"],
-            ),
+        result = ChaosRun(_run_options(options, seed=options["seed"]), say=self._say).run()
+        if options["json"]:
+            options["json"].write_text(json.dumps(result.summary, indent=2) + "\n")
+            self._say(f"json: {options['json']}")
+        _verdict_exit(result.verdict)
+
+    def _campaign(self, options) -> None:
+        first = options["first_seed"]
+        rows = Campaign(
+            _run_options(options, seed=None),
+            seeds=list(range(first, first + options["seeds"])),
+            json_path=options["json"],
             say=self._say,
-        )
-        _verdict_exit(run.run().verdict)
+        ).run()
+        failed = [str(row["seed"]) for row in rows if not row["ok"]]
+        if failed:
+            raise CommandError(f"the campaign failed: seed(s) {', '.join(failed)} did not hold")
 
     def _verify(self, options) -> None:
-        verdict = verify(queue=options["verify_queue"], effect_database_url=_effect_db(options))
-        events = options["events"]
-        chaos = count_chaos(read_event_log(events)) if events else None
+        events = read_event_log(options["events"]) if options["events"] else None
+        unfenced = sum(
+            1 for r in events or [] if r["event"] == "zombie_verdict" and r["outcome"] == "unfenced"
+        )
+        verdict = verify(
+            queue=options["verify_queue"],
+            effect_database_url=_effect_db(options),
+            unfenced_zombies=unfenced,
+        )
+        chaos = count_chaos(events) if events is not None else None
         for text in [*report_lines(verdict, chaos), "", *verdict_lines(verdict)]:
             self._say(text)
         _verdict_exit(verdict)
@@ -162,6 +241,27 @@ class Command(BaseCommand):
     def _say(self, text: str) -> None:
         self.stdout.write(text)
         self.stdout.flush()
+
+
+def _run_options(options, *, seed: int | None) -> ChaosOptions:
+    return ChaosOptions(
+        effect_database_url=_effect_db(options),
+        tasks=options["tasks"],
+        workers=options["workers"],
+        duration=options["duration_secs"],
+        seed=seed,
+        keep=options["keep"],
+        lease_ttl=options["lease_ttl_secs"],
+        queue=options["queue"],
+        concurrency=options["concurrency"],
+        poison=options["poison"],
+        effect_url=options["effect_url"],
+        own_effect_service=options["own_effect_service"],
+        drain_timeout=options["drain_timeout_secs"],
+        keep_logs=options["keep_logs"],
+        backlog_tasks=options["backlog_tasks"],
+        faults=options["faults"],
+    )
 
 
 def _effect_db(options) -> str:

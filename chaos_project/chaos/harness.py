@@ -71,7 +71,7 @@ class ChaosOptions:
     """argv that starts a worker before its options (default: manage.py rivet_worker)."""
 
     def backlog(self) -> int:
-        """Tasks outstanding at most: by default one per handler slot of the fleet."""
+        """Tasks ready (unclaimed) at most: by default one per handler slot of the fleet."""
         return self.backlog_tasks or self.workers * self.concurrency
 
     def worker_args(self) -> list[str]:
@@ -307,8 +307,8 @@ class ChaosRun:
         self.say(
             f"chaos: {o.workers} workers (concurrency {o.concurrency}, lease {o.lease_ttl:g} s) "
             f"for {o.duration:g} s; planned kill {planned[KILL]} / failpoint "
-            f"{planned[FAILPOINT]} / zombie {planned[ZOMBIE]}; at most {o.backlog()} tasks "
-            "outstanding, released as they finish"
+            f"{planned[FAILPOINT]} / zombie {planned[ZOMBIE]}; tasks released as they are "
+            f"claimed, at most {o.backlog()} waiting"
         )
         pacer = Pacer(total=o.tasks, window=o.backlog())
         loop = ChaosLoop(

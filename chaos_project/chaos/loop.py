@@ -108,6 +108,7 @@ class ChaosLoop:
             now = self.now()
             outstanding = self.tick(now)
             if self.pacer.finished_releasing and outstanding == 0 and not self.open:
+                self.fleet.disarm()  # armed with no task left: reported as not reached
                 return ""
             if now >= next_check:
                 next_check = now + PROGRESS_EVERY_SECS
@@ -122,9 +123,12 @@ class ChaosLoop:
         """One round; returns how many tasks are outstanding (pending)."""
         self.fleet.reap()
         outstanding = self._scalar(queries.PENDING_COUNT, {"queue": self.queue})
-        released = self.pacer.take(outstanding)
-        if released:
-            self.release(released)
+        if not self.pacer.finished_releasing:
+            ready = self._scalar(queries.READY_COUNT, {"queue": self.queue})
+            released = self.pacer.take(ready)
+            if released:
+                self.release(released)
+                outstanding += len(released)
         self.follow_zombies(now)
         if self.chaos_on:
             while self.due and self.due[0].at <= now:
@@ -132,7 +136,7 @@ class ChaosLoop:
             self.waiting = [e for e in self.waiting if not self.apply(e, now)]
         for source in self.sources:
             source.tick(now)
-        return outstanding + len(released)
+        return outstanding
 
     # -- planned events ----------------------------------------------------------------------
 
@@ -151,20 +155,24 @@ class ChaosLoop:
             return slot is not None and self.fleet.kill(slot)
         if now - event.at < ARM_ON_RESTART_SECS:
             return False  # a restart may take it first (see _arm_on_restart)
-        if self.fleet.armed_count() >= MAX_ARMED:
+        if not self._may_arm():
             return False
         slot = self.fleet.pick(event, self._holds_leases())
         return slot is not None and self.fleet.arm(slot, event.failpoint_seed)
 
     def _arm_on_restart(self) -> int | None:
         """The seed of a waiting failpoint for a slot that restarts now, if there is one."""
-        if self.fleet.armed_count() >= MAX_ARMED:
+        if not self._may_arm():
             return None
         for event in self.waiting:
             if event.kind == FAILPOINT:
                 self.waiting.remove(event)
                 return event.failpoint_seed
         return None
+
+    def _may_arm(self) -> bool:
+        """One armed worker at a time, and only while tasks remain for it to reach its point."""
+        return self.fleet.armed_count() < MAX_ARMED and not self.pacer.finished_releasing
 
     def _holds_leases(self) -> Callable[..., bool]:
         leases = self._leases()

@@ -1,10 +1,11 @@
-"""Releasing a run's tasks by what the workers complete, so the backlog stays short.
+"""Releasing a run's tasks by what the workers claim, so the backlog stays short.
 
 A lapsed lease is taken by the next claim only when few tasks are ready ahead of it; with a
 long backlog a stopped worker's tasks wait their turn and the zombie wakes before anyone took
-them, so the fence is never tested. The pacer therefore keeps at most ``window`` tasks
-outstanding (enqueued and not yet done or dead): each tick it releases as many as finished
-since the last one, however fast or slow the machine is.
+them, so the fence is never tested. The pacer therefore keeps at most ``window`` tasks ready
+(enqueued, visible and not yet claimed): each tick it releases as many as the workers claimed
+since the last one, however fast or slow the machine is. Tasks in flight do not count: a
+stopped or dead worker's leases must not starve the healthy workers of work.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 @dataclass
 class Pacer:
-    """How many of ``total`` tasks to release now, given how many are outstanding."""
+    """How many of ``total`` tasks to release now, given how many are ready (outstanding)."""
 
     total: int
     window: int

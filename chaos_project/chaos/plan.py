@@ -21,12 +21,14 @@ KINDS = (KILL, FAILPOINT, ZOMBIE)
 #: kills, four failpoints and three zombies, so no run of ten events or more misses a kind.
 KIND_BAG = (KILL,) * 3 + (FAILPOINT,) * 4 + (ZOMBIE,) * 3
 
-#: Mean seconds between two chaos events (exponential gaps).
-MEAN_GAP_SECS = 0.4
+#: Mean seconds between two chaos events: a run plans duration / MEAN_GAP_SECS of them, at
+#: uniformly drawn times.
+MEAN_GAP_SECS = 0.35
 #: Each effect task works this many milliseconds (uniform) before its effect.
 WORK_MS = (10, 300)
-#: The probability that an armed worker aborts at after_effect_before_ack, per ack.
-FAILPOINT_PROBABILITY = 0.5
+#: The probability that an armed worker aborts at after_effect_before_ack, per ack: at its
+#: first ack, so every armed worker that gets a task reaches its failpoint.
+FAILPOINT_PROBABILITY = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +53,10 @@ class ChaosPlan:
         return {kind: sum(1 for e in self.events if e.kind == kind) for kind in KINDS}
 
 
+def event_count(duration: float) -> int:
+    return max(1, round(duration / MEAN_GAP_SECS))
+
+
 def new_seed() -> int:
     """A seed for a run that was given none (printed, so the run can be repeated)."""
     return random.SystemRandom().randrange(1, 2**31)
@@ -60,15 +66,14 @@ def make_plan(seed: int, *, tasks: int, workers: int, duration: float) -> ChaosP
     """The plan for one run; the same arguments always give the same plan."""
     rng = random.Random(seed)
     work_ms = tuple(rng.randint(*WORK_MS) for _ in range(tasks))
+    times = sorted(round(rng.uniform(0, duration), 3) for _ in range(event_count(duration)))
     events: list[Planned] = []
     bag: list[str] = []
-    at = rng.expovariate(1 / MEAN_GAP_SECS)
-    while at < duration:
+    for at in times:
         if not bag:
             bag = list(KIND_BAG)
             rng.shuffle(bag)
-        events.append(_event(rng, bag.pop(), round(at, 3), workers))
-        at += rng.expovariate(1 / MEAN_GAP_SECS)
+        events.append(_event(rng, bag.pop(), at, workers))
     return ChaosPlan(seed=seed, duration=duration, work_ms=work_ms, events=tuple(events))
 
 

@@ -47,6 +47,12 @@ FINISHED_COUNT = """
 SELECT count(*) FROM rivet_task WHERE queue = %(queue)s AND state <> 'pending'
 """
 
+#: Tasks of a queue ready to be claimed now (not leased, not waiting for a retry): the backlog.
+READY_COUNT = """
+SELECT count(*) FROM rivet_task
+WHERE queue = %(queue)s AND state = 'pending' AND visible_at <= now()
+"""
+
 #: Tasks of a queue not yet done or dead (claimed, ready, delayed or waiting for a retry).
 PENDING_COUNT = "SELECT count(*) FROM rivet_task WHERE queue = %(queue)s AND state = 'pending'"
 

@@ -134,7 +134,7 @@ class Command(BaseCommand):
         add(
             "--backlog-tasks",
             type=_positive_int,
-            help="tasks outstanding at most, released as others finish "
+            help="tasks waiting to be claimed at most, released as others are claimed "
             "(default: workers x concurrency)",
         )
         add("--queue", default="chaos", help="queue of the run (default: %(default)s)")

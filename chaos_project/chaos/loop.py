@@ -21,7 +21,7 @@ from typing import Protocol
 from django.db import connections
 
 from chaos_project.chaos import queries
-from chaos_project.chaos.fleet import Fleet
+from chaos_project.chaos.fleet import Fleet, WorkerProcess
 from chaos_project.chaos.pacing import Pacer
 from chaos_project.chaos.plan import FAILPOINT, KILL, KINDS, ZOMBIE, ChaosPlan, Planned
 from chaos_project.chaos.zombies import Phase, Zombie
@@ -31,6 +31,10 @@ TICK_SECS = 0.05
 ARM_ON_RESTART_SECS = 1.0
 #: Armed workers at once (each one reaches its failpoint before another is armed).
 MAX_ARMED = 1
+#: After SIGSTOP, what a zombie holds is read this much later: a write it sent just before it
+#: stopped (a fail that releases a task) still commits on the server, and such a task is not
+#: held; counting it would mistake the next claim of it for a bite.
+SETTLE_SECS = 0.3
 #: How the drain measures progress, and how often.
 PROGRESS_EVERY_SECS = 1.0
 
@@ -79,6 +83,7 @@ class ChaosLoop:
         self.due = list(plan.events)
         self.waiting: list[Planned] = []
         self.open: list[Zombie] = []
+        self.settling: list[tuple[WorkerProcess, float]] = []  # stopped, not yet read
         self.chaos_on = True
         # A reclaim needs the lease to lapse and a free slot elsewhere; a woken worker needs
         # one guard tick. Both bounds are generous: reaching one is reported, never hidden.
@@ -107,7 +112,8 @@ class ChaosLoop:
         while True:
             now = self.now()
             outstanding = self.tick(now)
-            if self.pacer.finished_releasing and outstanding == 0 and not self.open:
+            idle = not self.open and not self.settling
+            if self.pacer.finished_releasing and outstanding == 0 and idle:
                 self.fleet.disarm()  # armed with no task left: reported as not reached
                 return ""
             if now >= next_check:
@@ -186,23 +192,37 @@ class ChaosLoop:
         At most half the workers are stopped at once: the others must take the stopped
         workers' tasks while they sleep.
         """
-        if len(self.open) >= max(1, self.fleet.size // 2):
+        if len(self.open) + len(self.settling) >= max(1, self.fleet.size // 2):
             return False
         slot = self.fleet.pick(event, self._holds_leases())
         proc = self.fleet.freeze(slot) if slot is not None else None
         if proc is None:
             return False
-        held = dict(self._rows(queries.HELD_BY_OWNER, {"queue": self.queue, "owner": proc.owner}))
-        if not held:  # it finished its tasks between the look and the stop
-            self.fleet.thaw(proc)
-            proc.watched = False
-            return False
-        zombie = Zombie(owner=proc.owner, slot=proc.slot, held=held, stopped_at=now)
-        self.open.append(zombie)
-        self.fleet.log.add("stop", held=zombie.record()["held"], **proc.fields())
+        self.settling.append((proc, now))
         return True
 
+    def _settle(self, now: float) -> None:
+        """Read what each zombie stopped SETTLE_SECS ago holds; continue one holding nothing."""
+        for proc, stopped_at in list(self.settling):
+            if now - stopped_at < SETTLE_SECS:
+                continue
+            self.settling.remove((proc, stopped_at))
+            params = {"queue": self.queue, "owner": proc.owner}
+            held = dict(self._rows(queries.HELD_BY_OWNER, params))
+            if proc.child.returncode is None and held:
+                zombie = Zombie(owner=proc.owner, slot=proc.slot, held=held, stopped_at=stopped_at)
+                self.open.append(zombie)
+                self.fleet.log.add("stop", held=zombie.record()["held"], **proc.fields())
+                continue
+            # Its last tasks ended as it stopped: nothing to test. Continue it, try again.
+            self.fleet.thaw(proc)
+            proc.watched = False
+            self.fleet.log.add("stop_held_nothing", **proc.fields())
+            if self.chaos_on:
+                self.waiting.append(Planned(at=now, kind=ZOMBIE, slot=proc.slot))
+
     def follow_zombies(self, now: float) -> None:
+        self._settle(now)
         if not self.open:
             return
         ids = [task for z in self.open if z.phase is Phase.STOPPED for task in z.held]
@@ -244,6 +264,9 @@ class ChaosLoop:
         return None
 
     def close(self) -> None:
+        for proc, _ in self.settling:
+            self.fleet.thaw(proc)
+        self.settling = []
         for zombie in self.open:
             zombie.lost(self.now(), "the run ended before the verdict")
             self.outcome.zombies.append(zombie)

@@ -61,10 +61,11 @@ def _counts(text: str) -> tuple[int, ...]:
 
 class Command(BaseCommand):
     help = (
-        "Break workers three ways (SIGKILL, a failpoint abort, SIGSTOP past the lease) while "
-        "they run effect tasks, then check both databases: S1 no duplicate effect, S2 no task "
-        "done without its effect, L1 nothing pending, F2 fenced writes > 0. "
-        "Subcommands: verify (the check alone), bench (throughput and latency)."
+        "Break workers three ways (SIGKILL, a failpoint abort between effect and ack, SIGSTOP "
+        "until another worker took its task) while they run effect tasks, then check both "
+        "databases: S1 no duplicate effect, S2 no task done without its effect, L1 nothing "
+        "pending, F2 fenced writes > 0 and every zombie fenced. Subcommands: campaign (many "
+        "seeds, one table), verify (the check alone), bench (throughput and latency)."
     )
 
     def add_arguments(self, parser):
@@ -85,18 +86,42 @@ class Command(BaseCommand):
         self._run_arguments(campaign, seed=False)
         check = sub.add_parser("verify", help="check the invariants on the databases as they are")
         self._effect_arguments(check)
-        check.add_argument("--queue", dest="verify_queue", default="chaos")
-        check.add_argument("--events", type=Path, help="events.jsonl of the run, for its counts")
+        check.add_argument(
+            "--queue", dest="verify_queue", default="chaos", help="(default: %(default)s)"
+        )
+        check.add_argument(
+            "--events", type=Path, help="events.jsonl of the run, for its counts (default: none)"
+        )
         bench = sub.add_parser("bench", help="throughput and latency (writes bench/results.md)")
-        bench.add_argument("--workers", dest="bench_workers", type=_counts, default=(1, 4, 16))
-        bench.add_argument("--tasks", dest="bench_tasks", type=_positive_int, default=3000)
-        bench.add_argument("--rate", type=_positive_float, help="offer tasks at R per second")
-        bench.add_argument("--concurrency", dest="bench_concurrency", type=_positive_int, default=4)
-        bench.add_argument("--payload-bytes", type=int, default=100)
-        bench.add_argument("--lease-ttl-secs", dest="bench_ttl", type=_positive_float, default=30)
-        bench.add_argument("--pool-size", type=int, default=6)
+        default = "(default: %(default)s)"
         bench.add_argument(
-            "--out", type=Path, default=Path(settings.BASE_DIR) / "bench" / "results.md"
+            "--workers",
+            dest="bench_workers",
+            type=_counts,
+            default=(1, 4, 16),
+            help="worker counts, one row each (default: 1,4,16)",
+        )
+        bench.add_argument(
+            "--tasks", dest="bench_tasks", type=_positive_int, default=3000, help=default
+        )
+        bench.add_argument(
+            "--rate",
+            type=_positive_float,
+            help="offer tasks at R per second (default: all at once)",
+        )
+        bench.add_argument(
+            "--concurrency", dest="bench_concurrency", type=_positive_int, default=4, help=default
+        )
+        bench.add_argument("--payload-bytes", type=int, default=100, help=default)
+        bench.add_argument(
+            "--lease-ttl-secs", dest="bench_ttl", type=_positive_float, default=30, help=default
+        )
+        bench.add_argument("--pool-size", type=int, default=6, help=default)
+        bench.add_argument(
+            "--out",
+            type=Path,
+            default=Path(settings.BASE_DIR) / "bench" / "results.md",
+            help="(default: bench/results.md)",
         )
 
     @staticmethod
@@ -156,7 +181,12 @@ class Command(BaseCommand):
             default=(),
             help="opt-in faults, comma-separated, or 'all' (default: none)",
         )
-        add("--json", type=Path, help="also write the outcome as JSON to this file")
+        add(
+            "--json",
+            type=Path,
+            help="also write the outcome as JSON to this file (default: none; a campaign "
+            "writes campaign.json beside its per-seed output)",
+        )
         add(
             "--effect-url",
             help="use the effect service at this URL (default: one answering "
@@ -165,7 +195,8 @@ class Command(BaseCommand):
         add(
             "--own-effect-service",
             action="store_true",
-            help="always start an effect service for the run (on EFFECT_DATABASE_URL)",
+            help="always start an effect service for the run, on EFFECT_DATABASE_URL "
+            "(default: off)",
         )
 
     @staticmethod

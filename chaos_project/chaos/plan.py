@@ -23,7 +23,7 @@ KIND_BAG = (KILL,) * 3 + (FAILPOINT,) * 4 + (ZOMBIE,) * 3
 
 #: Mean seconds between two chaos events: a run plans duration / MEAN_GAP_SECS of them, at
 #: uniformly drawn times.
-MEAN_GAP_SECS = 0.35
+MEAN_GAP_SECS = 0.28
 #: Each effect task works this many milliseconds (uniform) before its effect.
 WORK_MS = (10, 300)
 #: The probability that an armed worker aborts at after_effect_before_ack, per ack: at its

@@ -128,7 +128,7 @@ def _row(row: dict[str, Any]) -> str:
         "L1": row.get("L1", "-"),
         "F2": row.get("F2", "-"),
         "wall": f"{row.get('wall_secs', 0):.0f} s",
-        "verdict": "held" if row["ok"] else ",".join(row["failed"]),
+        "verdict": "held" if row["ok"] else ",".join(row["failed"]) or "failed",
     }
     return "  ".join(f"{cells[name]!s:>{width}}" for name, width in COLUMNS)
 
@@ -146,7 +146,7 @@ def _totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "seed": "all",
         "ok": all(row["ok"] for row in rows),
-        "failed": ["some"],
+        "failed": sorted({code for row in rows for code in row["failed"]}),
         "events": {kind: total("events", kind) for kind in KINDS},
         "zombies": {"fenced": total("zombies", "fenced"), "unfenced": total("zombies", "unfenced")},
         "S1": total("S1"),

@@ -10,6 +10,7 @@ about this one.
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 import time
 import uuid
@@ -33,7 +34,13 @@ from chaos_project.chaos.pidfd import require_pidfd
 from chaos_project.chaos.plan import FAILPOINT, KILL, ZOMBIE, ChaosPlan
 from chaos_project.chaos.report import report_lines, run_summary, summary_lines, verdict_lines
 from chaos_project.chaos.verifier import Verdict, effect_connection, verify
-from chaos_project.services import EffectService, database_url, free_port, worker_env
+from chaos_project.services import (
+    MANAGE_PY,
+    EffectService,
+    database_url,
+    free_port,
+    worker_env,
+)
 from rivet.effect_client import EffectError, EffectUnavailable, fetch_verify, post_effect
 from rivet.errors import RivetError
 from rivet.producer import enqueue_many
@@ -67,8 +74,8 @@ class ChaosOptions:
     keep_logs: bool = False
     backlog_tasks: int | None = None
     faults: tuple[str, ...] = ()
-    worker_command: tuple[str, ...] = ()
-    """argv that starts a worker before its options (default: manage.py rivet_worker)."""
+    exec_workers: bool = False
+    """Start each worker as a new ``manage.py rivet_worker`` process instead of forking it."""
 
     def backlog(self) -> int:
         """Tasks ready (unclaimed) at most: by default one per handler slot of the fleet."""
@@ -301,7 +308,7 @@ class ChaosRun:
             env=env,
             log_dir=log_dir,
             log=log,
-            command=list(o.worker_command) or None,
+            command=[sys.executable, str(MANAGE_PY), "rivet_worker"] if o.exec_workers else None,
         )
         planned = plan.counts()
         self.say(

@@ -162,6 +162,12 @@ class Command(BaseCommand):
             help="tasks waiting to be claimed at most, released as others are claimed "
             "(default: workers x concurrency)",
         )
+        add(
+            "--exec-workers",
+            action="store_true",
+            help="start each worker as a new manage.py rivet_worker process (default: fork it "
+            "from the harness, which restarts a worker in milliseconds instead of seconds)",
+        )
         add("--queue", default="chaos", help="queue of the run (default: %(default)s)")
         add("--poison", type=int, default=2, help="tasks that always fail (default: %(default)s)")
         add(
@@ -292,6 +298,7 @@ def _run_options(options, *, seed: int | None) -> ChaosOptions:
         keep_logs=options["keep_logs"],
         backlog_tasks=options["backlog_tasks"],
         faults=options["faults"],
+        exec_workers=options["exec_workers"],
     )
 
 

@@ -147,6 +147,11 @@ class Guard:
         active = [r for r in self.tracked() if r.stop_kind is None]
         if active and (now >= self._next_beat or any(now >= r.lease_deadline for r in active)):
             self.heartbeat(active)
+            if any(self.clock() >= r.lease_deadline for r in active if r.stop_kind is None):
+                # The answer came back after the lease it extended had run out: the worker was
+                # paused (SIGSTOP) mid-heartbeat, so it says nothing about now. Ask again, so
+                # a lease another worker took meanwhile is reported fenced, not left to lapse.
+                self.heartbeat(active)
             self._next_beat = now + self.interval
         self.check_deadlines(self.clock())
 

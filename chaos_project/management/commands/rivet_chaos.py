@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 from pathlib import Path
 
 from django.conf import settings
@@ -215,6 +216,10 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
+        # SIGTERM (and SIGINT, even where a shell made it ignored) unwinds the run, so its
+        # workers and its effect service are stopped instead of left behind.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, _interrupt)
         try:
             if options.get("action") == "bench":
                 return self._bench(options)
@@ -225,6 +230,8 @@ class Command(BaseCommand):
             return self._run(options)
         except RivetError as exc:
             raise CommandError(str(exc)) from exc
+        except KeyboardInterrupt as exc:
+            raise CommandError(f"interrupted ({exc}); the run's workers were stopped") from exc
 
     def _run(self, options) -> None:
         result = ChaosRun(_run_options(options, seed=options["seed"]), say=self._say).run()
@@ -278,6 +285,10 @@ class Command(BaseCommand):
     def _say(self, text: str) -> None:
         self.stdout.write(text)
         self.stdout.flush()
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def _run_options(options, *, seed: int | None) -> ChaosOptions:

@@ -1,9 +1,9 @@
-"""A worker paused (SIGSTOP) in the middle of a heartbeat must still learn it was fenced.
+"""A worker paused (SIGSTOP) mid-heartbeat or mid-claim must still learn it was fenced.
 
-The heartbeat's answer arrives after the lease it extended has run out; taken alone it would
-leave the task's deadline in the past, and the guard would stop the handler as expired and
-write nothing. The guard asks again instead, and the lease another worker took meanwhile is
-reported fenced (the worker then records its refused write).
+After the pause, an answer (a heartbeat's, or a claim's) arrives with a deadline already past.
+Taken alone it would make the guard stop the handler as expired and write nothing. The guard
+heartbeats first instead, and a lease another worker took meanwhile is reported fenced (the
+worker then records its refused write).
 """
 
 from __future__ import annotations
@@ -86,3 +86,24 @@ def test_a_prompt_heartbeat_is_not_repeated() -> None:
     guard.tick()
     assert Prompt.calls == 1
     assert task.stop_kind is None
+
+
+def test_a_task_tracked_with_its_deadline_past_is_heartbeated_before_it_can_expire() -> None:
+    clock = Clock()
+
+    class Taken:
+        calls = 0
+
+        def lease_extend(self, leases, lease_ttl):
+            Taken.calls += 1
+            return set()  # another worker claimed it while this one was stopped
+
+    guard = Guard(store=Taken(), lease_ttl=TTL, clock=clock, notify=lambda r: None)
+    late = running(clock)  # claimed before the pause: its deadline counts from then
+    clock.now += 3 * TTL
+    guard.track(late)
+    guard.check_deadlines(clock(), heartbeated=[])  # a round whose heartbeat did not cover it
+    assert late.stop_kind is None
+    guard.tick()  # the next round heartbeats it first
+    assert Taken.calls == 1
+    assert late.stop_kind is StopKind.FENCED

@@ -44,7 +44,7 @@ class Demo:
         self.say(f"queue database: {vendor} ({settings.DATABASES['default']['NAME']})")
         port = free_port(self.port)
         with EffectService(database_url=self.effect_database_url, port=port) as service:
-            self.say(f"effect service: {service.url} (gunicorn, effect database on its own file)")
+            self.say(f"effect service: {service.url} (waitress, effect database on its own file)")
             self.env = child_env(EFFECT_SERVICE_URL=service.url)
             self.service_url = service.url
             task_id = self.step_enqueue()

@@ -24,7 +24,9 @@ from rivet.errors import Permanent
 from rivet.failpoints import failpoint, fires
 from rivet.jobs import JobContext, job
 
-EFFECT_TIMEOUT_SECS = 10.0
+#: Seconds to connect to the service and to wait for each read of its answer.
+EFFECT_CONNECT_TIMEOUT_SECS = 1.0
+EFFECT_READ_TIMEOUT_SECS = 5.0
 
 
 def effect_key(context: JobContext) -> str:
@@ -44,7 +46,8 @@ def send_effect(context: JobContext) -> EffectResponse:
             settings.EFFECT_SERVICE_URL,
             effect_key(context),
             context.payload,
-            timeout=EFFECT_TIMEOUT_SECS,
+            timeout=EFFECT_READ_TIMEOUT_SECS,
+            connect_timeout=EFFECT_CONNECT_TIMEOUT_SECS,
         )
     except EffectRejected as exc:
         raise Permanent(str(exc)) from exc

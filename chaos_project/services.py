@@ -69,15 +69,14 @@ def worker_env(queue_database_url: str, **extra: str) -> dict[str, str]:
 
 
 class EffectService:
-    """The effect service as a real gunicorn process, started and stopped by its owner."""
+    """The effect service as a real ``python -m effect_project serve`` process (waitress)."""
 
     def __init__(
         self,
         *,
         database_url: str,
         port: int,
-        workers: int = 1,
-        threads: int = 4,
+        threads: int = 16,
         log_path: Path | None = None,
     ):
         self.url = f"http://127.0.0.1:{port}"
@@ -92,8 +91,6 @@ class EffectService:
             "serve",
             "--bind",
             f"127.0.0.1:{port}",
-            "--workers",
-            str(workers),
             "--threads",
             str(threads),
         ]

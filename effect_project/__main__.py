@@ -1,7 +1,7 @@
 """``python -m effect_project <command>``: manage.py for the effect service.
 
 ``python -m effect_project serve [--bind 127.0.0.1:8081] [--workers N] [--threads M]`` migrates
-the effect database (EFFECT_DATABASE_URL) and then runs gunicorn on effect_project.wsgi.
+the effect database (EFFECT_DATABASE_URL) and then serves effect_project.wsgi with waitress.
 """
 
 import os

@@ -75,5 +75,5 @@ LOGGING = {
 
 # `python -m effect_project serve` defaults; its flags override them.
 EFFECT_BIND = env("EFFECT_BIND", default="127.0.0.1:8081")
-EFFECT_WORKERS = env.int("EFFECT_WORKERS", default=2)
-EFFECT_THREADS = env.int("EFFECT_THREADS", default=4)
+EFFECT_THREADS = env.int("EFFECT_THREADS", default=16)
+EFFECT_CONNECTION_LIMIT = env.int("EFFECT_CONNECTION_LIMIT", default=1000)

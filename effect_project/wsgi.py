@@ -1,4 +1,4 @@
-"""WSGI entry point of the effect service (``gunicorn effect_project.wsgi``)."""
+"""WSGI entry point of the effect service (served by waitress: ``python -m effect_project serve``)."""
 
 import os
 

@@ -5,23 +5,40 @@ True and ``body`` is the answer the first request got. A 4xx other than 408/429 
 ``EffectRejected``: the request itself is wrong, and sending it again cannot help. Anything that
 may go away on its own (no connection, a timeout, 408, 429, 5xx) raises ``EffectUnavailable``, and
 retrying with the same key is safe because the key makes the effect happen at most once.
-Standard library only.
+
+Connections are kept alive in one urllib3 pool per process (thread-safe, shared by every handler
+thread), so a worker does not open a connection per effect. Each phase has its own timeout
+(connect, then each read), both well below a lease. A request that fails on its connection (a
+kept-alive connection the server closed, a reset, a read timeout) is sent again once on another
+connection: that is safe for ``POST /effects`` only because it carries an Idempotency-Key, and
+for ``GET``. An answer with a status is never resent here; the task's retry does that.
 """
 
 from __future__ import annotations
 
 import json
-import urllib.error
+import os
+import threading
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
-from http.client import HTTPException
 from typing import Any
+
+import urllib3
 
 from rivet.errors import RivetError
 
 REPLAY_HEADER = "idempotent-replay"
 _RETRYABLE_4XX = frozenset({408, 429})
+#: Seconds to open a connection, and to wait for each read of an answer (defaults).
+CONNECT_TIMEOUT_SECS = 1.0
+READ_TIMEOUT_SECS = 5.0
+#: Kept-alive connections per service (per host and port), per process.
+POOL_MAXSIZE = 32
+#: Sends of one request on a fresh connection after a connection error or a read timeout.
+RESENDS = 1
+
+_pool_lock = threading.Lock()
+_pool: tuple[int, urllib3.PoolManager] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,22 +68,30 @@ class EffectUnavailable(EffectError):
     """No usable answer (connection error, timeout, 5xx); retry with the same key."""
 
 
-def post_effect(url: str, key: str, body: Any, *, timeout: float = 10.0) -> EffectResponse:
+def post_effect(
+    url: str,
+    key: str,
+    body: Any,
+    *,
+    timeout: float = READ_TIMEOUT_SECS,
+    connect_timeout: float = CONNECT_TIMEOUT_SECS,
+) -> EffectResponse:
     """POST `body` as JSON to ``<url>/effects`` under ``Idempotency-Key: key``.
 
     url: the service's base URL, e.g. settings.EFFECT_SERVICE_URL ("http://127.0.0.1:8081").
+    timeout: seconds for each read of the answer; connect_timeout: to open a connection.
     """
-    request = urllib.request.Request(
+    status, headers, text = _send(
+        "POST",
         _endpoint(url, "effects"),
-        data=json.dumps(body, separators=(",", ":")).encode(),
-        method="POST",
+        body=json.dumps(body, separators=(",", ":")).encode(),
         headers={
             "Content-Type": "application/json",
             "Accept": "application/json",
             "Idempotency-Key": key,
         },
+        timeout=urllib3.Timeout(connect=min(connect_timeout, timeout), read=timeout),
     )
-    status, headers, text = _send(request, timeout)
     return EffectResponse(
         status=status,
         body=_decode(text, status),
@@ -76,32 +101,69 @@ def post_effect(url: str, key: str, body: Any, *, timeout: float = 10.0) -> Effe
 
 def fetch_verify(url: str, *, timeout: float = 10.0) -> dict[str, Any]:
     """The service's invariant report (``GET <url>/verify``); ``ok`` is False on a violation."""
-    status, _, text = _send(urllib.request.Request(_endpoint(url, "verify")), timeout)
+    status, _, text = _send(
+        "GET",
+        _endpoint(url, "verify"),
+        headers={"Accept": "application/json"},
+        timeout=urllib3.Timeout(connect=min(CONNECT_TIMEOUT_SECS, timeout), read=timeout),
+    )
     return _decode(text, status)
+
+
+def pool() -> urllib3.PoolManager:
+    """This process's connection pool (a new one after a fork: sockets are not shared)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            manager = urllib3.PoolManager(num_pools=8, maxsize=POOL_MAXSIZE, block=False)
+            _pool = (os.getpid(), manager)
+        return _pool[1]
+
+
+def _retries() -> urllib3.Retry:
+    # Only failures on the connection are resent (every request here is safe to resend); an
+    # answer with a status goes back to the caller as it is.
+    return urllib3.Retry(
+        total=RESENDS,
+        connect=RESENDS,
+        read=RESENDS,
+        status=0,
+        other=0,
+        redirect=False,
+        allowed_methods=frozenset({"GET", "POST"}),
+        raise_on_status=False,
+        respect_retry_after_header=False,
+    )
 
 
 def _endpoint(url: str, path: str) -> str:
     return urllib.parse.urljoin(url.rstrip("/") + "/", path)
 
 
-def _send(request: urllib.request.Request, timeout: float) -> tuple[int, Any, str]:
-    where = f"{request.get_method()} {request.full_url}"
+def _send(
+    method: str,
+    url: str,
+    *,
+    headers: dict[str, str],
+    timeout: urllib3.Timeout,
+    body: bytes | None = None,
+) -> tuple[int, Any, str]:
+    where = f"{method} {url}"
     try:
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                return response.status, response.headers, _read(response)
-        except urllib.error.HTTPError as error:  # a status >= 400: the service answered
-            try:
-                text = _read(error)
-            finally:
-                error.close()
-            raise _http_error(where, error.code, text) from None
-    except (OSError, HTTPException) as error:  # URLError, refused, reset, timeout
-        raise EffectUnavailable(f"{where}: {error}") from error
+        response = pool().request(
+            method, url, body=body, headers=headers, timeout=timeout, retries=_retries()
+        )
+    except (urllib3.exceptions.HTTPError, OSError) as error:  # refused, reset, timeout
+        raise EffectUnavailable(f"{where}: {_reason(error)}") from error
+    text = response.data.decode("utf-8", errors="replace")
+    if response.status >= 400:
+        raise _http_error(where, response.status, text)
+    return response.status, response.headers, text
 
 
-def _read(response: Any) -> str:
-    return response.read().decode("utf-8", errors="replace")
+def _reason(error: Exception) -> str:
+    reason = getattr(error, "reason", None)
+    return f"{type(reason).__name__}: {reason}" if reason is not None else str(error)
 
 
 def _http_error(where: str, status: int, text: str) -> EffectError:

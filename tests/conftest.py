@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from django.conf import settings
 
-# The effect service fixtures (a throwaway database, real gunicorn servers), one instance per
+# The effect service fixtures (a throwaway database, real servers), one instance per
 # session for every test that asks.
 pytest_plugins = ["tests.effect_service"]
 

@@ -1,7 +1,7 @@
-"""Fixtures for the effect service: a throwaway Postgres database and real gunicorn servers.
+"""Fixtures for the effect service: a throwaway Postgres database and real servers.
 
-Every server is a real ``python -m effect_project serve`` subprocess (migrate, then gunicorn with
-several workers and threads) on a free port. The database is created for the session on the
+Every server is a real ``python -m effect_project serve`` subprocess (migrate, then waitress
+with several threads) on a free port. The database is created for the session on the
 server DATABASE_URL names, as ``rivet_effect_test_<random>``, and dropped at the end. Tests talk
 to the service over HTTP and look at its tables with psycopg, so nothing of effect_project is
 imported into the test process (which runs under the host project's settings).
@@ -146,7 +146,7 @@ def service_env(database_url: str, **extra: str) -> dict[str, str]:
 
 
 def start_service(
-    database_url: str, log: Path, *, workers: int = 2, threads: int = 8, **extra_env: str
+    database_url: str, log: Path, *, threads: int = 16, **extra_env: str
 ) -> EffectService:
     url = f"http://127.0.0.1:{free_port()}"
     with log.open("wb") as out:
@@ -157,7 +157,6 @@ def start_service(
                 "effect_project",
                 "serve",
                 f"--bind={url.removeprefix('http://')}",
-                f"--workers={workers}",
                 f"--threads={threads}",
             ],
             cwd=REPO,
@@ -184,7 +183,7 @@ def _answers(service: EffectService) -> bool:
 
 def stop_service(service: EffectService) -> None:
     if service.process.poll() is None:
-        service.process.terminate()  # gunicorn's graceful shutdown
+        service.process.terminate()  # SIGTERM: the server exits 0
     try:
         service.process.wait(timeout=30)
     except subprocess.TimeoutExpired:
@@ -217,9 +216,9 @@ def effect_database_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def effect_service(effect_database_url, tmp_path_factory) -> Iterator[EffectService]:
-    """The service as deployed: 2 gunicorn workers x 8 threads, so 16 requests run at once."""
+    """The service as deployed: 16 threads, so 16 requests run at once."""
     log = tmp_path_factory.mktemp("effect") / "service.log"
-    service = start_service(effect_database_url, log, workers=2, threads=8)
+    service = start_service(effect_database_url, log, threads=16)
     yield service
     stop_service(service)
 
@@ -228,9 +227,7 @@ def effect_service(effect_database_url, tmp_path_factory) -> Iterator[EffectServ
 def failing_effect_service(effect_service, effect_database_url, tmp_path_factory):
     """A second server on the same database with EFFECT_FAIL_BETWEEN_WRITES=1."""
     log = tmp_path_factory.mktemp("effect-failing") / "service.log"
-    service = start_service(
-        effect_database_url, log, workers=1, threads=2, EFFECT_FAIL_BETWEEN_WRITES="1"
-    )
+    service = start_service(effect_database_url, log, threads=2, EFFECT_FAIL_BETWEEN_WRITES="1")
     yield service
     stop_service(service)
 

@@ -1,9 +1,15 @@
 """rivet's chaos harness, its verifier and the benchmark (``manage.py rivet_chaos``).
 
 - ``plan``: the seeded schedule of a run (task work, chaos events), from one seed.
-- ``pidfd``: the child processes the harness starts, signalled only through a pidfd.
+- ``pidfd``: the child processes the harness starts (forked or executed), signalled only
+  through a pidfd.
 - ``fleet``: the worker slots: start, restart, break, reap, and the event log of what happened.
+- ``pacing``: releasing tasks as the workers claim them, so the backlog stays short.
+- ``zombies``: one zombie from SIGSTOP to its verdict (fenced, not fenced, not bitten).
+- ``loop``: the chaos loop: each tick reaps, releases, follows zombies, applies due events and
+  ticks the opt-in faults (``faults``).
 - ``harness``: one chaos run from empty databases to the verdict.
+- ``campaign``: many seeds back to back, one table, one JSON file.
 - ``verifier``: reads both databases and checks S1, S2, L1 and F2.
 - ``report``: the report text.
 - ``bench``: throughput and latency, from the task rows only.

@@ -2,25 +2,29 @@
 
 Every chaos event that is counted is counted from what the harness observed, never from what it
 meant to do: a kill when the process it sent SIGKILL to exits of SIGKILL, a failpoint when an
-armed worker exits of SIGABRT, a zombie when SIGSTOP reached a running process. A signal that
-finds its process gone counts nothing.
+armed worker exits of SIGABRT (it reached its failpoint), a zombie when a stopped worker's task
+was claimed by another worker while it slept (see ``zombies``). A signal that finds its process
+gone counts nothing.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
+from django.core.management import CommandError, call_command
+
 from chaos_project.chaos.pidfd import Child, describe_exit
-from chaos_project.chaos.plan import FAILPOINT, FAILPOINT_PROBABILITY, KILL, KINDS, ZOMBIE, Planned
-from chaos_project.services import MANAGE_PY
+from chaos_project.chaos.plan import FAILPOINT, FAILPOINT_PROBABILITY, KILL, KINDS, Planned
 from rivet.errors import RivetError
 
 EXIT_BAD_OPTION = 2  # rivet_worker: a bad option or RIVET_FAILPOINT; restarting cannot help
@@ -50,6 +54,11 @@ class EventLog:
     def chaos_counts(self) -> dict[str, int]:
         return count_chaos(self.records)
 
+    def armed_counts(self) -> tuple[int, int]:
+        """(workers started armed, armed workers that reached their failpoint)."""
+        armed = sum(1 for r in self.records if r["event"] == "start" and r["armed"])
+        return armed, sum(1 for r in self.records if r["event"] == FAILPOINT)
+
     def unexpected_exits(self) -> list[dict[str, Any]]:
         """Exits the harness did not cause (a SIGTERM it sent may end a worker that was still
         starting, before its handler was installed: that one is expected)."""
@@ -60,6 +69,22 @@ def count_chaos(records: list[dict[str, Any]]) -> dict[str, int]:
     """Chaos events by kind (kill, failpoint, zombie) in an event log's records."""
     seen = Counter(r["event"] for r in records)
     return {kind: seen[kind] for kind in KINDS}
+
+
+def worker_main(args: list[str], env: dict[str, str]) -> int:
+    """A forked worker: this environment, then ``rivet_worker ARGS``; returns its exit code."""
+    os.environ.clear()
+    os.environ.update(env)
+    # Read from the environment when the settings were imported, in the harness: set again.
+    settings.EFFECT_SERVICE_URL = env["EFFECT_SERVICE_URL"]
+    try:
+        call_command("rivet_worker", *args)
+    except CommandError as exc:
+        sys.stderr.write(f"CommandError: {exc}\n")
+        return exc.returncode
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+    return 0
 
 
 def read_event_log(path: Path) -> list[dict[str, Any]]:
@@ -74,18 +99,37 @@ class WorkerProcess:
     armed: bool = False
     kill_sent: bool = False
     term_sent: bool = False
-    thaw_at: float | None = None  # when SIGCONT is due, while SIGSTOPped
+    frozen: bool = False  # SIGSTOPped, not yet continued
+    watched: bool = False  # a zombie whose verdict is still open: leave it alone
+    started: bool = False  # its log says worker_started: it claims tasks
 
-    @property
-    def frozen(self) -> bool:
-        return self.thaw_at is not None
+    def ready(self) -> bool:
+        """True once the worker has started (booting takes a second or more on a busy box)."""
+        if not self.started:
+            try:
+                with self.child.log_path.open("rb") as log:
+                    self.started = b'"worker_started"' in log.read(4096)
+            except OSError:
+                return False
+        return self.started
+
+    def working(self) -> bool:
+        """Started, running, and not being broken: it can take another worker's tasks."""
+        gone = self.child.returncode is not None or self.kill_sent or self.term_sent
+        return not gone and not self.frozen and self.ready()
 
     def fields(self) -> dict[str, Any]:
         return {"slot": self.slot, "owner": self.owner, "pid": self.child.pid}
 
 
 class Fleet:
-    """``size`` worker slots running ``manage.py rivet_worker WORKER_ARGS``."""
+    """``size`` worker slots running ``rivet_worker WORKER_ARGS``.
+
+    Each worker is forked from this process and runs the rivet_worker command there (Django is
+    loaded already, so a restart takes milliseconds, where a new interpreter takes seconds on a
+    busy machine and the fleet would spend the run booting). With ``command`` (an argv such as
+    ``python manage.py rivet_worker``) each worker is started from it instead.
+    """
 
     def __init__(
         self,
@@ -96,8 +140,10 @@ class Fleet:
         log_dir: Path,
         log: EventLog,
         clock: Callable[[], float] = time.monotonic,
+        command: list[str] | None = None,
     ) -> None:
         self.size = size
+        self.command = command
         self.worker_args = worker_args
         self.env = env
         self.log_dir = log_dir
@@ -107,6 +153,8 @@ class Fleet:
         self.retiring: list[WorkerProcess] = []
         self.generations = [0] * size
         self.restart = True
+        #: Consulted when a slot restarts: a failpoint seed arms the new worker.
+        self.next_arm: Callable[[], int | None] = lambda: None
 
     # -- starting ----------------------------------------------------------------------------
 
@@ -121,8 +169,12 @@ class Fleet:
         if failpoint_seed is not None:
             env["RIVET_FAILPOINT"] = f"after_effect_before_ack:{FAILPOINT_PROBABILITY}"
             env["RIVET_FAILPOINT_SEED"] = str(failpoint_seed)
-        argv = [sys.executable, str(MANAGE_PY), "rivet_worker", *self.worker_args]
-        child = Child([*argv, "--owner", owner], env=env, log_path=self.log_dir / f"{owner}.log")
+        args = [*self.worker_args, "--owner", owner]
+        log_path = self.log_dir / f"{owner}.log"
+        if self.command is None:
+            child = Child(env=env, log_path=log_path, main=lambda: worker_main(args, env))
+        else:
+            child = Child([*self.command, *args], env=env, log_path=log_path)
         proc = WorkerProcess(slot=slot, owner=owner, child=child, armed=failpoint_seed is not None)
         self.slots[slot] = proc
         self.log.add("start", armed=proc.armed, **proc.fields())
@@ -136,6 +188,12 @@ class Fleet:
     def frozen_count(self) -> int:
         return sum(1 for p in self.alive() if p.frozen)
 
+    def working_count(self) -> int:
+        return sum(1 for p in self.slots if p is not None and p.working())
+
+    def armed_count(self) -> int:
+        return sum(1 for p in self.alive() if p.armed)
+
     def reap(self) -> None:
         """Reap exited workers, count what killed them, and restart their slots."""
         for proc in list(self.retiring):
@@ -147,7 +205,7 @@ class Fleet:
                 self.slots[slot] = None
                 self._exited(proc)
                 if self.restart:
-                    self.start(slot)
+                    self.start(slot, failpoint_seed=self.next_arm())
 
     def _exited(self, proc: WorkerProcess, *, at_stop: bool = False) -> None:
         code = proc.child.returncode
@@ -167,13 +225,21 @@ class Fleet:
     # -- breaking ----------------------------------------------------------------------------
 
     def pick(self, planned: Planned, eligible: Callable[[WorkerProcess], bool]) -> int | None:
-        """The planned slot if its worker is eligible, else the next eligible one in turn."""
+        """The planned slot if its worker is eligible, else the next eligible one in turn.
+
+        A worker that is stopped, armed, watched as a zombie or being killed or retired is
+        never eligible: each event must be able to finish what it started.
+        """
         for step in range(self.size):
             proc = self.slots[(planned.slot + step) % self.size]
-            usable = proc is not None and proc.child.returncode is None and not proc.kill_sent
-            if usable and eligible(proc):
+            if proc is not None and self._free(proc) and eligible(proc):
                 return proc.slot
         return None
+
+    @staticmethod
+    def _free(proc: WorkerProcess) -> bool:
+        busy = proc.frozen or proc.armed or proc.watched or proc.kill_sent or proc.term_sent
+        return proc.child.returncode is None and not busy
 
     def kill(self, slot: int) -> bool:
         proc = self.slots[slot]
@@ -191,28 +257,29 @@ class Fleet:
         self.start(slot, failpoint_seed=failpoint_seed)
         return True
 
-    def freeze(self, slot: int, stop_secs: float, holding: Collection[int] = ()) -> bool:
-        """SIGSTOP the slot's worker for ``stop_secs``; counted once it is really stopped."""
+    def freeze(self, slot: int) -> WorkerProcess | None:
+        """SIGSTOP the slot's worker; the process when it is really stopped."""
         proc = self.slots[slot]
         if proc is None or not self._signal(proc, signal.SIGSTOP):
-            return False
+            return None
         if proc.child.poll() is not None:  # it had exited already: nothing was stopped
-            return False
-        proc.thaw_at = self.clock() + stop_secs
-        self.log.add(ZOMBIE, stop_secs=stop_secs, holding=sorted(holding), **proc.fields())
-        return True
+            return None
+        proc.frozen = proc.watched = True
+        return proc
 
-    def thaw_due(self, *, all_now: bool = False) -> None:
-        """SIGCONT every stopped worker whose stop is over."""
-        now = self.clock()
+    def thaw(self, proc: WorkerProcess) -> None:
+        """SIGCONT a stopped worker."""
+        if proc.frozen:
+            proc.frozen = False
+            if self._signal(proc, signal.SIGCONT):
+                self.log.add("thaw", **proc.fields())
+
+    def thaw_all(self) -> None:
         for proc in self.alive():
-            if proc.frozen and (all_now or now >= proc.thaw_at):
-                proc.thaw_at = None
-                if self._signal(proc, signal.SIGCONT):
-                    self.log.add("thaw", **proc.fields())
+            self.thaw(proc)
 
     def disarm(self) -> None:
-        """Replace every armed worker with a clean one (the drain runs without failpoints)."""
+        """Replace every armed worker with a clean one."""
         for proc in self.alive():
             if proc.armed and self._terminate(proc):
                 self.retiring.append(proc)
@@ -232,6 +299,7 @@ class Fleet:
     def stop_all(self) -> None:
         """SIGTERM every worker through its pidfd and reap it (SIGKILL if it will not stop)."""
         self.restart = False
+        self.thaw_all()  # a stopped process would not act on SIGTERM
         procs = [p for p in [*self.slots, *self.retiring] if p is not None]
         for proc in procs:
             if not proc.term_sent:  # a second SIGTERM makes a worker exit at once (128 + 15)

@@ -1,15 +1,19 @@
 """One chaos run: empty both databases, fill a queue, break the workers, drain, verify.
 
 See docs/chaos.md. The order matters: the effect service is found or started first (starting
-it migrates the effect database), then both databases are emptied (unless --keep), since a
-count of effects from an earlier run says nothing about this one.
+it migrates the effect database); then the harness checks that the service writes to the
+database the verifier reads (one probe effect, looked up and removed again); only then are both
+databases emptied (unless --keep), since a count of effects from an earlier run says nothing
+about this one.
 """
 
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -22,18 +26,25 @@ from django.db.migrations.executor import MigrationExecutor
 
 from chaos_project.chaos import plan as chaos_plan
 from chaos_project.chaos import queries
+from chaos_project.chaos.faults import make_faults
 from chaos_project.chaos.fleet import EventLog, Fleet
+from chaos_project.chaos.loop import ChaosLoop, LoopOutcome
+from chaos_project.chaos.pacing import Pacer
 from chaos_project.chaos.pidfd import require_pidfd
-from chaos_project.chaos.plan import FAILPOINT, KILL, ZOMBIE, ChaosPlan, Planned
-from chaos_project.chaos.report import report_lines, verdict_lines
+from chaos_project.chaos.plan import FAILPOINT, KILL, ZOMBIE, ChaosPlan
+from chaos_project.chaos.report import report_lines, run_summary, summary_lines, verdict_lines
 from chaos_project.chaos.verifier import Verdict, effect_connection, verify
-from chaos_project.services import EffectService, database_url, free_port, worker_env
-from rivet.effect_client import EffectUnavailable, fetch_verify
+from chaos_project.services import (
+    MANAGE_PY,
+    EffectService,
+    database_url,
+    free_port,
+    worker_env,
+)
+from rivet.effect_client import EffectError, EffectUnavailable, fetch_verify, post_effect
 from rivet.errors import RivetError
 from rivet.producer import enqueue_many
 
-TICK_SECS = 0.05
-ZOMBIE_PATIENCE_SECS = 2.0  # how long a zombie event waits for a worker that holds leases
 EFFECT_KIND = "chaos.effect"
 EFFECT_MAX_ATTEMPTS = 10
 POISON_KIND = "fail"
@@ -48,9 +59,9 @@ class ChaosError(RivetError):
 @dataclass(frozen=True, kw_only=True)
 class ChaosOptions:
     effect_database_url: str
-    tasks: int = 500
+    tasks: int = 5000
     workers: int = 4
-    duration: float = 15.0
+    duration: float = 60.0
     seed: int | None = None
     keep: bool = False
     lease_ttl: float = 2.0
@@ -61,6 +72,14 @@ class ChaosOptions:
     own_effect_service: bool = False
     drain_timeout: float = 60.0
     keep_logs: bool = False
+    backlog_tasks: int | None = None
+    faults: tuple[str, ...] = ()
+    exec_workers: bool = False
+    """Start each worker as a new ``manage.py rivet_worker`` process instead of forking it."""
+
+    def backlog(self) -> int:
+        """Tasks ready (unclaimed) at most: by default one per handler slot of the fleet."""
+        return self.backlog_tasks or self.workers * self.concurrency
 
     def worker_args(self) -> list[str]:
         return [
@@ -77,6 +96,8 @@ class ChaosResult:
     chaos: dict[str, int]
     log_dir: Path
     lines: list[str]
+    summary: dict
+    """What the campaign table and --json show (see report.run_summary)."""
 
 
 class ChaosRun:
@@ -100,22 +121,28 @@ class ChaosRun:
         self.say(f"seed {self.seed} ({given}; repeat this run with --seed {self.seed})")
         self._migrate()
         plan = chaos_plan.make_plan(
-            self.seed, tasks=o.tasks, workers=o.workers, duration=o.duration, lease_ttl=o.lease_ttl
+            self.seed, tasks=o.tasks, workers=o.workers, duration=o.duration
         )
         log_dir = Path(tempfile.mkdtemp(prefix=f"rivet-chaos-{self.seed}-"))
         self.say(f"logs: {log_dir}")
+        started = time.monotonic()
         with ExitStack() as stack:
             service_url = stack.enter_context(self._effect_service(log_dir))
+            self._check_same_effect_database(service_url)
             self._empty()
             self._check_effect_store(service_url)
             self._fill(plan)
             log = EventLog(log_dir / "events.jsonl")
-            drain_note = self._run_fleet(plan, log, log_dir, service_url)
+            outcome = self._run_fleet(plan, log, log_dir, service_url)
+            unfenced = outcome.zombie_counts()["unfenced"]
             verdict = verify(
-                queue=o.queue, effect_database_url=o.effect_database_url, drain_note=drain_note
+                queue=o.queue,
+                effect_database_url=o.effect_database_url,
+                drain_note=outcome.drain_note,
+                unfenced_zombies=unfenced,
             )
             self._check_effect_store(service_url, expected=verdict.figures.effects_written)
-        return self._finish(verdict, log, log_dir)
+        return self._finish(verdict, log, log_dir, outcome, time.monotonic() - started)
 
     # -- setting up --------------------------------------------------------------------------
 
@@ -155,8 +182,7 @@ class ChaosRun:
         service = EffectService(
             database_url=o.effect_database_url,
             port=free_port(),
-            workers=1,
-            threads=8,
+            threads=16,
             log_path=log_dir / "effect-service.log",
         )
         try:
@@ -168,6 +194,27 @@ class ChaosRun:
             yield service.url
         finally:
             service.stop()
+
+    def _check_same_effect_database(self, url: str) -> None:
+        """Before anything is emptied: one probe effect through the service must appear in
+        the database the verifier reads (it is removed again at once)."""
+        key = f"chaos-db-check-{uuid.uuid4().hex}"
+        name = _db_name(self.options.effect_database_url)
+        try:
+            post_effect(url, key, {"check": "the effect service writes where the verifier reads"})
+        except EffectError as exc:
+            raise ChaosError(f"the effect service at {url} refused a probe effect: {exc}") from exc
+        with effect_connection(self.options.effect_database_url) as effect_db:
+            found = effect_db.execute(queries.EFFECT_COUNT_KEY, {"key": key}).fetchone()[0]
+            effect_db.execute(queries.EFFECT_DELETE_KEY, {"key": key})
+        if not found:
+            raise ChaosError(
+                f"the effect service at {url} does not write to the effect database the "
+                f"verifier reads ({name}): a probe effect it accepted is not there. Nothing was "
+                "emptied. Point EFFECT_DATABASE_URL at the service's database, or pass "
+                "--own-effect-service"
+            )
+        self.say(f"effect service writes to {name}, the database the verifier reads")
 
     def _empty(self) -> None:
         if self.options.keep:
@@ -199,19 +246,12 @@ class ChaosRun:
             self.say(f"effect service /verify: {reported} effects, as the verifier read in {name}")
 
     def _fill(self, plan: ChaosPlan) -> None:
+        """Check every key of the run is free, and enqueue the poison tasks."""
         o = self.options
-        items = [
-            {
-                "kind": EFFECT_KIND,
-                "payload": {"n": n, "work_ms": work},
-                "queue": o.queue,
-                "idem_key": f"chaos-{self.seed}-{n}",
-                "delay": plan.release_at(n),
-                "max_attempts": EFFECT_MAX_ATTEMPTS,
-            }
-            for n, work in enumerate(plan.work_ms)
-        ]
-        items += [
+        keys = [self._key(n) for n in range(o.tasks)]
+        keys += [f"chaos-{self.seed}-poison-{n}" for n in range(o.poison)]
+        self._refuse_taken_keys(keys)
+        poison = [
             {
                 "kind": POISON_KIND,
                 "payload": {"poison": n},
@@ -221,15 +261,31 @@ class ChaosRun:
             }
             for n in range(o.poison)
         ]
-        self._refuse_taken_keys([item["idem_key"] for item in items])
+        if poison:
+            enqueue_many(poison, using="default")
+        self.say(
+            f"enqueued {o.poison} poison task(s) ({POISON_KIND}, always fails); {o.tasks} "
+            f"{EFFECT_KIND} tasks on queue {o.queue!r} (keys chaos-{self.seed}-N) follow as "
+            "the workers finish earlier ones"
+        )
+
+    def _key(self, n: int) -> str:
+        return f"chaos-{self.seed}-{n}"
+
+    def _release(self, plan: ChaosPlan, indexes: range) -> None:
+        """Enqueue the effect tasks ``indexes`` (their body names the task: see verifier)."""
+        items = [
+            {
+                "kind": EFFECT_KIND,
+                "payload": {"chaos_task": self._key(n), "n": n, "work_ms": plan.work_ms[n]},
+                "queue": self.options.queue,
+                "idem_key": self._key(n),
+                "max_attempts": EFFECT_MAX_ATTEMPTS,
+            }
+            for n in indexes
+        ]
         for start in range(0, len(items), ENQUEUE_CHUNK):
             enqueue_many(items[start : start + ENQUEUE_CHUNK], using="default")
-        release = plan.release_at(len(plan.work_ms))
-        self.say(
-            f"enqueued {o.tasks} {EFFECT_KIND} tasks on queue {o.queue!r} (keys "
-            f"chaos-{self.seed}-N, released evenly over {release:g} s) and {o.poison} poison "
-            f"task(s) ({POISON_KIND}, always fails)"
-        )
 
     def _refuse_taken_keys(self, keys: list[str]) -> None:
         with connections["default"].cursor() as cursor:
@@ -243,102 +299,56 @@ class ChaosRun:
 
     # -- breaking and draining ---------------------------------------------------------------
 
-    def _run_fleet(self, plan: ChaosPlan, log: EventLog, log_dir: Path, service_url: str) -> str:
+    def _run_fleet(self, plan: ChaosPlan, log: EventLog, log_dir: Path, service_url: str):
         o = self.options
         env = worker_env(database_url(), EFFECT_SERVICE_URL=service_url)
         fleet = Fleet(
-            size=o.workers, worker_args=o.worker_args(), env=env, log_dir=log_dir, log=log
+            size=o.workers,
+            worker_args=o.worker_args(),
+            env=env,
+            log_dir=log_dir,
+            log=log,
+            command=[sys.executable, str(MANAGE_PY), "rivet_worker"] if o.exec_workers else None,
         )
         planned = plan.counts()
         self.say(
             f"chaos: {o.workers} workers (concurrency {o.concurrency}, lease {o.lease_ttl:g} s) "
             f"for {o.duration:g} s; planned kill {planned[KILL]} / failpoint "
-            f"{planned[FAILPOINT]} / zombie {planned[ZOMBIE]}"
+            f"{planned[FAILPOINT]} / zombie {planned[ZOMBIE]}; tasks released as they are "
+            f"claimed, at most {o.backlog()} waiting"
         )
+        pacer = Pacer(total=o.tasks, window=o.backlog())
+        loop = ChaosLoop(
+            fleet=fleet,
+            plan=plan,
+            pacer=pacer,
+            release=lambda indexes: self._release(plan, indexes),
+            queue=o.queue,
+            lease_ttl=o.lease_ttl,
+            say=self.say,
+        )
+        loop.sources.extend(make_faults(o.faults, run=self, loop=loop))
         try:
             fleet.start_all()
-            self._break(fleet, plan)
-            elapsed = log.clock() - log.started
-            self.say(f"chaos over at {elapsed:.1f} s; draining with clean workers")
-            note = self._drain(fleet)
+            loop.run_chaos()
+            self.say(
+                f"chaos over at {loop.now():.1f} s ({pacer.released} of {o.tasks} tasks "
+                "released); draining with the same workers, no new events"
+            )
+            drain_started = loop.now()
+            loop.outcome.drain_note = loop.drain(o.drain_timeout)
+            if not loop.outcome.drain_note:
+                self.say(f"drained in {loop.now() - drain_started:.1f} s")
         finally:
+            loop.close()
             fleet.stop_all()
-        return note
-
-    def _break(self, fleet: Fleet, plan: ChaosPlan) -> None:
-        started = time.monotonic()
-        due = list(plan.events)
-        waiting: list[Planned] = []
-        while True:
-            now = time.monotonic() - started
-            fleet.reap()
-            fleet.thaw_due()
-            while due and due[0].at <= now:
-                waiting.append(due.pop(0))
-            waiting = [e for e in waiting if not self._apply(fleet, e, now)]
-            if now >= plan.duration and not due and not waiting and not fleet.frozen_count():
-                return
-            time.sleep(TICK_SECS)
-
-    def _apply(self, fleet: Fleet, event: Planned, now: float) -> bool:
-        """Carry out one event; False to try it again at the next tick (a zombie waiting)."""
-        if event.kind == ZOMBIE:
-            return self._zombie(fleet, event, now)
-        if event.kind == KILL:
-            slot = fleet.pick(event, lambda p: not p.frozen)
-            done = slot is not None and fleet.kill(slot)
-        else:
-            slot = fleet.pick(event, lambda p: not p.frozen and not p.armed)
-            done = slot is not None and fleet.arm(slot, event.failpoint_seed)
-        if not done:
-            fleet.log.add("skipped", kind=event.kind, planned_at=event.at, reason="no target")
-        return True
-
-    def _zombie(self, fleet: Fleet, event: Planned, now: float) -> bool:
-        """Stop a worker that holds leases (only a lease in flight can be fenced).
-
-        At most half the workers are stopped at once: the others must take the stopped
-        workers' tasks while they sleep, or the zombies wake up still holding valid leases.
-        """
-        reason = "half the workers were stopped already"
-        if fleet.frozen_count() < max(1, fleet.size // 2):
-            leases = self._leases()
-            slot = fleet.pick(event, lambda p: not p.frozen and p.owner in leases)
-            if slot is not None:
-                owner = fleet.slots[slot].owner
-                if fleet.freeze(slot, event.stop_secs, holding=leases[owner]):
-                    return True
-            reason = "no running worker held a lease"
-        if now - event.at < ZOMBIE_PATIENCE_SECS:
-            return False
-        fleet.log.add("skipped", kind=ZOMBIE, planned_at=event.at, reason=reason)
-        return True
-
-    def _leases(self) -> dict[str, list[int]]:
-        with connections["default"].cursor() as cursor:
-            cursor.execute(queries.LEASES_BY_OWNER, {"queue": self.options.queue})
-            return dict(cursor.fetchall())
-
-    def _pending(self) -> int:
-        with connections["default"].cursor() as cursor:
-            cursor.execute(queries.PENDING_COUNT, {"queue": self.options.queue})
-            return cursor.fetchone()[0]
-
-    def _drain(self, fleet: Fleet) -> str:
-        """Wait until nothing is pending; the note says why not when the bound is reached."""
-        fleet.disarm()
-        started = time.monotonic()
-        while time.monotonic() - started < self.options.drain_timeout:
-            fleet.reap()
-            if self._pending() == 0:
-                self.say(f"drained in {time.monotonic() - started:.1f} s")
-                return ""
-            time.sleep(0.2)
-        return f"the drain gave up after {self.options.drain_timeout:g} s; see the worker logs"
+        return loop.outcome
 
     # -- the end -----------------------------------------------------------------------------
 
-    def _finish(self, verdict: Verdict, log: EventLog, log_dir: Path) -> ChaosResult:
+    def _finish(
+        self, verdict: Verdict, log: EventLog, log_dir: Path, outcome: LoopOutcome, wall: float
+    ) -> ChaosResult:
         unexpected = log.unexpected_exits()
         for record in unexpected:
             self.say(
@@ -346,15 +356,28 @@ class ChaosRun:
                 f"harness's hand (log: {log_dir / (record['owner'] + '.log')})"
             )
         chaos = log.chaos_counts()
+        armed, reached = log.armed_counts()
+        summary = run_summary(
+            seed=self.seed,
+            verdict=verdict,
+            chaos=chaos,
+            outcome=outcome,
+            armed=(armed, reached),
+            wall_secs=wall,
+            faults=self.options.faults,
+        )
         lines = report_lines(verdict, chaos)
         self.say("")
-        for text in [*lines, "", *verdict_lines(verdict)]:
+        for text in [*summary_lines(summary), "", *lines, "", *verdict_lines(verdict)]:
             self.say(text)
         if verdict.ok and not unexpected and not self.options.keep_logs:
             shutil.rmtree(log_dir, ignore_errors=True)
         else:
             self.say(f"logs kept in {log_dir} (events.jsonl, one log per worker)")
-        return ChaosResult(verdict=verdict, chaos=chaos, log_dir=log_dir, lines=lines)
+            summary["log_dir"] = str(log_dir)
+        return ChaosResult(
+            verdict=verdict, chaos=chaos, log_dir=log_dir, lines=lines, summary=summary
+        )
 
 
 def _answers(url: str) -> bool:

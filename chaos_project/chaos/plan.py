@@ -2,9 +2,10 @@
 
 Everything random in a run comes from one ``random.Random(seed)``, drawn here in a fixed order
 (first each task's work, then the events), so the same seed and the same arguments give the same
-plan, and a run that failed can be repeated. Which worker an event finally hits can depend on
-the state of the run (a zombie must hold leases), but that choice is made from the plan without
-another draw: see ``Fleet.pick``.
+plan, and a run that failed can be repeated. When an event is carried out and which worker it
+finally hits depend on the state of the run (a kill or a zombie needs a worker that holds
+leases; an event waits for one), but that choice is made from the plan without another draw:
+see ``Fleet.pick``.
 """
 
 from __future__ import annotations
@@ -17,19 +18,17 @@ FAILPOINT = "failpoint"
 ZOMBIE = "zombie"
 KINDS = (KILL, FAILPOINT, ZOMBIE)
 #: Kinds are dealt from this bag, shuffled, refilled when empty: every ten events hold three
-#: kills, three failpoints and four zombies, so no run of ten events or more misses a kind.
-KIND_BAG = (KILL,) * 3 + (FAILPOINT,) * 3 + (ZOMBIE,) * 4
+#: kills, four failpoints and three zombies, so no run of ten events or more misses a kind.
+KIND_BAG = (KILL,) * 3 + (FAILPOINT,) * 4 + (ZOMBIE,) * 3
 
-#: Mean seconds between two chaos events (exponential gaps).
-MEAN_GAP_SECS = 0.6
+#: Mean seconds between two chaos events: a run plans duration / MEAN_GAP_SECS of them, at
+#: uniformly drawn times.
+MEAN_GAP_SECS = 0.28
 #: Each effect task works this many milliseconds (uniform) before its effect.
 WORK_MS = (10, 300)
-#: A zombie stays stopped this many lease lengths (uniform), always longer than its lease.
-ZOMBIE_LEASES = (2.0, 3.0)
-#: The share of the run over which tasks become visible (see ``release_at``).
-RELEASE_SHARE = 0.9
-#: The probability that an armed worker aborts at after_effect_before_ack, per ack.
-FAILPOINT_PROBABILITY = 0.25
+#: The probability that an armed worker aborts at after_effect_before_ack, per ack: at its
+#: first ack, so every armed worker that gets a task reaches its failpoint.
+FAILPOINT_PROBABILITY = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,8 +38,6 @@ class Planned:
     at: float
     kind: str
     slot: int
-    stop_secs: float = 0.0
-    """zombie: how long the worker stays stopped (SIGSTOP ... SIGCONT)."""
     failpoint_seed: int = 0
     """failpoint: RIVET_FAILPOINT_SEED of the armed worker."""
 
@@ -52,18 +49,12 @@ class ChaosPlan:
     work_ms: tuple[int, ...]
     events: tuple[Planned, ...]
 
-    def release_at(self, index: int) -> float:
-        """Seconds after the fill when task ``index`` becomes visible.
-
-        Tasks are all inserted at once but released evenly over most of the run, so the queue
-        stays short: a claim takes the oldest visible task first, and a lease that lapsed must
-        not wait behind a full backlog, or a zombie would wake up before anyone took its tasks
-        and the fence would never be tested.
-        """
-        return round(index * self.duration * RELEASE_SHARE / max(len(self.work_ms), 1), 3)
-
     def counts(self) -> dict[str, int]:
         return {kind: sum(1 for e in self.events if e.kind == kind) for kind in KINDS}
+
+
+def event_count(duration: float) -> int:
+    return max(1, round(duration / MEAN_GAP_SECS))
 
 
 def new_seed() -> int:
@@ -71,29 +62,23 @@ def new_seed() -> int:
     return random.SystemRandom().randrange(1, 2**31)
 
 
-def make_plan(
-    seed: int, *, tasks: int, workers: int, duration: float, lease_ttl: float
-) -> ChaosPlan:
+def make_plan(seed: int, *, tasks: int, workers: int, duration: float) -> ChaosPlan:
     """The plan for one run; the same arguments always give the same plan."""
     rng = random.Random(seed)
     work_ms = tuple(rng.randint(*WORK_MS) for _ in range(tasks))
+    times = sorted(round(rng.uniform(0, duration), 3) for _ in range(event_count(duration)))
     events: list[Planned] = []
     bag: list[str] = []
-    at = rng.expovariate(1 / MEAN_GAP_SECS)
-    while at < duration:
+    for at in times:
         if not bag:
             bag = list(KIND_BAG)
             rng.shuffle(bag)
-        events.append(_event(rng, bag.pop(), round(at, 3), workers, lease_ttl))
-        at += rng.expovariate(1 / MEAN_GAP_SECS)
+        events.append(_event(rng, bag.pop(), at, workers))
     return ChaosPlan(seed=seed, duration=duration, work_ms=work_ms, events=tuple(events))
 
 
-def _event(rng: random.Random, kind: str, at: float, workers: int, lease_ttl: float) -> Planned:
+def _event(rng: random.Random, kind: str, at: float, workers: int) -> Planned:
     slot = rng.randrange(workers)
-    if kind == ZOMBIE:
-        stop_secs = round(lease_ttl * rng.uniform(*ZOMBIE_LEASES), 3)
-        return Planned(at=at, kind=kind, slot=slot, stop_secs=stop_secs)
     if kind == FAILPOINT:
         return Planned(at=at, kind=kind, slot=slot, failpoint_seed=rng.randrange(1, 2**31))
     return Planned(at=at, kind=kind, slot=slot)

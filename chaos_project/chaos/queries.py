@@ -27,6 +27,32 @@ WHERE queue = %(queue)s AND state = 'pending' AND visible_at > now() AND lease_o
 GROUP BY lease_owner
 """
 
+#: What one worker holds right now (SIGSTOPped: its leases cannot change until it runs again).
+HELD_BY_OWNER = """
+SELECT id, lease_epoch
+FROM rivet_task
+WHERE queue = %(queue)s AND state = 'pending' AND lease_owner = %(owner)s
+"""
+
+#: The lease epoch of each of these tasks (a claim by anyone raises it).
+TASK_EPOCHS = "SELECT id, lease_epoch FROM rivet_task WHERE id = ANY(%(ids)s)"
+
+#: The writes the fence refused for these owners: (owner, task, the stale epoch).
+FENCED_BY_OWNERS = """
+SELECT owner, task_id, epoch FROM rivet_fenced_write WHERE owner = ANY(%(owners)s)
+"""
+
+#: Tasks of a queue that ended (done or dead): the drain's measure of progress.
+FINISHED_COUNT = """
+SELECT count(*) FROM rivet_task WHERE queue = %(queue)s AND state <> 'pending'
+"""
+
+#: Tasks of a queue ready to be claimed now (not leased, not waiting for a retry): the backlog.
+READY_COUNT = """
+SELECT count(*) FROM rivet_task
+WHERE queue = %(queue)s AND state = 'pending' AND visible_at <= now()
+"""
+
 #: Tasks of a queue not yet done or dead (claimed, ready, delayed or waiting for a retry).
 PENDING_COUNT = "SELECT count(*) FROM rivet_task WHERE queue = %(queue)s AND state = 'pending'"
 
@@ -88,11 +114,25 @@ EFFECT_TABLES = ("effects_effect", "rivet_idempotency_record")
 #: Empty the effect database: effects and their dedup rows.
 EFFECT_EMPTY = "TRUNCATE effects_effect, rivet_idempotency_record RESTART IDENTITY"
 
-#: Effects written and duplicate effects (rows beyond the first for a key).
-EFFECT_FIGURES = """
+#: Which task an effect was made for: the chaos run's tasks carry their key in the body
+#: (``chaos_task``), so a duplicate is found even when the key sent with it was wrong; any
+#: other effect is known by its key.
+EFFECT_TASK = "coalesce(body ->> 'chaos_task', key)"
+
+#: Effects written and duplicate effects (rows beyond the first for a task).
+EFFECT_FIGURES = f"""
 SELECT coalesce(sum(n), 0)::bigint, coalesce(sum(n - 1), 0)::bigint
-FROM (SELECT count(*) AS n FROM effects_effect GROUP BY key) AS per_key
+FROM (SELECT count(*) AS n FROM effects_effect GROUP BY {EFFECT_TASK}) AS per_task
 """
 
-#: Every key that has an effect.
-EFFECT_KEYS = "SELECT DISTINCT key FROM effects_effect"
+#: Every task (by key) that has an effect.
+EFFECT_KEYS = f"SELECT DISTINCT {EFFECT_TASK} FROM effects_effect"
+
+#: Effects under one key (the harness's check that the service writes where it reads).
+EFFECT_COUNT_KEY = "SELECT count(*) FROM effects_effect WHERE key = %(key)s"
+
+#: Remove the check's effect and its dedup row again.
+EFFECT_DELETE_KEY = """
+WITH gone AS (DELETE FROM rivet_idempotency_record WHERE key = %(key)s)
+DELETE FROM effects_effect WHERE key = %(key)s
+"""

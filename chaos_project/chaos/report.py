@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from chaos_project.chaos.plan import KINDS
 from chaos_project.chaos.verifier import Verdict
@@ -54,3 +55,58 @@ def verdict_lines(verdict: Verdict) -> list[str]:
     if verdict.ok:
         return ["every invariant held: S1, S2, L1, F2"]
     return [f"{v.code} FAILED: {v.message}" for v in verdict.violations]
+
+
+def run_summary(
+    *,
+    seed: int,
+    verdict: Verdict,
+    chaos: Mapping[str, int],
+    outcome: Any,
+    armed: tuple[int, int],
+    wall_secs: float,
+    faults: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """One run as plain data: the campaign's table row and the --json document."""
+    f = verdict.figures
+    zombies = outcome.zombie_counts()
+    return {
+        "seed": seed,
+        "ok": verdict.ok,
+        "failed": verdict.failed_codes(),
+        "violations": [f"{v.code}: {v.message}" for v in verdict.violations],
+        "events": {kind: chaos.get(kind, 0) for kind in KINDS},
+        "not_carried_out": dict(outcome.not_carried_out),
+        "zombies": zombies,
+        "zombie_verdicts": [z.record() for z in outcome.zombies],
+        "failpoints": {"armed": armed[0], "reached": armed[1]},
+        "S1": f.duplicate_effects,
+        "S2": f.done_without_effect,
+        "L1": f.still_pending,
+        "F2": f.fenced_writes,
+        "figures": {
+            "tasks_enqueued": f.tasks_enqueued,
+            "effects_written": f.effects_written,
+            "tasks_done": f.tasks_done,
+            "dead_lettered": f.dead_lettered,
+        },
+        "faults": list(faults),
+        "wall_secs": round(wall_secs, 1),
+    }
+
+
+def summary_lines(summary: Mapping[str, Any]) -> list[str]:
+    """What the run did beyond the report: zombie verdicts, failpoints, events not carried out."""
+    z = summary["zombies"]
+    fp = summary["failpoints"]
+    missed = summary["not_carried_out"]
+    lines = [
+        f"zombies: {z['fenced'] + z['unfenced']} bit (another worker claimed their task while "
+        f"they slept): {z['fenced']} fenced, {z['unfenced']} not fenced; {z['not bitten']} "
+        "could not be made to bite (tried again)",
+        f"failpoints: {fp['armed']} workers armed, {fp['reached']} reached after_effect_before_ack",
+    ]
+    if any(missed.values()):
+        detail = " / ".join(f"{kind} {missed.get(kind, 0)}" for kind in KINDS)
+        lines.append(f"events not carried out (no worker to break before the end): {detail}")
+    return lines

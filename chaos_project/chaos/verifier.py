@@ -1,11 +1,16 @@
 """The verifier: reads the queue database and the effect database and checks four invariants.
 
-- S1 no duplicate effects: no key has more than one effect row.
+- S1 no duplicate effects: no task has more than one effect row. A chaos task's effect names
+  its task in its body (``chaos_task``), so a duplicate counts even when the worker sent a
+  wrong key with it; any other effect is known by its key.
 - S2 no task done without its effect: every done effect task's key has an effect row.
 - L1 nothing left pending: every task ended done or dead.
-- F2 the fence fired and was handled: at least one fenced write was recorded. Zero fails the
-  run: it means no worker ever wrote with a lease it had lost, so the fencing token was never
-  tested and the other three lines describe a system that was not under the pressure claimed.
+- F2 the fence fired and was handled: at least one fenced write was recorded, and every zombie
+  whose task another worker claimed while it slept had its late write refused and recorded.
+  Zero fails the run: it means no worker ever wrote with a lease it had lost, so the fencing
+  token was never tested and the other three lines describe a system that was not under the
+  pressure claimed. A zombie whose stale write was not refused fails it too: the write went
+  through (a fence that does not hold) or was never made.
 
 Every figure is read from the two databases; none comes from what the harness intended.
 """
@@ -101,7 +106,7 @@ def read_figures(*, queue: str, effect_database_url: str, using: str = "default"
     )
 
 
-def judge(figures: Figures, *, drain_note: str = "") -> Verdict:
+def judge(figures: Figures, *, drain_note: str = "", unfenced_zombies: int = 0) -> Verdict:
     """The violations of S1, S2, L1 and F2 in ``figures``, each with a message saying why."""
     found = []
     if figures.duplicate_effects:
@@ -128,7 +133,16 @@ def judge(figures: Figures, *, drain_note: str = "") -> Verdict:
                 + (f" ({drain_note})" if drain_note else ""),
             )
         )
-    if figures.fenced_writes == 0:
+    if unfenced_zombies:
+        found.append(
+            Violation(
+                "F2",
+                f"{unfenced_zombies} zombie(s) woke after another worker had claimed their "
+                "task, and no refused write was recorded for them: a stale write went through "
+                "the fence, or the woken worker never wrote",
+            )
+        )
+    elif figures.fenced_writes == 0:
         found.append(
             Violation(
                 "F2",
@@ -141,8 +155,13 @@ def judge(figures: Figures, *, drain_note: str = "") -> Verdict:
 
 
 def verify(
-    *, queue: str, effect_database_url: str, using: str = "default", drain_note: str = ""
+    *,
+    queue: str,
+    effect_database_url: str,
+    using: str = "default",
+    drain_note: str = "",
+    unfenced_zombies: int = 0,
 ) -> Verdict:
-    """Read both databases and judge them."""
+    """Read both databases and judge them (``unfenced_zombies``: from the run's own watch)."""
     figures = read_figures(queue=queue, effect_database_url=effect_database_url, using=using)
-    return judge(figures, drain_note=drain_note)
+    return judge(figures, drain_note=drain_note, unfenced_zombies=unfenced_zombies)

@@ -89,10 +89,20 @@ class Guard:
         """One round: heartbeat when due (or when a deadline lapsed), then check deadlines."""
         now = self.clock()
         active = [r for r in self.tracked() if r.stop_kind is None]
+        beaten: list[Running] = []
         if active and (now >= self._next_beat or any(now >= r.lease_deadline for r in active)):
+            beaten = active
             self.heartbeat(active)
+            if any(self.clock() >= r.lease_deadline for r in active if r.stop_kind is None):
+                # The answer came back after the lease it extended had run out: the worker was
+                # paused (SIGSTOP) mid-heartbeat, so it says nothing about now. Ask again, so
+                # a lease another worker took meanwhile is reported fenced, not left to lapse.
+                self.heartbeat(active)
             self._next_beat = now + self.interval
-        self.check_deadlines(self.clock())
+        # Only a lease this round's heartbeat covered may be judged expired: a task tracked
+        # meanwhile (a claim answered after a pause, its deadline already past) is heartbeated
+        # first, at the next round, and so learns whether another worker took it.
+        self.check_deadlines(self.clock(), heartbeated=beaten)
 
     def heartbeat(self, running: Iterable[Attempt]) -> bool:
         """Extend these leases; stop the ones the store no longer holds. False on an error."""
@@ -118,14 +128,18 @@ class Guard:
                 self.notify(r)
         return True
 
-    def check_deadlines(self, now: float) -> None:
-        """Stop handlers past their job timeout or their local lease deadline."""
+    def check_deadlines(self, now: float, heartbeated: Iterable[Running] | None = None) -> None:
+        """Stop handlers past their job timeout or their local lease deadline.
+
+        heartbeated: when given, only these may be stopped as expired (see ``tick``).
+        """
+        may_expire = None if heartbeated is None else {id(r) for r in heartbeated}
         for r in self.tracked():
             if r.stop_kind is not None:
                 continue
             if r.job_deadline is not None and now >= r.job_deadline:
                 stopped = r.stop(StopKind.TIMEOUT, f"timed out after {r.timeout_secs:g}s", now)
-            elif now >= r.lease_deadline:
+            elif now >= r.lease_deadline and (may_expire is None or id(r) in may_expire):
                 stopped = r.stop(StopKind.EXPIRED, "lease deadline passed, no heartbeat", now)
             else:
                 continue

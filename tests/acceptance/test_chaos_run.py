@@ -5,6 +5,7 @@ F2 > 0, and every figure must agree with what the two databases hold afterwards.
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -15,7 +16,7 @@ from tests.processes import child_environ, postgres_url
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 
-RUN = ("--tasks", "60", "--workers", "3", "--duration-secs", "8", "--seed", "7")
+RUN = ("--tasks", "150", "--workers", "4", "--duration-secs", "8", "--seed", "7")
 
 
 def report(output: str) -> dict[str, int]:
@@ -27,10 +28,24 @@ def report(output: str) -> dict[str, int]:
 def test_chaos_run_holds_every_invariant_and_the_report_matches_the_databases(
     run_manage,
     effect_database_url,
+    tmp_path,
 ):
     env = child_environ(postgres_url(), EFFECT_DATABASE_URL=effect_database_url)
-    done = run_manage("rivet_chaos", *RUN, "--own-effect-service", env=env)
+    summary_path = tmp_path / "run.json"
+    done = run_manage(
+        "rivet_chaos", *RUN, "--own-effect-service", "--json", str(summary_path), env=env
+    )
     assert done.returncode == 0, done.stdout + done.stderr
+
+    summary = json.loads(summary_path.read_text())
+    assert summary["ok"] and summary["seed"] == 7
+    # Every zombie that bit was fenced; every armed worker reached its failpoint.
+    assert summary["zombies"]["unfenced"] == 0
+    assert summary["zombies"]["fenced"] == summary["events"]["zombie"] > 0
+    assert summary["failpoints"]["armed"] == summary["failpoints"]["reached"] > 0
+    assert summary["events"]["kill"] > 0
+    assert "effect service writes to" in done.stdout  # checked before anything was emptied
+    assert done.stdout.index("effect service writes to") < done.stdout.index("emptied")
 
     figures = report(done.stdout)
     assert "seed 7" in done.stdout
@@ -43,7 +58,7 @@ def test_chaos_run_holds_every_invariant_and_the_report_matches_the_databases(
     assert "every invariant held: S1, S2, L1, F2" in done.stdout
 
     tasks = Task.objects.filter(queue="chaos")
-    assert tasks.count() == figures["tasks enqueued"] == 62
+    assert tasks.count() == figures["tasks enqueued"] == 152
     assert tasks.filter(state="pending").count() == 0
     assert tasks.filter(state="done").count() == figures["tasks done"]
     assert tasks.filter(state="dead").count() == figures["dead-lettered"]

@@ -1,4 +1,4 @@
-"""The effect service over HTTP: a real gunicorn, a real Postgres database."""
+"""The effect service over HTTP: a real server (waitress), a real Postgres database."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.acceptance
 
 def test_sqlite_service_replays_and_makes_one_effect_per_racing_key(start_effect_service, tmp_path):
     path = tmp_path / "effect.sqlite3"
-    service = start_effect_service(f"sqlite:///{path}", workers=2, threads=4)
+    service = start_effect_service(f"sqlite:///{path}", threads=4)
     racers, key = 8, f"race-{uuid.uuid4().hex}"
     start = threading.Barrier(racers)
 

@@ -1,6 +1,7 @@
 """manage.py rivet_chaos: the chaos run (default), ``verify`` on its own, and ``bench``.
 
-    rivet_chaos [--tasks 500] [--workers 4] [--duration-secs 15] [--seed S] [--keep]
+    rivet_chaos [--tasks 5000] [--workers 4] [--duration-secs 60] [--seed S] [--keep] [--json P]
+    rivet_chaos campaign [--seeds 20] [--first-seed 1] [RUN OPTIONS] [--json PATH]
     rivet_chaos verify [--queue chaos] [--events PATH]
     rivet_chaos bench [--workers 1,4,16] [--tasks N] [--rate R] [--out bench/results.md]
 
@@ -10,13 +11,17 @@ Exit 0 only when every invariant held (S1, S2, L1, F2); otherwise the failed one
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import signal
 from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from chaos_project.chaos.bench import Bench, BenchOptions
+from chaos_project.chaos.campaign import Campaign
+from chaos_project.chaos.faults import UnknownFault, parse_faults
 from chaos_project.chaos.fleet import count_chaos, read_event_log
 from chaos_project.chaos.harness import ChaosOptions, ChaosRun
 from chaos_project.chaos.report import report_lines, verdict_lines
@@ -38,6 +43,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _faults(text: str) -> tuple[str, ...]:
+    try:
+        return parse_faults(text)
+    except UnknownFault as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _counts(text: str) -> tuple[int, ...]:
     try:
         counts = tuple(int(part) for part in text.split(",") if part.strip())
@@ -50,50 +62,148 @@ def _counts(text: str) -> tuple[int, ...]:
 
 class Command(BaseCommand):
     help = (
-        "Break workers three ways (SIGKILL, a failpoint abort, SIGSTOP past the lease) while "
-        "they run effect tasks, then check both databases: S1 no duplicate effect, S2 no task "
-        "done without its effect, L1 nothing pending, F2 fenced writes > 0. "
-        "Subcommands: verify (the check alone), bench (throughput and latency)."
+        "Break workers three ways (SIGKILL, a failpoint abort between effect and ack, SIGSTOP "
+        "until another worker took its task) while they run effect tasks, then check both "
+        "databases: S1 no duplicate effect, S2 no task done without its effect, L1 nothing "
+        "pending, F2 fenced writes > 0 and every zombie fenced. Subcommands: campaign (many "
+        "seeds, one table), verify (the check alone), bench (throughput and latency)."
     )
 
     def add_arguments(self, parser):
         self._effect_arguments(parser)
-        parser.add_argument("--tasks", type=_positive_int, default=500)
-        parser.add_argument("--workers", type=_positive_int, default=4)
-        parser.add_argument("--duration-secs", type=_positive_float, default=15.0)
-        parser.add_argument("--seed", type=int, help="repeat a run (default: random, printed)")
-        parser.add_argument("--keep", action="store_true", help="do not empty the databases")
-        parser.add_argument("--lease-ttl-secs", type=_positive_float, default=2.0)
-        parser.add_argument("--concurrency", type=_positive_int, default=4)
-        parser.add_argument("--queue", default="chaos")
-        parser.add_argument("--poison", type=int, default=2, help="tasks that always fail")
-        parser.add_argument("--drain-timeout-secs", type=_positive_float, default=60.0)
-        parser.add_argument("--keep-logs", action="store_true", help="keep logs of a good run")
-        parser.add_argument(
+        self._run_arguments(parser)
+        sub = parser.add_subparsers(dest="action")
+        campaign = sub.add_parser(
+            "campaign",
+            help="chaos runs for consecutive seeds, one table, JSON; exit 0 if every run held",
+        )
+        self._effect_arguments(campaign)
+        campaign.add_argument(
+            "--seeds", type=_positive_int, default=20, help="how many runs (default: %(default)s)"
+        )
+        campaign.add_argument(
+            "--first-seed", type=int, default=1, help="seed of the first run (default: %(default)s)"
+        )
+        self._run_arguments(campaign, seed=False)
+        check = sub.add_parser("verify", help="check the invariants on the databases as they are")
+        self._effect_arguments(check)
+        check.add_argument(
+            "--queue", dest="verify_queue", default="chaos", help="(default: %(default)s)"
+        )
+        check.add_argument(
+            "--events", type=Path, help="events.jsonl of the run, for its counts (default: none)"
+        )
+        bench = sub.add_parser("bench", help="throughput and latency (writes bench/results.md)")
+        default = "(default: %(default)s)"
+        bench.add_argument(
+            "--workers",
+            dest="bench_workers",
+            type=_counts,
+            default=(1, 4, 16),
+            help="worker counts, one row each (default: 1,4,16)",
+        )
+        bench.add_argument(
+            "--tasks", dest="bench_tasks", type=_positive_int, default=3000, help=default
+        )
+        bench.add_argument(
+            "--rate",
+            type=_positive_float,
+            help="offer tasks at R per second (default: all at once)",
+        )
+        bench.add_argument(
+            "--concurrency", dest="bench_concurrency", type=_positive_int, default=4, help=default
+        )
+        bench.add_argument("--payload-bytes", type=int, default=100, help=default)
+        bench.add_argument(
+            "--lease-ttl-secs", dest="bench_ttl", type=_positive_float, default=30, help=default
+        )
+        bench.add_argument("--pool-size", type=int, default=6, help=default)
+        bench.add_argument(
+            "--out",
+            type=Path,
+            default=Path(settings.BASE_DIR) / "bench" / "results.md",
+            help="(default: bench/results.md)",
+        )
+
+    @staticmethod
+    def _run_arguments(parser, *, seed: bool = True):
+        """The options of one run (the campaign takes them too, after ``campaign``)."""
+        add = parser.add_argument
+        add("--tasks", type=_positive_int, default=5000, help="effect tasks (default: %(default)s)")
+        add(
+            "--workers",
+            type=_positive_int,
+            default=4,
+            help="worker processes (default: %(default)s)",
+        )
+        add(
+            "--duration-secs",
+            type=_positive_float,
+            default=60.0,
+            help="seconds of chaos; the drain follows (default: %(default)s)",
+        )
+        if seed:
+            add("--seed", type=int, help="repeat a run (default: random, printed)")
+        add("--keep", action="store_true", help="do not empty the databases (default: empty them)")
+        add(
+            "--lease-ttl-secs",
+            type=_positive_float,
+            default=2.0,
+            help="the workers' lease (default: %(default)s)",
+        )
+        add(
+            "--concurrency",
+            type=_positive_int,
+            default=4,
+            help="handlers per worker (default: %(default)s)",
+        )
+        add(
+            "--backlog-tasks",
+            type=_positive_int,
+            help="tasks waiting to be claimed at most, released as others are claimed "
+            "(default: workers x concurrency)",
+        )
+        add(
+            "--exec-workers",
+            action="store_true",
+            help="start each worker as a new manage.py rivet_worker process (default: fork it "
+            "from the harness, which restarts a worker in milliseconds instead of seconds)",
+        )
+        add("--queue", default="chaos", help="queue of the run (default: %(default)s)")
+        add("--poison", type=int, default=2, help="tasks that always fail (default: %(default)s)")
+        add(
+            "--drain-timeout-secs",
+            type=_positive_float,
+            default=60.0,
+            help="give up the drain when no task finished for this long (default: %(default)s)",
+        )
+        add(
+            "--keep-logs",
+            action="store_true",
+            help="keep the logs of a run that held (default: only a failed run's are kept)",
+        )
+        add(
+            "--faults",
+            type=_faults,
+            default=(),
+            help="opt-in faults, comma-separated, or 'all' (default: none)",
+        )
+        add(
+            "--json",
+            type=Path,
+            help="also write the outcome as JSON to this file (default: none; a campaign "
+            "writes campaign.json beside its per-seed output)",
+        )
+        add(
             "--effect-url",
             help="use the effect service at this URL (default: one answering "
             "at settings.EFFECT_SERVICE_URL, else start one)",
         )
-        parser.add_argument(
+        add(
             "--own-effect-service",
             action="store_true",
-            help="always start an effect service for the run (on EFFECT_DATABASE_URL)",
-        )
-        sub = parser.add_subparsers(dest="action")
-        check = sub.add_parser("verify", help="check the invariants on the databases as they are")
-        self._effect_arguments(check)
-        check.add_argument("--queue", dest="verify_queue", default="chaos")
-        check.add_argument("--events", type=Path, help="events.jsonl of the run, for its counts")
-        bench = sub.add_parser("bench", help="throughput and latency (writes bench/results.md)")
-        bench.add_argument("--workers", dest="bench_workers", type=_counts, default=(1, 4, 16))
-        bench.add_argument("--tasks", dest="bench_tasks", type=_positive_int, default=3000)
-        bench.add_argument("--rate", type=_positive_float, help="offer tasks at R per second")
-        bench.add_argument("--concurrency", dest="bench_concurrency", type=_positive_int, default=4)
-        bench.add_argument("--payload-bytes", type=int, default=100)
-        bench.add_argument("--lease-ttl-secs", dest="bench_ttl", type=_positive_float, default=30)
-        bench.add_argument("--pool-size", type=int, default=6)
-        bench.add_argument(
-            "--out", type=Path, default=Path(settings.BASE_DIR) / "bench" / "results.md"
+            help="always start an effect service for the run, on EFFECT_DATABASE_URL "
+            "(default: off)",
         )
 
     @staticmethod
@@ -101,45 +211,58 @@ class Command(BaseCommand):
         parser.add_argument(
             "--effect-database-url",
             default=os.environ.get("EFFECT_DATABASE_URL", ""),
-            help="the effect service's database, read by the verifier [EFFECT_DATABASE_URL]",
+            help="the effect service's database, read by the verifier "
+            "(default: EFFECT_DATABASE_URL from the environment)",
         )
 
     def handle(self, *args, **options):
+        # SIGTERM (and SIGINT, even where a shell made it ignored) unwinds the run, so its
+        # workers and its effect service are stopped instead of left behind.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, _interrupt)
         try:
             if options.get("action") == "bench":
                 return self._bench(options)
             if options.get("action") == "verify":
                 return self._verify(options)
+            if options.get("action") == "campaign":
+                return self._campaign(options)
             return self._run(options)
         except RivetError as exc:
             raise CommandError(str(exc)) from exc
+        except KeyboardInterrupt as exc:
+            raise CommandError(f"interrupted ({exc}); the run's workers were stopped") from exc
 
     def _run(self, options) -> None:
-        run = ChaosRun(
-            ChaosOptions(
-                effect_database_url=_effect_db(options),
-                tasks=options["tasks"],
-                workers=options["workers"],
-                duration=options["duration_secs"],
-                seed=options["seed"],
-                keep=options["keep"],
-                lease_ttl=options["lease_ttl_secs"],
-                queue=options["queue"],
-                concurrency=options["concurrency"],
-                poison=options["poison"],
-                effect_url=options["effect_url"],
-                own_effect_service=options["own_effect_service"],
-                drain_timeout=options["drain_timeout_secs"],
-                keep_logs=options["keep_logs"],
-            ),
+        result = ChaosRun(_run_options(options, seed=options["seed"]), say=self._say).run()
+        if options["json"]:
+            options["json"].write_text(json.dumps(result.summary, indent=2) + "\n")
+            self._say(f"json: {options['json']}")
+        _verdict_exit(result.verdict)
+
+    def _campaign(self, options) -> None:
+        first = options["first_seed"]
+        rows = Campaign(
+            _run_options(options, seed=None),
+            seeds=list(range(first, first + options["seeds"])),
+            json_path=options["json"],
             say=self._say,
-        )
-        _verdict_exit(run.run().verdict)
+        ).run()
+        failed = [str(row["seed"]) for row in rows if not row["ok"]]
+        if failed:
+            raise CommandError(f"the campaign failed: seed(s) {', '.join(failed)} did not hold")
 
     def _verify(self, options) -> None:
-        verdict = verify(queue=options["verify_queue"], effect_database_url=_effect_db(options))
-        events = options["events"]
-        chaos = count_chaos(read_event_log(events)) if events else None
+        events = read_event_log(options["events"]) if options["events"] else None
+        unfenced = sum(
+            1 for r in events or [] if r["event"] == "zombie_verdict" and r["outcome"] == "unfenced"
+        )
+        verdict = verify(
+            queue=options["verify_queue"],
+            effect_database_url=_effect_db(options),
+            unfenced_zombies=unfenced,
+        )
+        chaos = count_chaos(events) if events is not None else None
         for text in [*report_lines(verdict, chaos), "", *verdict_lines(verdict)]:
             self._say(text)
         _verdict_exit(verdict)
@@ -162,6 +285,32 @@ class Command(BaseCommand):
     def _say(self, text: str) -> None:
         self.stdout.write(text)
         self.stdout.flush()
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def _run_options(options, *, seed: int | None) -> ChaosOptions:
+    return ChaosOptions(
+        effect_database_url=_effect_db(options),
+        tasks=options["tasks"],
+        workers=options["workers"],
+        duration=options["duration_secs"],
+        seed=seed,
+        keep=options["keep"],
+        lease_ttl=options["lease_ttl_secs"],
+        queue=options["queue"],
+        concurrency=options["concurrency"],
+        poison=options["poison"],
+        effect_url=options["effect_url"],
+        own_effect_service=options["own_effect_service"],
+        drain_timeout=options["drain_timeout_secs"],
+        keep_logs=options["keep_logs"],
+        backlog_tasks=options["backlog_tasks"],
+        faults=options["faults"],
+        exec_workers=options["exec_workers"],
+    )
 
 
 def _effect_db(options) -> str:

@@ -1,51 +1,92 @@
-"""``python -m effect_project serve``: migrate the effect database, then exec gunicorn.
+"""``python -m effect_project serve``: migrate the effect database, then serve it with waitress.
 
-    python -m effect_project serve [--bind 127.0.0.1:8081] [--workers N] [--threads M]
+    python -m effect_project serve [--bind 127.0.0.1:8081] [--threads M] [--connection-limit C]
 
-Defaults come from EFFECT_BIND, EFFECT_WORKERS and EFFECT_THREADS (settings / environment).
-With --threads above 1 gunicorn uses its threaded worker, so N * M requests run at once.
-The process becomes the gunicorn master (same pid): SIGTERM stops it gracefully.
+Defaults come from EFFECT_BIND, EFFECT_THREADS and EFFECT_CONNECTION_LIMIT (settings or the
+environment). One process: waitress reads and writes every socket on its own event loop and
+runs up to M requests at once on its threads, so a client that stops reading (a SIGSTOPped
+worker) holds only its own sockets; the gthread worker of gunicorn lingers up to 2 s on such a
+socket's close on its main loop and stalls every other client meanwhile (see
+docs/effect-service.md, "Serving"). SIGTERM or SIGINT stop it.
 """
 
-import os
+from __future__ import annotations
+
+import signal
 import sys
 
-import gunicorn
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.core.wsgi import get_wsgi_application
 from django.db import connections
+from waitress.server import create_server
+
+#: An idle keep-alive connection is closed after this long (a pooled client opens another).
+CHANNEL_TIMEOUT_SECS = 60
 
 
 class Command(BaseCommand):
-    help = "Migrate the effect database, then serve effect_project.wsgi with gunicorn."
+    help = "Migrate the effect database, then serve the effect API with waitress."
 
     def add_arguments(self, parser):
-        parser.add_argument("--bind", default=settings.EFFECT_BIND, help="host:port")
-        parser.add_argument("--workers", type=int, default=settings.EFFECT_WORKERS)
-        parser.add_argument("--threads", type=int, default=settings.EFFECT_THREADS)
+        parser.add_argument(
+            "--bind", default=settings.EFFECT_BIND, help="host:port (default: %(default)s)"
+        )
+        parser.add_argument(
+            "--threads",
+            type=int,
+            default=settings.EFFECT_THREADS,
+            help="requests served at once (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--connection-limit",
+            type=int,
+            default=settings.EFFECT_CONNECTION_LIMIT,
+            help="open client connections before new ones wait (default: %(default)s)",
+        )
         parser.add_argument("--access-log", action="store_true", help="log requests to stdout")
 
-    def handle(self, *args, bind, workers, threads, access_log, verbosity, **options):
-        if workers < 1 or threads < 1:
-            raise CommandError(f"--workers and --threads must be >= 1, got {workers}, {threads}")
+    def handle(self, *args, bind, threads, connection_limit, access_log, verbosity, **options):
+        if threads < 1 or connection_limit < 1:
+            raise CommandError(
+                f"--threads and --connection-limit must be >= 1, got {threads}, {connection_limit}"
+            )
         call_command("migrate", interactive=False, verbosity=max(verbosity - 1, 0))
-        connections.close_all()  # the gunicorn workers open their own
-        argv = [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "effect_project.wsgi:application",
-            f"--bind={bind}",
-            f"--workers={workers}",
-            f"--threads={threads}",
-            f"--env=DJANGO_SETTINGS_MODULE={settings.SETTINGS_MODULE}",
-            *(["--access-logfile=-"] if access_log else []),
-        ]
-        if gunicorn.version_info >= (25, 1):
-            # One control socket per user by default: a second server would fight over it.
-            argv.append("--no-control-socket")
-        self.stdout.write(f"effect service: gunicorn on {bind}, {workers} x {threads} threads")
+        connections.close_all()  # each serving thread opens its own
+        application = get_wsgi_application()
+        if access_log:
+            application = _access_logged(application, self.stdout)
+        self.stdout.write(
+            f"effect service: waitress on {bind}, {threads} threads, "
+            f"up to {connection_limit} connections"
+        )
         self.stdout.flush()
-        sys.stderr.flush()
-        os.execv(sys.executable, argv)
+        signal.signal(signal.SIGTERM, _exit)
+        server = create_server(
+            application,
+            listen=bind,
+            threads=threads,
+            connection_limit=connection_limit,
+            channel_timeout=CHANNEL_TIMEOUT_SECS,
+            ident="rivet-effect",
+        )
+        server.run()
+
+
+def _exit(signum, frame):
+    sys.exit(0)
+
+
+def _access_logged(application, out):
+    """The application, writing one line per request (method, path, status) to ``out``."""
+
+    def logged(environ, start_response):
+        def start(status, headers, exc_info=None):
+            out.write(f"{environ['REQUEST_METHOD']} {environ.get('PATH_INFO', '')} {status}")
+            out.flush()
+            return start_response(status, headers, exc_info)
+
+        return application(environ, start)
+
+    return logged

@@ -1,0 +1,290 @@
+"""The chaos loop: every tick it reaps workers, releases tasks, follows zombies, applies due
+events and ticks any other event source (the opt-in faults), until the chaos is over; then it
+drains with the same tick minus the planned events.
+
+Planned events wait for a worker they can really break instead of being skipped: a kill, a
+failpoint or a zombie needs a started worker that holds leases (only a lease in flight tests
+anything). An event also waits while breaking one more worker would leave fewer than half the
+fleet working: the others must take the broken workers' tasks, or lapsed leases wait, the
+backlog grows and zombies wake before anyone claimed their tasks. A failpoint waiting when a
+slot restarts arms the new worker at once. Events still waiting when the chaos ends are
+reported as not carried out.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from django.db import connections
+
+from chaos_project.chaos import queries
+from chaos_project.chaos.fleet import Fleet, WorkerProcess
+from chaos_project.chaos.pacing import Pacer
+from chaos_project.chaos.plan import FAILPOINT, KILL, KINDS, ZOMBIE, ChaosPlan, Planned
+from chaos_project.chaos.zombies import Phase, Zombie
+
+TICK_SECS = 0.05
+#: A failpoint that no restart took within this long retires a running worker for an armed one.
+ARM_ON_RESTART_SECS = 1.0
+#: Armed workers at once (each one reaches its failpoint before another is armed).
+MAX_ARMED = 1
+#: After SIGSTOP, what a zombie holds is read this much later: a write it sent just before it
+#: stopped (a fail that releases a task) still commits on the server, and such a task is not
+#: held; counting it would mistake the next claim of it for a bite.
+SETTLE_SECS = 0.3
+#: How the drain measures progress, and how often.
+PROGRESS_EVERY_SECS = 1.0
+
+
+class Source(Protocol):
+    """Anything that acts on the run at each tick (a fault: restart a server, cut the network)."""
+
+    def tick(self, now: float) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class LoopOutcome:
+    zombies: list[Zombie] = field(default_factory=list)
+    not_carried_out: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    drain_note: str = ""
+
+    def zombie_counts(self) -> dict[str, int]:
+        return {phase.value: sum(1 for z in self.zombies if z.phase is phase) for phase in Phase}
+
+
+class ChaosLoop:
+    def __init__(
+        self,
+        *,
+        fleet: Fleet,
+        plan: ChaosPlan,
+        pacer: Pacer,
+        release: Callable[[range], None],
+        queue: str,
+        lease_ttl: float,
+        say: Callable[[str], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.fleet = fleet
+        self.plan = plan
+        self.pacer = pacer
+        self.release = release
+        self.queue = queue
+        self.say = say
+        self.clock = clock
+        self.started = clock()
+        self.sources: list[Source] = []
+        self.outcome = LoopOutcome()
+        self.due = list(plan.events)
+        self.waiting: list[Planned] = []
+        self.open: list[Zombie] = []
+        self.settling: list[tuple[WorkerProcess, float]] = []  # stopped, not yet read
+        self.chaos_on = True
+        # A reclaim needs the lease to lapse and a free slot elsewhere; a woken worker needs
+        # one guard tick. Both bounds are generous: reaching one is reported, never hidden.
+        self.stop_limit = max(10.0, 5 * lease_ttl)
+        self.fence_limit = max(10.0, 5 * lease_ttl)
+        fleet.next_arm = self._arm_on_restart
+
+    def now(self) -> float:
+        return self.clock() - self.started
+
+    # -- the two phases ----------------------------------------------------------------------
+
+    def run_chaos(self) -> None:
+        while self.now() < self.plan.duration:
+            self.tick(self.now())
+            time.sleep(TICK_SECS)
+        self.chaos_on = False
+        for event in [*self.waiting, *self.due]:
+            self.outcome.not_carried_out[event.kind] += 1
+            self.fleet.log.add("not_carried_out", kind=event.kind, planned_at=event.at)
+        self.waiting, self.due = [], []
+
+    def drain(self, timeout: float) -> str:
+        """Release the rest, wait until nothing is pending and every zombie has its verdict."""
+        last_finished, last_progress, next_check = -1, self.now(), 0.0
+        while True:
+            now = self.now()
+            outstanding = self.tick(now)
+            idle = not self.open and not self.settling
+            if self.pacer.finished_releasing and outstanding == 0 and idle:
+                self.fleet.disarm()  # armed with no task left: reported as not reached
+                return ""
+            if now >= next_check:
+                next_check = now + PROGRESS_EVERY_SECS
+                finished = self._scalar(queries.FINISHED_COUNT, {"queue": self.queue})
+                if finished != last_finished:
+                    last_finished, last_progress = finished, now
+                elif now - last_progress >= timeout:
+                    return f"no task finished for {timeout:g} s; see the worker logs"
+            time.sleep(TICK_SECS)
+
+    def tick(self, now: float) -> int:
+        """One round; returns how many tasks are outstanding (pending)."""
+        self.fleet.reap()
+        outstanding = self._scalar(queries.PENDING_COUNT, {"queue": self.queue})
+        if not self.pacer.finished_releasing:
+            ready = self._scalar(queries.READY_COUNT, {"queue": self.queue})
+            released = self.pacer.take(ready)
+            if released:
+                self.release(released)
+                outstanding += len(released)
+        self.follow_zombies(now)
+        if self.chaos_on:
+            while self.due and self.due[0].at <= now:
+                self.waiting.append(self.due.pop(0))
+            self.waiting = [e for e in self.waiting if not self.apply(e, now)]
+        for source in self.sources:
+            source.tick(now)
+        return outstanding
+
+    # -- planned events ----------------------------------------------------------------------
+
+    def can_break_one(self) -> bool:
+        """Breaking one more worker still leaves at least half the fleet working."""
+        return self.fleet.working_count() - 1 >= max(1, self.fleet.size // 2)
+
+    def apply(self, event: Planned, now: float) -> bool:
+        """Carry out one event; False to try it again at the next tick."""
+        if not self.can_break_one():
+            return False
+        if event.kind == ZOMBIE:
+            return self.stop_zombie(event, now)
+        if event.kind == KILL:
+            slot = self.fleet.pick(event, self._holds_leases())
+            return slot is not None and self.fleet.kill(slot)
+        if now - event.at < ARM_ON_RESTART_SECS:
+            return False  # a restart may take it first (see _arm_on_restart)
+        if not self._may_arm():
+            return False
+        slot = self.fleet.pick(event, self._holds_leases())
+        return slot is not None and self.fleet.arm(slot, event.failpoint_seed)
+
+    def _arm_on_restart(self) -> int | None:
+        """The seed of a waiting failpoint for a slot that restarts now, if there is one."""
+        if not self._may_arm():
+            return None
+        for event in self.waiting:
+            if event.kind == FAILPOINT:
+                self.waiting.remove(event)
+                return event.failpoint_seed
+        return None
+
+    def _may_arm(self) -> bool:
+        """One armed worker at a time, and only while tasks remain for it to reach its point."""
+        return self.fleet.armed_count() < MAX_ARMED and not self.pacer.finished_releasing
+
+    def _holds_leases(self) -> Callable[..., bool]:
+        leases = self._leases()
+        return lambda proc: proc.working() and proc.owner in leases
+
+    # -- zombies -----------------------------------------------------------------------------
+
+    def stop_zombie(self, event: Planned, now: float) -> bool:
+        """Stop a worker that holds leases and note what it holds once it is stopped.
+
+        At most half the workers are stopped at once: the others must take the stopped
+        workers' tasks while they sleep.
+        """
+        if len(self.open) + len(self.settling) >= max(1, self.fleet.size // 2):
+            return False
+        slot = self.fleet.pick(event, self._holds_leases())
+        proc = self.fleet.freeze(slot) if slot is not None else None
+        if proc is None:
+            return False
+        self.settling.append((proc, now))
+        return True
+
+    def _settle(self, now: float) -> None:
+        """Read what each zombie stopped SETTLE_SECS ago holds; continue one holding nothing."""
+        for proc, stopped_at in list(self.settling):
+            if now - stopped_at < SETTLE_SECS:
+                continue
+            self.settling.remove((proc, stopped_at))
+            params = {"queue": self.queue, "owner": proc.owner}
+            held = dict(self._rows(queries.HELD_BY_OWNER, params))
+            if proc.child.returncode is None and held:
+                zombie = Zombie(owner=proc.owner, slot=proc.slot, held=held, stopped_at=stopped_at)
+                self.open.append(zombie)
+                self.fleet.log.add("stop", held=zombie.record()["held"], **proc.fields())
+                continue
+            # Its last tasks ended as it stopped: nothing to test. Continue it, try again.
+            self.fleet.thaw(proc)
+            proc.watched = False
+            self.fleet.log.add("stop_held_nothing", **proc.fields())
+            if self.chaos_on:
+                self.waiting.append(Planned(at=now, kind=ZOMBIE, slot=proc.slot))
+
+    def follow_zombies(self, now: float) -> None:
+        self._settle(now)
+        if not self.open:
+            return
+        ids = [task for z in self.open if z.phase is Phase.STOPPED for task in z.held]
+        epochs = dict(self._rows(queries.TASK_EPOCHS, {"ids": ids})) if ids else {}
+        owners = [z.owner for z in self.open if z.phase is Phase.WOKEN]
+        fenced: dict[str, set[tuple[int, int]]] = {}
+        if owners:
+            for owner, task, epoch in self._rows(queries.FENCED_BY_OWNERS, {"owners": owners}):
+                fenced.setdefault(owner, set()).add((task, epoch))
+        for zombie in list(self.open):
+            self._follow(zombie, now, epochs, fenced.get(zombie.owner, set()))
+
+    def _follow(self, zombie: Zombie, now: float, epochs: dict, fenced: set) -> None:
+        proc = self._process(zombie.owner)
+        if proc is None:
+            zombie.lost(now, "its process ended before the verdict")
+        elif zombie.observe_epochs(epochs, now, give_up=self.stop_limit):
+            self.fleet.thaw(proc)
+            if zombie.phase is Phase.WOKEN:
+                self.fleet.log.add(ZOMBIE, reclaimed=zombie.record()["reclaimed"], **proc.fields())
+        else:
+            zombie.observe_fenced(fenced, now, give_up=self.fence_limit)
+        if not zombie.done:
+            return
+        self.open.remove(zombie)
+        self.outcome.zombies.append(zombie)
+        if proc is not None:
+            proc.watched = False
+        self.fleet.log.add("zombie_verdict", **zombie.record())
+        self.say(zombie.describe())
+        if zombie.phase is Phase.NOT_BITTEN and self.chaos_on:  # try it again
+            slot = (zombie.slot + 1) % self.fleet.size
+            self.waiting.append(Planned(at=now, kind=ZOMBIE, slot=slot))
+
+    def _process(self, owner: str):
+        for proc in self.fleet.alive():
+            if proc.owner == owner:
+                return proc
+        return None
+
+    def close(self) -> None:
+        for proc, _ in self.settling:
+            self.fleet.thaw(proc)
+        self.settling = []
+        for zombie in self.open:
+            zombie.lost(self.now(), "the run ended before the verdict")
+            self.outcome.zombies.append(zombie)
+            self.fleet.log.add("zombie_verdict", **zombie.record())
+            self.say(zombie.describe())
+        self.open = []
+        for source in self.sources:
+            source.close()
+
+    # -- the queue database ------------------------------------------------------------------
+
+    def _leases(self) -> dict[str, list[int]]:
+        return dict(self._rows(queries.LEASES_BY_OWNER, {"queue": self.queue}))
+
+    def _rows(self, sql: str, params: dict) -> list[tuple]:
+        with connections["default"].cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
+
+    def _scalar(self, sql: str, params: dict) -> int:
+        return self._rows(sql, params)[0][0]

@@ -1,0 +1,122 @@
+"""A zombie event from SIGSTOP to its verdict: stopped, reclaimed by another worker, woken, fenced.
+
+A zombie is a worker stopped (SIGSTOP) while it holds leases. It is kept stopped until another
+worker has claimed one of its tasks, which the harness sees as that task's ``lease_epoch``
+rising in the queue database (no fixed sleep: the wait is as long as this machine needs). Then
+it is continued (SIGCONT); its late write for that task must be refused by the fence and
+recorded in ``rivet_fenced_write`` under its owner and its stale epoch.
+
+Outcomes:
+
+- ``fenced``: the stale write was refused and recorded. The only good ending.
+- ``unfenced``: its task was claimed again, it woke, and no refused write was recorded for it
+  within the bound: a stale write went through (or was never made). F2 fails.
+- ``not bitten``: nobody claimed its tasks while it was stopped (within the bound), or it held
+  nothing once stopped. Nothing was tested: reported, and the zombie event is tried again.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+class Phase(enum.Enum):
+    STOPPED = "stopped"
+    """SIGSTOPped, holding ``held``; waiting for another worker to claim one of them."""
+    WOKEN = "woken"
+    """Continued after a reclaim; waiting for its refused write to be recorded."""
+    FENCED = "fenced"
+    UNFENCED = "unfenced"
+    NOT_BITTEN = "not bitten"
+
+
+FINAL = frozenset({Phase.FENCED, Phase.UNFENCED, Phase.NOT_BITTEN})
+
+
+@dataclass
+class Zombie:
+    """One stopped worker and the leases it held when it stopped: {task id: epoch}."""
+
+    owner: str
+    slot: int
+    held: dict[int, int]
+    stopped_at: float
+    phase: Phase = Phase.STOPPED
+    reclaimed: dict[int, int] = field(default_factory=dict)
+    """Held tasks another worker claimed while it slept: {task id: the newer epoch}."""
+    woken_at: float | None = None
+    ended_at: float | None = None
+    note: str = ""
+
+    @property
+    def done(self) -> bool:
+        return self.phase in FINAL
+
+    def observe_epochs(self, epochs: Mapping[int, int], now: float, *, give_up: float) -> bool:
+        """Note the held tasks' epochs now; True when the zombie should be continued.
+
+        ``give_up``: seconds stopped after which it is continued even if nothing was
+        reclaimed (then it did not bite, and the event is tried again).
+        """
+        if self.phase is not Phase.STOPPED:
+            return False
+        self.reclaimed = {
+            task: epochs[task] for task, epoch in self.held.items() if epochs.get(task, 0) > epoch
+        }
+        if self.reclaimed:
+            self.phase, self.woken_at = Phase.WOKEN, now
+            return True
+        if now - self.stopped_at >= give_up:
+            self._end(Phase.NOT_BITTEN, now, f"nobody claimed its tasks in {give_up:g} s")
+            return True
+        return False
+
+    def observe_fenced(self, fenced: set[tuple[int, int]], now: float, *, give_up: float) -> None:
+        """Note the (task, epoch) writes of this owner the fence refused; decide when due.
+
+        ``give_up``: seconds after waking with no refused write recorded before it is judged
+        unfenced.
+        """
+        if self.phase is not Phase.WOKEN:
+            return
+        hits = sorted(task for task in self.reclaimed if (task, self.held[task]) in fenced)
+        if hits:
+            self._end(Phase.FENCED, now, "stale write refused for task " + _ids(hits))
+        elif now - self.woken_at >= give_up:
+            self._end(
+                Phase.UNFENCED,
+                now,
+                f"task {_ids(sorted(self.reclaimed))} claimed again, and no refused write "
+                f"was recorded within {give_up:g} s of waking",
+            )
+
+    def lost(self, now: float, why: str) -> None:
+        """The process ended before a verdict (killed by hand, or the run ended)."""
+        if not self.done:
+            self._end(Phase.NOT_BITTEN if self.phase is Phase.STOPPED else Phase.UNFENCED, now, why)
+
+    def _end(self, phase: Phase, now: float, note: str) -> None:
+        self.phase, self.ended_at, self.note = phase, now, note
+
+    def describe(self) -> str:
+        held = ", ".join(f"{task}@{epoch}" for task, epoch in sorted(self.held.items()))
+        stopped = (self.woken_at or self.ended_at or self.stopped_at) - self.stopped_at
+        return (
+            f"zombie {self.owner}: held {held}; stopped {stopped:.1f} s; "
+            f"{self.phase.value}: {self.note}"
+        )
+
+    def record(self) -> dict[str, object]:
+        return {
+            "owner": self.owner,
+            "held": {str(task): epoch for task, epoch in self.held.items()},
+            "reclaimed": {str(task): epoch for task, epoch in self.reclaimed.items()},
+            "outcome": self.phase.value,
+            "note": self.note,
+        }
+
+
+def _ids(tasks: list[int]) -> str:
+    return ", ".join(str(task) for task in tasks)

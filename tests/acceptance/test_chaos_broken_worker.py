@@ -1,0 +1,52 @@
+"""The harness must fail a broken worker, naming the invariant it broke.
+
+Each test runs a short chaos run whose workers were broken on purpose (tests/broken_chaos.py):
+one sends its effect without a stable key, one writes with a lost lease. A harness that passed
+either would prove nothing.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.processes import child_environ, postgres_url
+
+pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
+
+SCRIPT = Path(__file__).resolve().parents[1] / "broken_chaos.py"
+RUN = ("--tasks", "150", "--workers", "4", "--duration-secs", "8", "--drain-timeout-secs", "30")
+
+
+def broken_run(kind: str, seed: int, effect_database_url: str) -> subprocess.CompletedProcess:
+    env = child_environ(postgres_url(), EFFECT_DATABASE_URL=effect_database_url)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), kind, *RUN, "--seed", str(seed), "--own-effect-service"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+
+
+def test_an_effect_without_its_key_fails_s1(effect_database_url):
+    done = broken_run("keyless", 5, effect_database_url)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    assert "S1 FAILED" in output
+    assert "invariants failed: S1" in output  # S1 alone: every done task has its effect
+    assert "S2 FAILED" not in output
+
+
+def test_a_write_with_a_lost_lease_that_goes_through_fails_f2(effect_database_url):
+    done = broken_run("fenceless", 6, effect_database_url)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    assert "F2 FAILED" in output
+    assert "not fenced" in output or "no fenced write" in output
+    assert "S1 FAILED" not in output  # the key still guards the effect

@@ -1,0 +1,77 @@
+"""A zombie's state machine: stopped until reclaimed, woken, then fenced or not, from what the
+queue database shows; a zombie nobody reclaimed is not counted, it is tried again."""
+
+from __future__ import annotations
+
+from chaos_project.chaos.zombies import Phase, Zombie
+
+LIMIT = 10.0
+
+
+def zombie() -> Zombie:
+    return Zombie(owner="chaos-w1-g2", slot=1, held={17: 1, 18: 3}, stopped_at=100.0)
+
+
+def test_stays_stopped_while_nobody_claimed_its_tasks() -> None:
+    z = zombie()
+    assert not z.observe_epochs({17: 1, 18: 3}, 101.0, give_up=LIMIT)
+    assert z.phase is Phase.STOPPED and not z.done
+
+
+def test_is_woken_once_another_worker_claimed_one_of_its_tasks() -> None:
+    z = zombie()
+    assert z.observe_epochs({17: 1, 18: 4}, 102.5, give_up=LIMIT)
+    assert z.phase is Phase.WOKEN
+    assert z.reclaimed == {18: 4}
+    assert z.woken_at == 102.5
+
+
+def test_the_recorded_refusal_of_its_stale_write_makes_it_fenced() -> None:
+    z = zombie()
+    z.observe_epochs({17: 1, 18: 4}, 102.0, give_up=LIMIT)
+    z.observe_fenced(set(), 102.1, give_up=LIMIT)
+    assert z.phase is Phase.WOKEN  # not yet: the write may still be on its way
+    z.observe_fenced({(18, 3)}, 102.3, give_up=LIMIT)
+    assert z.phase is Phase.FENCED and z.done
+    assert "task 18" in z.note
+
+
+def test_a_refusal_at_another_epoch_or_task_does_not_count() -> None:
+    z = zombie()
+    z.observe_epochs({17: 1, 18: 4}, 102.0, give_up=LIMIT)
+    z.observe_fenced({(18, 4), (17, 1)}, 103.0, give_up=LIMIT)  # 17 was never reclaimed
+    assert z.phase is Phase.WOKEN
+
+
+def test_no_refusal_within_the_bound_after_waking_is_unfenced() -> None:
+    z = zombie()
+    z.observe_epochs({17: 1, 18: 4}, 102.0, give_up=LIMIT)
+    z.observe_fenced(set(), 102.0 + LIMIT, give_up=LIMIT)
+    assert z.phase is Phase.UNFENCED
+    assert "no refused write" in z.note
+
+
+def test_nobody_reclaiming_within_the_bound_is_not_bitten_and_it_is_continued() -> None:
+    z = zombie()
+    assert z.observe_epochs({17: 1, 18: 3}, 100.0 + LIMIT, give_up=LIMIT)
+    assert z.phase is Phase.NOT_BITTEN and z.done
+    assert "nobody claimed" in z.note
+
+
+def test_a_process_lost_while_stopped_did_not_bite_and_while_woken_is_unfenced() -> None:
+    stopped, woken = zombie(), zombie()
+    stopped.lost(101.0, "gone")
+    woken.observe_epochs({18: 4}, 101.0, give_up=LIMIT)
+    woken.lost(102.0, "gone")
+    assert stopped.phase is Phase.NOT_BITTEN
+    assert woken.phase is Phase.UNFENCED
+
+
+def test_a_verdict_is_final() -> None:
+    z = zombie()
+    z.observe_epochs({18: 4}, 101.0, give_up=LIMIT)
+    z.observe_fenced({(18, 3)}, 101.5, give_up=LIMIT)
+    z.observe_fenced(set(), 200.0, give_up=LIMIT)
+    z.lost(201.0, "gone")
+    assert z.phase is Phase.FENCED
+    assert z.record()["outcome"] == "fenced"

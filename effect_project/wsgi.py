@@ -1,4 +1,4 @@
-"""WSGI entry point of the effect service (served by waitress: ``python -m effect_project serve``)."""
+"""WSGI entry point of the effect service (``python -m effect_project serve``: waitress)."""
 
 import os
 

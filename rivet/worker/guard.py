@@ -89,7 +89,7 @@ class Guard:
         """One round: heartbeat when due (or when a deadline lapsed), then check deadlines."""
         now = self.clock()
         active = [r for r in self.tracked() if r.stop_kind is None]
-        beaten: list[Running] = []
+        beaten: list[Attempt] = []
         if active and (now >= self._next_beat or any(now >= r.lease_deadline for r in active)):
             beaten = active
             self.heartbeat(active)
@@ -128,7 +128,7 @@ class Guard:
                 self.notify(r)
         return True
 
-    def check_deadlines(self, now: float, heartbeated: Iterable[Running] | None = None) -> None:
+    def check_deadlines(self, now: float, heartbeated: Iterable[Attempt] | None = None) -> None:
         """Stop handlers past their job timeout or their local lease deadline.
 
         heartbeated: when given, only these may be stopped as expired (see ``tick``).

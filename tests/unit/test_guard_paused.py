@@ -8,9 +8,10 @@ worker then records its refused write).
 
 from __future__ import annotations
 
-from rivet.guard import Guard, Running, StopKind
-from rivet.jobs import JobContext
+from rivet.jobs import JobRegistry, job
 from rivet.values import Claimed
+from rivet.worker.attempt import Attempt, StopKind
+from rivet.worker.guard import Guard
 
 TTL = 2.0
 
@@ -39,26 +40,21 @@ class PausedMidHeartbeat:
         return set()
 
 
-def running(clock: Clock) -> Running:
+def running(clock: Clock) -> Attempt:
     claimed = Claimed(
         task_id=7, queue="q", kind="k", payload=None, idem_key=None,
         attempt=1, max_attempts=3, epoch=1, owner="w",
     )  # fmt: skip
-    context = JobContext(task_id=7, queue="q", kind="k", payload=None, attempt=1, max_attempts=3)
-    return Running(
-        claimed=claimed,
-        context=context,
-        definition=None,
-        started=clock(),
-        lease_ttl=TTL,
-        timeout_secs=None,
+    definition = job("k", registry=JobRegistry())(lambda ctx: None)
+    return Attempt(
+        claimed=claimed, definition=definition, started=clock(), lease_ttl=TTL, timeout_secs=None
     )
 
 
 def test_a_heartbeat_answered_after_a_pause_is_asked_again_and_finds_the_fence() -> None:
     clock = Clock()
     store = PausedMidHeartbeat(clock)
-    notified: list[Running] = []
+    notified: list[Attempt] = []
     guard = Guard(store=store, lease_ttl=TTL, clock=clock, notify=notified.append)
     task = running(clock)
     guard.track(task)

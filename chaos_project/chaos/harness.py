@@ -12,7 +12,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
@@ -22,6 +22,7 @@ from django.db.migrations.executor import MigrationExecutor
 
 from chaos_project.chaos import plan as chaos_plan
 from chaos_project.chaos import queries
+from chaos_project.chaos.faults import FaultSet
 from chaos_project.chaos.fleet import EventLog, Fleet
 from chaos_project.chaos.pidfd import require_pidfd
 from chaos_project.chaos.plan import FAILPOINT, KILL, ZOMBIE, ChaosPlan, Planned
@@ -61,6 +62,7 @@ class ChaosOptions:
     own_effect_service: bool = False
     drain_timeout: float = 60.0
     keep_logs: bool = False
+    faults: frozenset[str] = frozenset()  # chaos_project.chaos.faults.FAULTS
 
     def worker_args(self) -> list[str]:
         return [
@@ -77,6 +79,7 @@ class ChaosResult:
     chaos: dict[str, int]
     log_dir: Path
     lines: list[str]
+    faults: dict[str, int] = field(default_factory=dict)
 
 
 class ChaosRun:
@@ -86,6 +89,10 @@ class ChaosRun:
         self.options = options
         self.say = say
         self.seed = options.seed if options.seed is not None else chaos_plan.new_seed()
+        # -- faults hook: the opt-in faults (--faults); with none, every hook does nothing --
+        self.faults = FaultSet(
+            options.faults, seed=self.seed, duration=options.duration, say=self.say
+        )
 
     def run(self) -> ChaosResult:
         require_pidfd()
@@ -96,15 +103,17 @@ class ChaosRun:
                 "by another one, or the fence is never tested (F2)"
             )
         o = self.options
+        self.faults.check(keep=o.keep, effect_url=o.effect_url)  # faults hook
         given = "given" if o.seed is not None else "random"
         self.say(f"seed {self.seed} ({given}; repeat this run with --seed {self.seed})")
-        self._migrate()
         plan = chaos_plan.make_plan(
             self.seed, tasks=o.tasks, workers=o.workers, duration=o.duration, lease_ttl=o.lease_ttl
         )
         log_dir = Path(tempfile.mkdtemp(prefix=f"rivet-chaos-{self.seed}-"))
         self.say(f"logs: {log_dir}")
         with ExitStack() as stack:
+            stack.enter_context(self.faults.setup())  # faults hook: db-restart's own cluster
+            self._migrate()
             service_url = stack.enter_context(self._effect_service(log_dir))
             self._empty()
             self._check_effect_store(service_url)
@@ -164,6 +173,7 @@ class ChaosRun:
         except RuntimeError as exc:
             raise ChaosError(f"could not start the effect service: {exc}") from exc
         self.say(f"effect service: started its own at {service.url}; stopped after the run")
+        self.faults.effect_service_started(service)  # faults hook: effect-restart's target
         try:
             yield service.url
         finally:
@@ -245,7 +255,8 @@ class ChaosRun:
 
     def _run_fleet(self, plan: ChaosPlan, log: EventLog, log_dir: Path, service_url: str) -> str:
         o = self.options
-        env = worker_env(database_url(), EFFECT_SERVICE_URL=service_url)
+        worker_effect_url = self.faults.worker_effect_url(service_url)  # faults hook: proxy
+        env = worker_env(database_url(), EFFECT_SERVICE_URL=worker_effect_url)
         fleet = Fleet(
             size=o.workers, worker_args=o.worker_args(), env=env, log_dir=log_dir, log=log
         )
@@ -257,11 +268,14 @@ class ChaosRun:
         )
         try:
             fleet.start_all()
+            self.faults.start(log)  # faults hook
             self._break(fleet, plan)
+            self.faults.stop()  # faults hook: the drain runs without faults
             elapsed = log.clock() - log.started
             self.say(f"chaos over at {elapsed:.1f} s; draining with clean workers")
             note = self._drain(fleet)
         finally:
+            self.faults.stop()  # faults hook: no fault outlives the chaos (stop is idempotent)
             fleet.stop_all()
         return note
 
@@ -273,6 +287,7 @@ class ChaosRun:
             now = time.monotonic() - started
             fleet.reap()
             fleet.thaw_due()
+            self.faults.tick(now)  # faults hook (a db-restart blocks until the server answers)
             while due and due[0].at <= now:
                 waiting.append(due.pop(0))
             waiting = [e for e in waiting if not self._apply(fleet, e, now)]
@@ -346,7 +361,7 @@ class ChaosRun:
                 f"harness's hand (log: {log_dir / (record['owner'] + '.log')})"
             )
         chaos = log.chaos_counts()
-        lines = report_lines(verdict, chaos)
+        lines = report_lines(verdict, chaos) + self.faults.report_lines(log.records)  # faults
         self.say("")
         for text in [*lines, "", *verdict_lines(verdict)]:
             self.say(text)
@@ -354,7 +369,13 @@ class ChaosRun:
             shutil.rmtree(log_dir, ignore_errors=True)
         else:
             self.say(f"logs kept in {log_dir} (events.jsonl, one log per worker)")
-        return ChaosResult(verdict=verdict, chaos=chaos, log_dir=log_dir, lines=lines)
+        return ChaosResult(
+            verdict=verdict,
+            chaos=chaos,
+            log_dir=log_dir,
+            lines=lines,
+            faults=self.faults.counts(),  # faults hook
+        )
 
 
 def _answers(url: str) -> bool:

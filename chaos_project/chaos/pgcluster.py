@@ -167,7 +167,8 @@ class Cluster:
     def restart(self, mode: str = "fast") -> None:
         """Shut down (``fast``: roll back open transactions, close every session), then start
         with the same options; returns once the new postmaster accepts connections."""
-        self._pg_ctl("restart", "-m", mode, "-w", "-t", str(START_TIMEOUT_SECS))
+        wait = ("-w", "-t", str(START_TIMEOUT_SECS))
+        self._pg_ctl("-l", str(self.log), "-m", mode, *wait, "restart")
 
     def stop(self) -> None:
         """Stop the server (fast, then immediate); a postmaster that will not stop is killed."""
@@ -175,7 +176,7 @@ class Cluster:
             return
         for mode in ("fast", "immediate"):
             try:
-                self._pg_ctl("stop", "-m", mode, "-w", "-t", "30")
+                self._pg_ctl("-m", mode, "-w", "-t", "30", "stop")
                 return
             except ClusterError:
                 continue
@@ -225,19 +226,21 @@ class Cluster:
         self._run([str(self.bindir / "pg_ctl"), "-D", str(self.data), *args], "pg_ctl " + args[-1])
 
     def _run(self, command: list[str], what: str) -> None:
-        result = subprocess.run(
-            as_owner(self.owner, command),
-            capture_output=True,
-            text=True,
-            cwd=self.root,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-        if result.returncode != 0:
-            output = (result.stdout + result.stderr).strip()[-2000:]
-            raise ClusterError(
-                f"{what} exited {result.returncode}: {output}\n{self.log_tail()}".rstrip()
+        # Output goes to a file, never a pipe: a postmaster that pg_ctl starts inherits it and
+        # lives on, so reading a pipe to its end would wait for the server to stop.
+        out = self.root / "pg_ctl.out"
+        with out.open("w+b") as sink:
+            code = subprocess.call(
+                as_owner(self.owner, command),
+                cwd=self.root,
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
             )
+            sink.seek(0)
+            output = sink.read().decode(errors="replace").strip()[-2000:]
+        if code != 0:
+            raise ClusterError(f"{what} exited {code}: {output}\n{self.log_tail()}".rstrip())
 
 
 def remove_stale_clusters(

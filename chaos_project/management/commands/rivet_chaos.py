@@ -17,6 +17,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from chaos_project.chaos.bench import Bench, BenchOptions
+from chaos_project.chaos.faults import EFFECT_RESTART, FAULTS, parse_faults
 from chaos_project.chaos.fleet import count_chaos, read_event_log
 from chaos_project.chaos.harness import ChaosOptions, ChaosRun
 from chaos_project.chaos.report import report_lines, verdict_lines
@@ -36,6 +37,13 @@ def _positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
     return value
+
+
+def _faults(text: str) -> frozenset[str]:
+    try:
+        return parse_faults(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _counts(text: str) -> tuple[int, ...]:
@@ -78,6 +86,14 @@ class Command(BaseCommand):
             "--own-effect-service",
             action="store_true",
             help="always start an effect service for the run (on EFFECT_DATABASE_URL)",
+        )
+        parser.add_argument(
+            "--faults",
+            type=_faults,
+            default=frozenset(),
+            metavar="NAME[,NAME]",
+            help=f"add faults the workers' environment can have: {', '.join(FAULTS)}, or all "
+            "(default: none). See docs/chaos.md, Faults",
         )
         sub = parser.add_subparsers(dest="action")
         check = sub.add_parser("verify", help="check the invariants on the databases as they are")
@@ -128,9 +144,12 @@ class Command(BaseCommand):
                 concurrency=options["concurrency"],
                 poison=options["poison"],
                 effect_url=options["effect_url"],
-                own_effect_service=options["own_effect_service"],
+                # effect-restart can only restart a service the harness started itself
+                own_effect_service=options["own_effect_service"]
+                or EFFECT_RESTART in options["faults"],
                 drain_timeout=options["drain_timeout_secs"],
                 keep_logs=options["keep_logs"],
+                faults=options["faults"],
             ),
             say=self._say,
         )

@@ -45,7 +45,7 @@ FAULTS = (DB_RESTART, EFFECT_RESTART, EFFECT_NET)
 ALL = "all"
 
 #: Mean seconds between two restarts of one kind; a run has at least one of each enabled kind.
-MEAN_GAP_SECS = {DB_RESTART: 5.0, EFFECT_RESTART: 6.0}
+MEAN_GAP_SECS = {DB_RESTART: 6.0, EFFECT_RESTART: 10.0}
 #: Restarts happen within this share of the chaos (workers are busy then; the drain is calm).
 WINDOW = (0.1, 0.85)
 CLUSTER_PREFIX = "rivet-chaos-pg-"

@@ -138,7 +138,7 @@ def open_children(pid: int) -> list[int]:
     unsignalled. The caller closes the fds.
     """
     fds = []
-    for child in _children(pid):
+    for child in child_pids(pid):
         try:
             fd = os.pidfd_open(child)
         except OSError:
@@ -150,7 +150,8 @@ def open_children(pid: int) -> list[int]:
     return fds
 
 
-def _children(pid: int) -> list[int]:
+def child_pids(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` now (a snapshot: signal them only through a pidfd)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and _parent(int(entry.name)) == pid:

@@ -167,7 +167,8 @@ class EffectRestart(Scheduled):
     The kill is at once; the new service starts on a thread (it takes seconds, more on a busy
     machine), so the chaos goes on meanwhile, against a service that is down. It is counted
     once it answers again with a new pid. A restart that falls due while the service is still
-    coming back waits for it.
+    coming back is skipped (recorded, not counted): deferred, it would follow at once, and on a
+    busy machine the service would be down for most of the run.
     """
 
     name = EFFECT_RESTART
@@ -181,6 +182,11 @@ class EffectRestart(Scheduled):
     def tick(self, now: float) -> None:
         if self._starting is not None:
             if self._starting.is_alive():
+                while self.times and self.times[0] <= now:
+                    reason = "the service was still coming back from the last one"
+                    self.log.add(
+                        "skipped", kind=self.name, planned_at=self.times.pop(0), reason=reason
+                    )
                 return
             self._back()
         if self.times and self.times[0] <= now:

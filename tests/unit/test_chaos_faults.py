@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import random
+import signal
 import socket
+import threading
 
 import pytest
 
 from chaos_project.chaos.faults import (
     FAULTS,
     WINDOW,
+    EffectRestart,
     FaultSet,
     fault_times,
     parse_faults,
     supervised_restarts,
 )
+from chaos_project.chaos.fleet import EventLog
 from chaos_project.chaos.proxy import NetFaultRates, Reader, read_answer, read_message
 
 
@@ -118,3 +122,33 @@ def test_an_answer_without_a_length_runs_to_the_end_of_the_connection(reader) ->
     answer = b"HTTP/1.0 200 OK\r\n\r\nall of it"
     got = read_answer(reader(answer), method="GET")
     assert got.raw == answer and got.close
+
+
+class SlowService:
+    """Stands in for an EffectService whose start takes until ``started`` is set."""
+
+    def __init__(self) -> None:
+        self.pid, self.started = 100, threading.Event()
+
+    def kill(self) -> int:
+        return -signal.SIGKILL
+
+    def start(self, timeout: float) -> None:
+        assert self.started.wait(timeout)
+        self.pid += 1
+
+
+def test_an_effect_restart_due_while_the_service_comes_back_is_skipped(tmp_path) -> None:
+    log = EventLog(tmp_path / "events.jsonl")
+    restart = EffectRestart(times=[1.0, 2.0, 9.0])
+    restart.service = service = SlowService()
+    restart.start(log)
+    restart.tick(1.0)  # killed; the service is coming back
+    restart.tick(2.5)  # the one due at 2.0 finds it still coming back
+    service.started.set()
+    restart.stop()
+
+    assert restart.count() == 1
+    events = [(r["event"], r.get("planned_at")) for r in log.records]
+    assert events == [("skipped", 2.0), ("effect-restart", 1.0)]
+    assert log.records[1]["old"] == 100 and log.records[1]["new"] == 101

@@ -26,15 +26,13 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any, Protocol
 
-import psycopg
-from django.core.management import call_command
 from django.db import connections
-from psycopg import sql
 
 from chaos_project.chaos.fleet import EventLog
 from chaos_project.chaos.pgcluster import Cluster, ClusterError
 from chaos_project.chaos.pidfd import describe_exit
 from chaos_project.chaos.proxy import DELAY, DROP, RESET, FaultyProxy, NetFaultRates
+from chaos_project.chaos.queuecluster import queue_on_cluster, wait_until_answers
 from chaos_project.chaos.report import line
 from rivet.errors import RivetError
 
@@ -48,8 +46,6 @@ ALL = "all"
 MEAN_GAP_SECS = {DB_RESTART: 6.0, EFFECT_RESTART: 10.0}
 #: Restarts happen within this share of the chaos (workers are busy then; the drain is calm).
 WINDOW = (0.1, 0.85)
-CLUSTER_PREFIX = "rivet-chaos-pg-"
-ANSWER_TIMEOUT_SECS = 60.0
 EFFECT_START_TIMEOUT_SECS = 60.0
 NET_DETAIL = {DELAY: "delay", DROP: "drop", RESET: "reset after request"}
 
@@ -156,7 +152,10 @@ class DbRestart(Scheduled):
             self.cluster.restart("fast")
         except ClusterError as exc:
             raise FaultError(f"db-restart: the throwaway cluster did not restart: {exc}") from exc
-        wait_until_answers(self.cluster.url(connections["default"].settings_dict["NAME"]))
+        try:
+            wait_until_answers(self.cluster.url(connections["default"].settings_dict["NAME"]))
+        except ClusterError as exc:
+            raise FaultError(f"db-restart: {exc}") from exc
         after = self.cluster.postmaster_pid()
         return {"happened": after is not None and after != before, "old": before, "new": after}
 
@@ -313,7 +312,12 @@ class FaultSet:
         with ExitStack() as stack:
             stack.callback(self.stop)
             if DB_RESTART in self.names:
-                cluster = stack.enter_context(queue_on_cluster(self.say))
+                try:
+                    cluster = stack.enter_context(queue_on_cluster(self.say))
+                except ClusterError as exc:
+                    raise FaultError(
+                        f"db-restart needs a throwaway cluster of its own: {exc}"
+                    ) from exc
                 times = fault_times(self.rng(DB_RESTART), self.duration, MEAN_GAP_SECS[DB_RESTART])
                 self.faults[DB_RESTART] = DbRestart(cluster, times)
                 self.say(f"db-restart: fast restarts of that cluster planned at {_secs(times)}")
@@ -403,58 +407,6 @@ def supervised_restarts(records: list[dict[str, Any]]) -> int:
         and after["event"] == "start"
         and after["slot"] == r["slot"]
     )
-
-
-@contextmanager
-def queue_on_cluster(say: Callable[[str], None]) -> Iterator[Cluster]:
-    """Point the harness's queue database (and so the workers') at a new throwaway cluster.
-
-    The database keeps its name; it is created there and migrated. Afterwards the harness's
-    connection settings are put back and the cluster is stopped and deleted. The effect
-    database stays where it is.
-    """
-    connection = connections["default"]
-    db = connection.settings_dict
-    try:
-        cluster = Cluster.create(prefix=CLUSTER_PREFIX, say=say)
-    except ClusterError as exc:
-        raise FaultError(f"db-restart needs a throwaway cluster of its own: {exc}") from exc
-    saved = {key: db.get(key) for key in ("HOST", "PORT", "USER", "PASSWORD")}
-    try:
-        _create_database(cluster, db["NAME"])
-        connection.close()
-        db.update(HOST="127.0.0.1", PORT=str(cluster.port), USER="postgres", PASSWORD="")
-        call_command("migrate", database="default", verbosity=0, interactive=False)
-        say(
-            f"db-restart: the queue database {db['NAME']!r} runs on a throwaway cluster of the "
-            f"harness's own at 127.0.0.1:{cluster.port} (migrated; removed after the run)"
-        )
-        yield cluster
-    finally:
-        connection.close()
-        db.update(saved)
-        cluster.remove()
-
-
-def _create_database(cluster: Cluster, name: str) -> None:
-    with psycopg.connect(cluster.url("postgres"), autocommit=True, connect_timeout=10) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-
-
-def wait_until_answers(url: str, timeout: float = ANSWER_TIMEOUT_SECS) -> None:
-    """Until a new connection to ``url`` runs a query; FaultError after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
-                conn.execute("SELECT 1")
-            return
-        except psycopg.Error as exc:
-            if time.monotonic() > deadline:
-                raise FaultError(
-                    f"the restarted cluster did not answer in {timeout:g} s: {exc}"
-                ) from exc
-            time.sleep(0.1)
 
 
 def _secs(times: list[float]) -> str:

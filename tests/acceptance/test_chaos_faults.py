@@ -20,11 +20,12 @@ from pathlib import Path
 import pytest
 from django.db import connections
 
-from chaos_project.chaos.faults import DbRestart, EffectRestart, queue_on_cluster
+from chaos_project.chaos.faults import DbRestart, EffectRestart
 from chaos_project.chaos.fleet import EventLog, Fleet
 from chaos_project.chaos.pgcluster import pid_alive
 from chaos_project.chaos.pidfd import child_pids
 from chaos_project.chaos.proxy import FaultyProxy, NetFaultRates
+from chaos_project.chaos.queuecluster import queue_on_cluster
 from chaos_project.services import EffectService, database_url, free_port
 from rivet.effect_client import post_effect
 from rivet.models import Task

@@ -1,6 +1,6 @@
 """``python -m effect_project <command>``: manage.py for the effect service.
 
-``python -m effect_project serve [--bind 127.0.0.1:8081] [--workers N] [--threads M]`` migrates
+``python -m effect_project serve [--bind 127.0.0.1:8081] [--threads M]`` migrates
 the effect database (EFFECT_DATABASE_URL) and then serves effect_project.wsgi with waitress.
 """
 

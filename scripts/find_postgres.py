@@ -41,22 +41,21 @@ Knobs (mainly for testing this script itself):
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
-import pwd
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# The throwaway cluster code is chaos_project.chaos.pgcluster (standard library only).
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
 PG_SCHEMES = {"postgres", "postgresql", "pgsql", "postgis"}
 SOURCES = ("url", "docker", "initdb")
 DEFAULT_DB_NAME = "rivet"
@@ -311,79 +310,6 @@ def docker_server(name: str) -> Iterator[str]:
 # c. a throwaway cluster from the local initdb / pg_ctl
 
 
-def pg_bindir() -> Path:
-    candidates: list[Path] = []
-    pg_config = shutil.which("pg_config")
-    if pg_config:
-        result = subprocess.run(
-            [pg_config, "--bindir"], capture_output=True, text=True, check=False
-        )
-        if result.returncode == 0 and result.stdout.strip():
-            candidates.append(Path(result.stdout.strip()))
-    # Debian's pg_config (libpq-dev) may name /usr/bin, where initdb is not.
-    candidates += [Path(p) for p in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)]
-    for tool in ("initdb", "pg_ctl"):
-        found = shutil.which(tool)
-        if found:
-            candidates.append(Path(found).parent)
-    for bindir in candidates:
-        if (bindir / "initdb").is_file() and (bindir / "pg_ctl").is_file():
-            return bindir
-    if not pg_config:
-        raise Unavailable("no pg_config on PATH, and no initdb/pg_ctl found")
-    raise Unavailable(f"no initdb and pg_ctl next to pg_config's bindir ({candidates[:1]})")
-
-
-def cluster_owner() -> pwd.struct_passwd | None:
-    """The OS user to run initdb/pg_ctl as: None means ourselves (we are not root)."""
-    if os.geteuid() != 0:
-        return None
-    name = os.environ.get("RIVET_PG_OS_USER", "postgres")
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        raise Unavailable(
-            f"running as root, and initdb refuses root, but there is no OS user {name!r} to run "
-            "it as (set RIVET_PG_OS_USER)"
-        ) from None
-
-
-def as_owner(owner: pwd.struct_passwd | None, command: list[str]) -> list[str]:
-    if owner is None:
-        return command
-    if shutil.which("runuser"):
-        return ["runuser", "-u", owner.pw_name, "--", *command]
-    return ["su", owner.pw_name, "-s", "/bin/sh", "-c", shlex.join(command)]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def cluster_parent() -> str:
-    configured = os.environ.get("RIVET_PG_TMPDIR")
-    if configured:
-        return configured
-    # As root the usual TMPDIR may be private to root; the postgres user must reach the cluster.
-    return "/tmp" if os.geteuid() == 0 else tempfile.gettempdir()
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A killed process stays a zombie until its (new) parent reaps it: that is dead too.
-    with contextlib.suppress(OSError, IndexError):
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
-    return True
-
-
 def become_subreaper() -> None:
     """Adopt orphans: pg_ctl's postmaster then becomes our child, and we reap it at the end."""
     if not sys.platform.startswith("linux"):
@@ -407,89 +333,29 @@ def reap_children(wait_secs: float = 5.0) -> None:
             time.sleep(0.05)
 
 
-def stop_cluster(bindir: Path, owner: pwd.struct_passwd | None, root: Path) -> None:
-    data = root / "data"
-    if (data / "postmaster.pid").exists():
-        for mode in ("fast", "immediate"):
-            result = subprocess.run(
-                as_owner(owner, [str(bindir / "pg_ctl"), "-D", str(data), "-m", mode, "-w",
-                                 "-t", "30", "stop"]),
-                capture_output=True, text=True, cwd=root, check=False,
-            )  # fmt: skip
-            if result.returncode == 0:
-                break
-        pidfile = data / "postmaster.pid"
-        if pidfile.exists():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                pid = int(pidfile.read_text().split()[0])
-                if pid_alive(pid):
-                    os.kill(pid, signal.SIGKILL)
-                    say(f"postmaster {pid} did not stop; killed it")
-    reap_children()
-    shutil.rmtree(root, ignore_errors=True)
-
-
-def remove_stale_clusters(bindir: Path, owner: pwd.struct_passwd | None, parent: str) -> None:
-    """Clusters left by a run of this script that died (SIGKILL) before it could clean up."""
-    for path in glob.glob(os.path.join(parent, CLUSTER_PREFIX + "*")):
-        root = Path(path)
-        try:
-            owner_pid = int((root / "owner.pid").read_text().strip())
-        except (OSError, ValueError):
-            continue
-        if owner_pid != os.getpid() and not pid_alive(owner_pid):
-            say(f"removing a stale throwaway cluster {root} (its run, pid {owner_pid}, is gone)")
-            stop_cluster(bindir, owner, root)
-
-
 @contextlib.contextmanager
 def initdb_server(name: str) -> Iterator[str]:
-    bindir = pg_bindir()
-    owner = cluster_owner()
-    parent = cluster_parent()
+    """The cluster code is chaos_project.chaos.pgcluster's (the chaos harness uses it too)."""
+    from chaos_project.chaos.pgcluster import Cluster, ClusterError
+
     become_subreaper()
-    remove_stale_clusters(bindir, owner, parent)
-    root = Path(tempfile.mkdtemp(prefix=CLUSTER_PREFIX, dir=parent))
-    (root / "owner.pid").write_text(f"{os.getpid()}\n")
-    if owner is not None:
-        os.chown(root, owner.pw_uid, owner.pw_gid)
-    data, log = root / "data", root / "postgres.log"
-    who = f" as OS user {owner.pw_name!r}" if owner else ""
-    say(f"starting a throwaway cluster with {bindir}/initdb{who} in {root}")
     try:
-        run_checked(
-            as_owner(owner, [str(bindir / "initdb"), "-D", str(data), "-U", "postgres",
-                             "-A", "trust", "-E", "UTF8", "--no-locale", "--no-sync"]),
-            root, "initdb",
-        )  # fmt: skip
-        for attempt in range(3):
-            port = free_port()
-            options = (
-                f"-c listen_addresses=127.0.0.1 -p {port} -k {shlex.quote(str(root))} "
-                "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-                "-c max_connections=200"
-            )
-            start = as_owner(owner, [str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log),
-                                     "-w", "-t", "60", "-o", options, "start"])  # fmt: skip
-            result = subprocess.run(start, capture_output=True, text=True, cwd=root, check=False)
-            if result.returncode == 0:
-                break
-            if attempt == 2:
-                tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-                raise Unavailable(f"pg_ctl start failed: {result.stderr.strip()}\n{tail}")
-        url = f"postgres://postgres@127.0.0.1:{port}/{quote(name, safe='')}"
-        say(f"throwaway cluster listening on 127.0.0.1:{port}")
-        yield url
+        cluster = Cluster.create(
+            prefix=CLUSTER_PREFIX,
+            parent=os.environ.get("RIVET_PG_TMPDIR") or None,
+            os_user=os.environ.get("RIVET_PG_OS_USER", "postgres"),
+            say=say,
+        )
+    except ClusterError as exc:
+        reap_children()
+        raise Unavailable(str(exc)) from None
+    try:
+        say(f"throwaway cluster listening on 127.0.0.1:{cluster.port}")
+        yield cluster.url(name)
     finally:
-        say(f"stopping and deleting the throwaway cluster in {root}")
-        stop_cluster(bindir, owner, root)
-
-
-def run_checked(command: list[str], cwd: Path, what: str) -> None:
-    result = subprocess.run(command, capture_output=True, text=True, cwd=cwd, check=False)
-    if result.returncode != 0:
-        output = (result.stdout + result.stderr).strip()[-2000:]
-        raise Unavailable(f"{what} exited {result.returncode}: {output}")
+        say(f"stopping and deleting the throwaway cluster in {cluster.root}")
+        cluster.remove()
+        reap_children()
 
 
 # --------------------------------------------------------------------------------------------

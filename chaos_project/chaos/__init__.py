@@ -13,4 +13,8 @@
 - ``verifier``: reads both databases and checks S1, S2, L1 and F2.
 - ``report``: the report text.
 - ``bench``: throughput and latency, from the task rows only.
+- ``faults``: the opt-in faults (``--faults``): db-restart, effect-restart, effect-net.
+- ``pgcluster``: a throwaway PostgreSQL cluster (also scripts/find_postgres.py's);
+  ``queuecluster`` moves a run's queue database onto one.
+- ``proxy``: the seeded faulty TCP proxy between workers and the effect service.
 """

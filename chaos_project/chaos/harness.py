@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
@@ -26,7 +26,7 @@ from django.db.migrations.executor import MigrationExecutor
 
 from chaos_project.chaos import plan as chaos_plan
 from chaos_project.chaos import queries
-from chaos_project.chaos.faults import make_faults
+from chaos_project.chaos.faults import FaultSet
 from chaos_project.chaos.fleet import EventLog, Fleet
 from chaos_project.chaos.loop import ChaosLoop, LoopOutcome
 from chaos_project.chaos.pacing import Pacer
@@ -98,6 +98,8 @@ class ChaosResult:
     lines: list[str]
     summary: dict
     """What the campaign table and --json show (see report.run_summary)."""
+    faults: dict[str, int] = field(default_factory=dict)
+    """Faults injected, by name (--faults)."""
 
 
 class ChaosRun:
@@ -107,6 +109,10 @@ class ChaosRun:
         self.options = options
         self.say = say
         self.seed = options.seed if options.seed is not None else chaos_plan.new_seed()
+        # -- faults hook: the opt-in faults (--faults); with none, every hook does nothing --
+        self.faults = FaultSet(
+            options.faults, seed=self.seed, duration=options.duration, say=self.say
+        )
 
     def run(self) -> ChaosResult:
         require_pidfd()
@@ -117,9 +123,9 @@ class ChaosRun:
                 "by another one, or the fence is never tested (F2)"
             )
         o = self.options
+        self.faults.check(keep=o.keep, effect_url=o.effect_url)  # faults hook
         given = "given" if o.seed is not None else "random"
         self.say(f"seed {self.seed} ({given}; repeat this run with --seed {self.seed})")
-        self._migrate()
         plan = chaos_plan.make_plan(
             self.seed, tasks=o.tasks, workers=o.workers, duration=o.duration
         )
@@ -127,6 +133,8 @@ class ChaosRun:
         self.say(f"logs: {log_dir}")
         started = time.monotonic()
         with ExitStack() as stack:
+            stack.enter_context(self.faults.setup())  # faults hook: db-restart's own cluster
+            self._migrate()
             service_url = stack.enter_context(self._effect_service(log_dir))
             self._check_same_effect_database(service_url)
             self._empty()
@@ -190,6 +198,7 @@ class ChaosRun:
         except RuntimeError as exc:
             raise ChaosError(f"could not start the effect service: {exc}") from exc
         self.say(f"effect service: started its own at {service.url}; stopped after the run")
+        self.faults.effect_service_started(service)  # faults hook: effect-restart's target
         try:
             yield service.url
         finally:
@@ -301,7 +310,8 @@ class ChaosRun:
 
     def _run_fleet(self, plan: ChaosPlan, log: EventLog, log_dir: Path, service_url: str):
         o = self.options
-        env = worker_env(database_url(), EFFECT_SERVICE_URL=service_url)
+        worker_effect_url = self.faults.worker_effect_url(service_url)  # faults hook: proxy
+        env = worker_env(database_url(), EFFECT_SERVICE_URL=worker_effect_url)
         fleet = Fleet(
             size=o.workers,
             worker_args=o.worker_args(),
@@ -327,10 +337,13 @@ class ChaosRun:
             lease_ttl=o.lease_ttl,
             say=self.say,
         )
-        loop.sources.extend(make_faults(o.faults, run=self, loop=loop))
         try:
             fleet.start_all()
+            self.faults.start(log)  # faults hook
+            loop.sources.append(self.faults)
             loop.run_chaos()
+            loop.sources.remove(self.faults)
+            self.faults.stop()  # the drain runs without faults
             self.say(
                 f"chaos over at {loop.now():.1f} s ({pacer.released} of {o.tasks} tasks "
                 "released); draining with the same workers, no new events"
@@ -340,6 +353,7 @@ class ChaosRun:
             if not loop.outcome.drain_note:
                 self.say(f"drained in {loop.now() - drain_started:.1f} s")
         finally:
+            self.faults.stop()  # no fault outlives the chaos (stop is idempotent)
             loop.close()
             fleet.stop_all()
         return loop.outcome
@@ -366,7 +380,7 @@ class ChaosRun:
             wall_secs=wall,
             faults=self.options.faults,
         )
-        lines = report_lines(verdict, chaos)
+        lines = report_lines(verdict, chaos) + self.faults.report_lines(log.records)
         self.say("")
         for text in [*summary_lines(summary), "", *lines, "", *verdict_lines(verdict)]:
             self.say(text)
@@ -376,7 +390,12 @@ class ChaosRun:
             self.say(f"logs kept in {log_dir} (events.jsonl, one log per worker)")
             summary["log_dir"] = str(log_dir)
         return ChaosResult(
-            verdict=verdict, chaos=chaos, log_dir=log_dir, lines=lines, summary=summary
+            verdict=verdict,
+            chaos=chaos,
+            log_dir=log_dir,
+            lines=lines,
+            summary=summary,
+            faults=self.faults.counts(),
         )
 
 

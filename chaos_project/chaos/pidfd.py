@@ -199,3 +199,40 @@ def describe_exit(code: int | None) -> str:
         except ValueError:
             return f"signal {-code}"
     return f"exit {code}"
+
+
+def open_children(pid: int) -> list[int]:
+    """pidfds of the processes whose parent is ``pid`` now (e.g. a server's worker processes).
+
+    Each pid read from /proc is opened, then checked to still have ``pid`` as its parent: a pid
+    that was freed and reused between the read and the open names a stranger, and is closed
+    unsignalled. The caller closes the fds.
+    """
+    fds = []
+    for child in child_pids(pid):
+        try:
+            fd = os.pidfd_open(child)
+        except OSError:
+            continue
+        if _parent(child) == pid:
+            fds.append(fd)
+        else:
+            os.close(fd)
+    return fds
+
+
+def child_pids(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` now (a snapshot: signal them only through a pidfd)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and _parent(int(entry.name)) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rpartition(")")[2].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None

@@ -21,7 +21,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from chaos_project.chaos.bench import Bench, BenchOptions
 from chaos_project.chaos.campaign import Campaign
-from chaos_project.chaos.faults import UnknownFault, parse_faults
+from chaos_project.chaos.faults import EFFECT_RESTART, FAULTS, parse_faults
 from chaos_project.chaos.fleet import count_chaos, read_event_log
 from chaos_project.chaos.harness import ChaosOptions, ChaosRun
 from chaos_project.chaos.report import report_lines, verdict_lines
@@ -45,8 +45,8 @@ def _positive_float(text: str) -> float:
 
 def _faults(text: str) -> tuple[str, ...]:
     try:
-        return parse_faults(text)
-    except UnknownFault as exc:
+        return tuple(sorted(parse_faults(text)))
+    except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
@@ -186,7 +186,9 @@ class Command(BaseCommand):
             "--faults",
             type=_faults,
             default=(),
-            help="opt-in faults, comma-separated, or 'all' (default: none)",
+            metavar="NAME[,NAME]",
+            help=f"opt-in faults: {', '.join(FAULTS)}, comma-separated, or all (default: none); "
+            "see docs/chaos.md, Faults",
         )
         add(
             "--json",
@@ -304,7 +306,8 @@ def _run_options(options, *, seed: int | None) -> ChaosOptions:
         concurrency=options["concurrency"],
         poison=options["poison"],
         effect_url=options["effect_url"],
-        own_effect_service=options["own_effect_service"],
+        # effect-restart can only restart a service the harness started itself
+        own_effect_service=options["own_effect_service"] or EFFECT_RESTART in options["faults"],
         drain_timeout=options["drain_timeout_secs"],
         keep_logs=options["keep_logs"],
         backlog_tasks=options["backlog_tasks"],

@@ -21,6 +21,9 @@ from rivet.values import (
     ending,
 )
 
+#: last_error of an attempt whose worker stopped it at its local lease deadline.
+EXPIRED_ERROR = "lease expired on the worker: no heartbeat was answered before its deadline"
+
 
 def succeeded(claimed: Claimed, result: Any) -> Ack:
     """The handler returned: the task is done with its result."""
@@ -42,6 +45,16 @@ def failed_permanently(claimed: Claimed, error: str) -> Bury:
 def cancelled(claimed: Claimed) -> Bury:
     """An operator cancelled the task while this attempt held it."""
     return Bury(lease=claimed.lease, error=ending("", CANCELLED_SUFFIX))
+
+
+def expired(claimed: Claimed) -> Retry:
+    """The local lease deadline passed with no heartbeat answered: give the task back now.
+
+    Guarded like every write: if another worker claimed the task meanwhile it is fenced (and
+    recorded); if not, the task is runnable again at once. Never a burial: a claim that finds the
+    attempts used up buries it as worker lost, as it would after a crash.
+    """
+    return Retry(lease=claimed.lease, error=EXPIRED_ERROR, delay=0.0)
 
 
 def lost(claimed: Claimed, op: str = "fail") -> Fence:

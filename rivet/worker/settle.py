@@ -102,11 +102,25 @@ class Settler:
             self._apply(attempt, decisions.lost(attempt.claimed))
         elif kind is StopKind.CANCELLED:
             self._apply(attempt, decisions.cancelled(attempt.claimed))
-        else:
+        elif kind is StopKind.EXPIRED:
+            self._expired(attempt)
+        else:  # SHUTDOWN: logged by the worker as abandoned; the lease lapses
             self._done(attempt, "lost")
-            if kind is StopKind.EXPIRED:  # SHUTDOWN is logged by the worker as abandoned
-                reason = attempt.stop_reason
-                logs.task_event("lease_expired", attempt.claimed, logging.WARNING, reason=reason)
+
+    def _expired(self, attempt: Attempt) -> None:
+        """Give the task back under its epoch: fenced and recorded if another worker has it.
+
+        The database may be what stopped the heartbeats (a restart): this write is guarded, so
+        trying it past the lease is safe, and it waits up to one more lease for the server.
+        """
+        reason = attempt.stop_reason
+        logs.task_event("lease_expired", attempt.claimed, logging.WARNING, reason=reason)
+        decision = decisions.expired(attempt.claimed)
+        settled = self._write(attempt, decision, patience=self.guard.lease_ttl)
+        if settled is Settled.FENCED:
+            self._fenced(attempt, decision)
+        elif settled is not None:
+            self._done(attempt, "lost")
 
     def ack(self, attempt: Attempt, result: Any) -> None:
         try:
@@ -133,16 +147,23 @@ class Settler:
         if settled is not None:
             REPORTS[settled](self, attempt, decision, **report)
 
-    def _write(self, attempt: Attempt, decision: Decision) -> Settled | None:
-        """The store write of a decision; retried while the lease holds if the database is down."""
+    def _write(
+        self, attempt: Attempt, decision: Decision, *, patience: float = 0.0
+    ) -> Settled | None:
+        """The store write of a decision; retried while the lease holds if the database is down.
+
+        patience: keep retrying this much longer than now even past the lease (for a write that
+        is safe at any time because the epoch guards it, and useless unless it lands).
+        """
         wait = WRITE_RETRY_FIRST_SECS
+        give_up = max(attempt.lease_deadline, self.clock() + patience)
         while True:
             try:
                 return self.store.task_settle([decision])[0]
             except Exception as exc:
                 close_old_connections()
                 retry = isinstance(exc, StoreUnavailable)
-                if not retry or self.clock() + wait >= attempt.lease_deadline:
+                if not retry or self.clock() + wait >= give_up:
                     self._done(attempt, "lost")
                     logs.task_event(
                         "write_failed",

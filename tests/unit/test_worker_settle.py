@@ -79,3 +79,77 @@ def test_an_attempt_has_one_state_through_stop_settle_and_return():
     assert attempt.abandon() is True
     attempt.mark_returned()
     assert (attempt.state, attempt.busy) == (AttemptState.FINISHED, False)
+
+
+# -- an attempt stopped at its local lease deadline ---------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def expired_attempt(store: MemoryStore, jobs: JobRegistry, clock: Clock):
+    """A claimed noop whose handler the guard stopped as expired; and the Settler to settle it."""
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from rivet.failpoints import Failpoints
+    from rivet.metrics import NO_METRICS
+    from rivet.retry import RetryPolicy
+    from rivet.worker.guard import Guard
+    from rivet.worker.settle import Settler
+
+    enqueue(store, "noop")
+    (claimed,) = store.task_claim(queues=["q"], owner="w", limit=1, lease_ttl=2).claimed
+    attempt = Attempt(
+        claimed=claimed, definition=jobs.get("noop"), started=clock(), lease_ttl=2,
+        timeout_secs=None,
+    )  # fmt: skip
+    guard = Guard(store=store, lease_ttl=2, clock=clock, notify=lambda a: None)
+    guard.track(attempt)
+    clock.now += 3  # paused past the lease
+    attempt.stop(StopKind.EXPIRED, "lease deadline passed, no heartbeat", clock())
+    worker = SimpleNamespace(metrics=NO_METRICS, owner="w")
+    settler = Settler(
+        worker=worker, store=store, guard=guard, retry_policy=RetryPolicy(backoff_secs=0, cap_secs=0),
+        failpoints=Failpoints(), clock=clock, counts=Counter(), sleep=lambda s: None,
+    )  # fmt: skip
+    return claimed, attempt, settler
+
+
+def test_an_expired_attempt_whose_task_was_claimed_again_records_the_fence(jobs):
+    store, clock = MemoryStore(clock=FakeClock()), Clock()
+    claimed, attempt, settler = expired_attempt(store, jobs, clock)
+    store.clock.advance(3)
+    (again,) = store.task_claim(queues=["q"], owner="other", limit=1, lease_ttl=2).claimed
+    assert again.epoch == claimed.epoch + 1
+    settler.settle_stopped(attempt)
+    assert settler.counts["fenced"] == 1
+    assert store.fenced_count("q") == 1
+    assert store.task_get(claimed.task_id).lease_epoch == again.epoch  # untouched
+
+
+def test_an_expired_attempt_still_holding_its_lease_gives_the_task_back_at_once(jobs):
+    from rivet.decisions import EXPIRED_ERROR
+
+    store, clock = MemoryStore(clock=FakeClock()), Clock()
+    claimed, attempt, settler = expired_attempt(store, jobs, clock)
+    settler.settle_stopped(attempt)
+    task = store.task_get(claimed.task_id)
+    assert (task.state, task.attempts, task.last_error) == ("pending", 1, EXPIRED_ERROR)
+    assert store.queue_stats("q").ready == 1
+    assert (settler.counts["lost"], store.fenced_count("q")) == (1, 0)
+
+
+def test_an_expired_attempt_waits_out_a_database_restart_to_record_its_fence(jobs):
+    store, clock = FlakyStore(StoreUnavailable("terminating connection"), failures=3), Clock()
+    claimed, attempt, settler = expired_attempt(store, jobs, clock)
+    store.clock.advance(3)
+    store.task_claim(queues=["q"], owner="other", limit=1, lease_ttl=2)
+    settler.sleep = lambda secs: setattr(clock, "now", clock.now + secs)
+    settler.settle_stopped(attempt)
+    assert (store.calls, store.fenced_count("q"), settler.counts["fenced"]) == (4, 1, 1)

@@ -115,7 +115,7 @@ def listening_on_the_queue_channel() -> bool:
 @pytest.mark.parametrize(
     ("args", "env", "message"),
     [
-        (["--concurrency", "0"], {}, "--concurrency must be an integer >= 1, got '0'"),
+        (["--concurrency", "0"], {}, "--concurrency must be an integer from 1 to 1024, got '0'"),
         ([], {"RIVET_LEASE_TTL_SECS": "abc"}, "RIVET_LEASE_TTL_SECS must be a number"),
         ([], {"RIVET_FAILPOINT": "after_ack"}, "RIVET_FAILPOINT is malformed"),
     ],

@@ -115,7 +115,7 @@ def expired_attempt(store: MemoryStore, jobs: JobRegistry, clock: Clock):
     attempt.stop(StopKind.EXPIRED, "lease deadline passed, no heartbeat", clock())
     worker = SimpleNamespace(metrics=NO_METRICS, owner="w")
     settler = Settler(
-        worker=worker, store=store, guard=guard, retry_policy=RetryPolicy(backoff_secs=0, cap_secs=0),
+        worker=worker, store=store, guard=guard, retry_policy=RetryPolicy(backoff_secs=0),
         failpoints=Failpoints(), clock=clock, counts=Counter(), sleep=lambda s: None,
     )  # fmt: skip
     return claimed, attempt, settler

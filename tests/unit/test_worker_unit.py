@@ -17,6 +17,7 @@ from collections.abc import Callable
 import pytest
 
 from rivet import signals
+from rivet.decisions import EXPIRED_ERROR
 from rivet.failpoints import FailpointConfigError, Failpoints, fires, parse, parse_seed
 from rivet.jobs import JobContext, JobRegistry, job
 from rivet.logs import configure
@@ -317,7 +318,7 @@ def test_an_ack_with_a_stale_epoch_is_fenced_not_applied(store, jobs):
     assert counted(bg.worker, "rivet_worker_acks_total", kind="slow") == 0
 
 
-def test_a_lapsed_local_deadline_stops_the_handler_and_writes_nothing(store, jobs):
+def test_a_lapsed_local_deadline_stops_the_handler_and_gives_the_task_back(store, jobs):
     class DeadHeartbeats(MemoryStore):
         def lease_extend(self, leases, lease_ttl):
             raise ConnectionError("database unreachable")
@@ -325,11 +326,13 @@ def test_a_lapsed_local_deadline_stops_the_handler_and_writes_nothing(store, job
     broken = DeadHeartbeats(clock=store.clock)
     blocking_job(jobs)
     task_id = enqueue(broken, "block")
-    bg = Background(make_worker(broken, jobs, lease_ttl=0.2, metrics=True))
+    bg = Background(make_worker(broken, jobs, lease_ttl=0.2, metrics=True, max_jobs=1))
     wait_until(lambda: bg.worker.settler.counts["lost"] == 1, "the lease to expire locally")
     stats = bg.stop()
     task = broken.task_get(task_id)
-    assert (task.state, task.attempts, task.last_error) == ("pending", 1, "")
+    # Never acked: handed back under its epoch, runnable at once, saying why.
+    assert (task.state, task.attempts, task.last_error) == ("pending", 1, EXPIRED_ERROR)
+    assert task.visible_at <= broken.clock()
     assert stats.acked == 0 and stats.lost == 1
     assert counted(bg.worker, "rivet_worker_lost_total", kind="block") == 1
 

@@ -8,8 +8,9 @@
   the refused write durably, the evidence that the fence fired.
 - A heartbeat reported a cancel: Bury as cancelled (the store buries a cancelled task whatever
   was decided, so a result that raced the heartbeat is not acked either).
-- The local lease deadline passed and no heartbeat could confirm the lease: nothing is written;
-  the lease lapses and the task is delivered again.
+- The local lease deadline passed and no heartbeat could confirm the lease: a guarded Retry
+  gives the task back at once (fenced, and recorded, if another worker claimed it meanwhile);
+  it waits up to one more lease for an unreachable database, then the lease simply lapses.
 
 A write that fails because the database is unreachable is tried again with a short backoff
 while the lease still holds (the local deadline, which heartbeats push on); only then is the

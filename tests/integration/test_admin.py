@@ -15,7 +15,7 @@ from django.test import override_settings
 from django.urls import reverse
 from django.utils import timezone
 
-from rivet.admin import dead_letters
+from rivet.admin import actions
 from rivet.models import Task
 from tests.factories import FencedWriteFactory, TaskFactory, UserFactory
 
@@ -280,7 +280,7 @@ def test_requeue_names_the_ids_it_left_alone_and_why(client):
 
 
 def test_an_action_over_too_many_rows_changes_nothing(client, monkeypatch):
-    monkeypatch.setattr(dead_letters, "MAX_ACTION_ROWS", 2)
+    monkeypatch.setattr(actions, "MAX_ACTION_ROWS", 2)
     login(client, REQUEUE)
     tasks = TaskFactory.create_batch(3, dead=True)
     response = action(client, "requeue_selected", tasks, confirm="yes")

@@ -52,7 +52,7 @@ PERMS = [
 @pytest.fixture
 def fuzz_session(live_server) -> requests.Session:
     """A session authenticated as a user with every rivet permission, and some rows to find."""
-    UserFactory(username="fuzz", permissions=PERMS)
+    UserFactory(username="fuzz", password="pw", permissions=PERMS)
     leased_until = timezone.now() + timedelta(hours=1)  # running: a cancel marks it
     for n in range(5):
         task_in("default", queue="default", dead=True, idem_key=f"fuzz-dead-{n}")

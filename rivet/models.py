@@ -37,6 +37,7 @@ class Task(models.Model):
     class Meta:
         db_table = "rivet_task"
         ordering = ["id"]
+        permissions = [("cancel_task", "Can cancel tasks")]
         constraints = [
             models.CheckConstraint(
                 condition=Q(state__in=TaskState.values), name="rivet_task_state_valid"

@@ -10,6 +10,7 @@ urlpatterns = [
     path("tasks/", views.TaskListCreateView.as_view(), name="task-list"),
     path("tasks/bulk/", views.TaskBulkView.as_view(), name="task-bulk"),
     path("tasks/<str:task_id>/", views.TaskDetailView.as_view(), name="task-detail"),
+    path("tasks/<str:task_id>/cancel/", views.TaskCancelView.as_view(), name="task-cancel"),
     path("queues/", views.QueueListView.as_view(), name="queue-list"),
     # A queue in a path is any text up to the last slash; the view says what is wrong with it.
     re_path(

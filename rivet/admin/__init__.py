@@ -1,4 +1,4 @@
-"""rivet in the Django admin: tasks (read-only), dead letters (requeue, purge, sweep), fences.
+"""rivet in the Django admin: tasks (cancel), dead letters (requeue, purge, sweep), fences.
 
 ``INSTALLED_APPS += ["rivet"]`` is all it takes: the admin's autodiscovery imports this package.
 """

@@ -18,8 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django import forms
-from django.contrib import admin, messages
-from django.contrib.admin import helpers
+from django.contrib import admin
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied
@@ -27,6 +26,7 @@ from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
+from rivet.admin.actions import ConfirmedActions
 from rivet.admin.large_tables import KindFilter, QueueFilter, distinct_values
 from rivet.admin.tasks import TaskAdminBase, column
 from rivet.conf import rivet_settings
@@ -36,8 +36,6 @@ from rivet.models import DeadLetter, Task
 from rivet.producer import resolve_store
 from rivet.validation import check_name
 
-#: Most dead letters one requeue or purge acts on: the confirmation page lists each of them.
-MAX_ACTION_ROWS = 1000
 ERROR_TAIL = 90
 REQUEUE_NOTE = (
     "A requeued task keeps its idempotency key. If its effect already happened, the new "
@@ -55,12 +53,17 @@ def error_tail(text: str) -> str:
     return line if len(line) <= ERROR_TAIL else "..." + line[-(ERROR_TAIL - 3) :]
 
 
-def dead_letters(count: int) -> str:
-    return f"{count} dead letter{'' if count == 1 else 's'}"
+def unless_dead(if_dead: Callable[[int], str]) -> Callable[[int, str], str]:
+    """Why a dead-letter action left a task alone: ``if_dead`` while dead, else its new state."""
+
+    def why(task_id: int, state: str) -> str:
+        return if_dead(task_id) if state == "dead" else f"no longer dead (it is {state} now)"
+
+    return why
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(TaskAdminBase):
+class DeadLetterAdmin(ConfirmedActions, TaskAdminBase):
     list_display = ("id", "queue", "kind", "attempts_of_max", "buried", "key", "last_error_end")
     list_filter = (QueueFilter, KindFilter)
     ordering = ("-updated_at", "-id")
@@ -95,8 +98,8 @@ class DeadLetterAdmin(TaskAdminBase):
     def requeue_selected(self, request, queryset):
         if not self.has_requeue_permission(request):
             raise PermissionDenied
-        tasks = self._chosen(request, queryset)
-        if tasks is None or request.POST.get("confirm") != "yes":
+        tasks = self.chosen(queryset)
+        if tasks is None or not self.confirmed(request):
             return self._confirm(request, "requeue", tasks)
         store = resolve_store()
         done = [task for task in tasks if store.dead_requeue(task.queue, task.id)]
@@ -107,23 +110,25 @@ class DeadLetterAdmin(TaskAdminBase):
         def unique_clash(task_id: int) -> str:
             return f"a pending task of the same unique job {jobs.get(task_id, '')} exists"
 
-        refused = self._left_alone([*missed, *self._gone(request, tasks)], unique_clash)
+        refused = self.left_alone([*missed, *self.gone(request, tasks)], unless_dead(unique_clash))
         if done:
             requeued = Task.objects.using(queryset.db).filter(pk__in=[t.id for t in done])
             LogEntry.objects.log_actions(
                 request.user.pk, list(requeued), CHANGE, "Requeued from the dead letters."
             )
             ids = ", ".join(str(task.id) for task in done)
-            self.message_user(request, f"Requeued {dead_letters(len(done))}: {ids}. {REQUEUE_NOTE}")
-        self._report_refused(request, "requeued", refused)
+            self.message_user(
+                request, f"Requeued {self.rows_named(len(done))}: {ids}. {REQUEUE_NOTE}"
+            )
+        self.report_refused(request, "requeued", refused)
         return None
 
     @admin.action(permissions=["purge"], description="Purge selected dead letters")
     def purge_selected(self, request, queryset):
         if not self.has_purge_permission(request):
             raise PermissionDenied
-        tasks = self._chosen(request, queryset)
-        if tasks is None or request.POST.get("confirm") != "yes":
+        tasks = self.chosen(queryset)
+        if tasks is None or not self.confirmed(request):
             return self._confirm(request, "purge", tasks)
         store = resolve_store()
         for queue in sorted({task.queue for task in tasks}):
@@ -134,73 +139,29 @@ class DeadLetterAdmin(TaskAdminBase):
             .values_list("pk", flat=True)
         )
         purged = [task for task in tasks if task.id not in left]
-        refused = self._left_alone([*left, *self._gone(request, tasks)], lambda _: "still dead")
+        still_dead = unless_dead(lambda _: "still dead")
+        refused = self.left_alone([*left, *self.gone(request, tasks)], still_dead)
         if purged:
             self.log_deletions(request, purged)
             ids = ", ".join(str(task.id) for task in purged)
             self.message_user(
                 request,
-                f"Purged {dead_letters(len(purged))}: {ids}; their idempotency keys are released.",
+                f"Purged {self.rows_named(len(purged))}: {ids}; their idempotency keys are "
+                "released.",
             )
-        self._report_refused(request, "purged", refused)
+        self.report_refused(request, "purged", refused)
         return None
 
-    def _chosen(self, request, queryset) -> list[DeadLetter] | None:
-        """The selected dead letters, or None when there are too many for one action."""
-        tasks = list(queryset.order_by("id")[: MAX_ACTION_ROWS + 1])
-        return None if len(tasks) > MAX_ACTION_ROWS else tasks
-
     def _confirm(self, request, verb: str, tasks: list[DeadLetter] | None):
-        if tasks is None:
-            self.message_user(
-                request,
-                f"Select at most {MAX_ACTION_ROWS} dead letters for one {verb}; narrow the "
-                "list with a filter or a search first. Nothing was changed.",
-                messages.ERROR,
-            )
-            return None
-        context = {
-            **self.admin_site.each_context(request),
-            "title": f"{verb.capitalize()} {dead_letters(len(tasks))}?",
-            "opts": self.model._meta,
-            "rows": [(task, error_tail(task.last_error)) for task in tasks],
-            "tasks": tasks,
-            "keyed": sum(1 for task in tasks if task.idem_key),
-            "action_name": f"{verb}_selected",
-            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-            "requeue_note": REQUEUE_NOTE,
-            "purge_caveat": PURGE_CAVEAT,
-        }
-        template = f"admin/rivet/deadletter/confirm_{verb}.html"
-        return TemplateResponse(request, template, context)
-
-    def _left_alone(self, task_ids: list[int], if_dead: Callable[[int], str]) -> dict[int, str]:
-        """Why an action left each of these tasks alone, from what the task is now."""
-        rows = Task.objects.using(rivet_settings.DATABASE_ALIAS).filter(pk__in=task_ids)
-        states = dict(rows.values_list("pk", "state"))
-        return {
-            task_id: (
-                "no longer exists (purged meanwhile)"
-                if task_id not in states
-                else if_dead(task_id)
-                if states[task_id] == "dead"
-                else f"no longer dead (it is {states[task_id]} now)"
-            )
-            for task_id in task_ids
-        }
-
-    def _gone(self, request, tasks: list[DeadLetter]) -> list[int]:
-        """Ids the user selected that were no longer dead letters when the action ran."""
-        chosen = {task.id for task in tasks}
-        selected = {
-            int(pk) for pk in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME) if pk.isdigit()
-        }
-        return sorted(selected - chosen)
-
-    def _report_refused(self, request, verb: str, refused: dict[int, str]) -> None:
-        if refused:
-            reasons = "; ".join(f"{task_id}: {why}" for task_id, why in sorted(refused.items()))
-            self.message_user(request, f"Not {verb}: {reasons}.", messages.WARNING)
+        return self.confirm(
+            request,
+            verb,
+            tasks,
+            rows=[(task, error_tail(task.last_error)) for task in tasks or ()],
+            keyed=sum(1 for task in tasks or () if task.idem_key),
+            requeue_note=REQUEUE_NOTE,
+            purge_caveat=PURGE_CAVEAT,
+        )
 
     # -- sweep -------------------------------------------------------------------------------
 

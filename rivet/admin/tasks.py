@@ -1,15 +1,19 @@
-"""Read-only admin pages for the task table and the fenced writes.
+"""Read-only admin pages for the task table and the fenced writes; the cancel action.
 
 A queue row is never added or hand-edited in the admin: the store's statements own every state
-change, guarded by the lease epoch. The dead letters, which operators do act on, have their own
-page (rivet.admin.dead_letters).
+change, guarded by the lease epoch. The one action on the task list, **cancel** (permission
+``rivet.cancel_task``), is the store's ``task_cancel``, as ``rivet_dlq cancel`` calls it. The
+dead letters, which operators do act on, have their own page (rivet.admin.dead_letters).
 """
 
 from __future__ import annotations
 
 import json
+from collections import defaultdict
+from datetime import datetime
 
 from django.contrib import admin
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q
 from django.urls import reverse
@@ -17,20 +21,53 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.text import capfirst
 
+from rivet.admin.actions import ConfirmedActions
 from rivet.admin.large_tables import EstimatedCountPaginator, KindFilter, QueueFilter, TaskQuerySet
 from rivet.admin.overview import queue_overview
 from rivet.conf import rivet_settings
 from rivet.models import FencedWrite, Task
-from rivet.values import TaskState
+from rivet.producer import resolve_store
+from rivet.values import CANCELLED_SUFFIX, CancelOutcome, TaskState
 
 #: The longest number a search treats as a task id (a bigint has 19 digits).
 MAX_ID_DIGITS = 18
+CANCEL_NOTE = (
+    "A cancelled task is never acked. Requeue revives it from the dead letters, with fresh "
+    "attempts and its idempotency key."
+)
+#: What the admin log and the message say of the tasks each cancel outcome changed.
+CANCEL_REPORTS = {
+    CancelOutcome.CANCELLED: (
+        "Cancelled: buried now (it was not running).",
+        "Cancelled {tasks}: {ids}. Not running, so buried now: in the dead letters, the last "
+        f"error ending '{CANCELLED_SUFFIX}'.",
+    ),
+    CancelOutcome.MARKED: (
+        "Cancel requested: its worker buries it at the next heartbeat.",
+        "Cancelling {tasks}: {ids}. Running: the worker stops the handler at its next "
+        "heartbeat and buries the task; it is never acked.",
+    ),
+}
 
 
 def pretty_json(value) -> str:
     """JSON indented for reading, HTML-escaped, in a <pre>."""
     text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
     return format_html('<pre class="rivet-json">{}</pre>', text)
+
+
+def cancel_preview(task: Task, now: datetime) -> str:
+    """What a cancel would do to the task, as the confirmation page lists it."""
+    if task.state != TaskState.PENDING:
+        return f"left as it is: already {task.state}"
+    if task.lease_owner is not None and task.visible_at > now:
+        return f"running on {task.lease_owner}: stopped at its next heartbeat, then buried"
+    return "buried now: it moves to the dead letters"
+
+
+def finished(task_id: int, state: str) -> str:
+    """Why a cancel left a task alone: it had finished (or was requeued since)."""
+    return f"already {state}" if state != TaskState.PENDING else "pending again (requeued since)"
 
 
 def column(field: str, description: str, *, digits: int | None = None):
@@ -144,7 +181,7 @@ class TaskAdminBase(ReadOnlyAdmin):
 
 
 @admin.register(Task)
-class TaskAdmin(TaskAdminBase):
+class TaskAdmin(ConfirmedActions, TaskAdminBase):
     list_display = (
         "id",
         "queue",
@@ -158,6 +195,40 @@ class TaskAdmin(TaskAdminBase):
         "updated",
     )
     date_hierarchy = "created_at"
+    actions = ("cancel_selected",)
+
+    def has_cancel_permission(self, request):
+        return request.user.has_perm("rivet.cancel_task")
+
+    @admin.action(permissions=["cancel"], description="Cancel selected tasks")
+    def cancel_selected(self, request, queryset):
+        if not self.has_cancel_permission(request):
+            raise PermissionDenied
+        tasks = self.chosen(queryset)
+        if tasks is None or not self.confirmed(request):
+            now = timezone.now()
+            rows = [(task, cancel_preview(task, now)) for task in tasks or ()]
+            return self.confirm(request, "cancel", tasks, rows=rows, cancel_note=CANCEL_NOTE)
+        store = resolve_store()
+        ids: dict[CancelOutcome, list[int]] = defaultdict(list)
+        for task in tasks:
+            ids[store.task_cancel(task.id)].append(task.id)
+        for outcome in CANCEL_REPORTS:
+            self._report_cancel(request, queryset.db, outcome, ids[outcome])
+        left = [*ids[CancelOutcome.FINISHED], *ids[CancelOutcome.NOT_FOUND]]
+        refused = self.left_alone([*left, *self.gone(request, tasks)], finished)
+        self.report_refused(request, "cancelled", refused)
+        return None
+
+    def _report_cancel(self, request, alias: str, outcome: CancelOutcome, ids: list[int]) -> None:
+        """Log and report the tasks one outcome changed."""
+        if not ids:
+            return
+        log_message, report = CANCEL_REPORTS[outcome]
+        changed = Task.objects.using(alias).filter(pk__in=ids)
+        LogEntry.objects.log_actions(request.user.pk, list(changed), CHANGE, log_message)
+        named = ", ".join(map(str, ids))
+        self.message_user(request, report.format(tasks=self.rows_named(len(ids)), ids=named))
 
 
 @admin.register(FencedWrite)

@@ -17,6 +17,7 @@ from rivet.api.serializers import (
     IDEMPOTENCY_HEADER,
     BulkEnqueueSerializer,
     BulkResultSerializer,
+    CancelResultSerializer,
     EnqueueSerializer,
     ErrorSerializer,
     QueueStatsSerializer,
@@ -25,7 +26,7 @@ from rivet.api.serializers import (
     name_schema,
 )
 from rivet.conf import rivet_settings
-from rivet.values import TaskState
+from rivet.values import CancelOutcome, TaskState
 
 TAG = "rivet"
 
@@ -43,9 +44,9 @@ def _codes_table() -> str:
 SPECTACULAR = {
     "TITLE": "rivet task queue API",
     "DESCRIPTION": (
-        "Enqueue tasks, read them and act on the dead letters of rivet. Every error body has "
-        "`detail` (for people) and `code` (for programs); validation errors keep DRF's field "
-        "errors beside them.\n\n" + _codes_table()
+        "Enqueue tasks, read and cancel them, and act on the dead letters of rivet. Every "
+        "error body has `detail` (for people) and `code` (for programs); validation errors keep "
+        "DRF's field errors beside them.\n\n" + _codes_table()
     ),
     "VERSION": "1",
     "COMPONENT_SPLIT_REQUEST": True,
@@ -53,7 +54,10 @@ SPECTACULAR = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "PREPROCESSING_HOOKS": ["rivet.api.schema.only_rivet_views"],
-    "ENUM_NAME_OVERRIDES": {"TaskStateEnum": TaskState.choices},
+    "ENUM_NAME_OVERRIDES": {
+        "TaskStateEnum": TaskState.choices,
+        "CancelOutcomeEnum": [o.value for o in CancelOutcome if o is not CancelOutcome.NOT_FOUND],
+    },
 }
 
 
@@ -195,6 +199,22 @@ get_task = extend_schema(
     summary="One task",
     parameters=[TASK_ID],
     responses={200: TaskSerializer, **_errors(404)},
+)
+
+cancel_task = extend_schema(
+    operation_id="rivet_tasks_cancel",
+    summary="Cancel a task: bury it now, or stop it at its worker's next heartbeat",
+    description=(
+        "As `rivet.cancel(task_id)` and `rivet_dlq cancel`. A pending task that is not running "
+        "is buried now (`cancelled`): it is in the dead letters, its last_error ending "
+        "`cancelled by an operator`. A running one is marked (`marked`): its worker stops the "
+        "handler at the next heartbeat and buries it the same way; it is never acked. A done or "
+        "dead task is left as it is (`finished`). Requeue revives a cancelled task. Needs "
+        "`rivet.cancel_task`."
+    ),
+    parameters=[TASK_ID],
+    request=None,
+    responses={200: CancelResultSerializer, **_errors(404)},
 )
 
 list_queues = extend_schema(

@@ -18,7 +18,7 @@ from rivet.validation import (
     PRIORITY_MIN,
     check_name,
 )
-from rivet.values import TaskState
+from rivet.values import CancelOutcome, TaskState
 
 #: The header a client may send its idempotency key in (the IETF Idempotency-Key draft).
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -151,6 +151,19 @@ class TaskSerializer(serializers.Serializer):
     updated_at = serializers.DateTimeField()
     last_error = serializers.CharField(allow_blank=True)
     result = serializers.JSONField(allow_null=True)
+
+
+class CancelResultSerializer(serializers.Serializer):
+    """What a cancel did, and the task as it is now."""
+
+    outcome = serializers.ChoiceField(
+        choices=[o.value for o in CancelOutcome if o is not CancelOutcome.NOT_FOUND],
+        help_text=(
+            "cancelled: it was not running and is dead now; marked: it is running, its worker "
+            "stops and buries it at the next heartbeat; finished: already done or dead, unchanged"
+        ),
+    )
+    task = TaskSerializer()
 
 
 class BulkItemResultSerializer(serializers.Serializer):

@@ -26,6 +26,7 @@ from rivet.api.permissions import EnqueueThrottle, permissions_for
 from rivet.api.serializers import (
     IDEMPOTENCY_HEADER,
     BulkEnqueueSerializer,
+    CancelResultSerializer,
     EnqueueSerializer,
     QueueStatsSerializer,
     SweepResultSerializer,
@@ -37,10 +38,11 @@ from rivet.metrics import queue_overview
 from rivet.models import Task
 from rivet.stores.base import Store
 from rivet.validation import check_name
-from rivet.values import TaskRecord, TaskState
+from rivet.values import CancelOutcome, TaskRecord, TaskState
 
 VIEW, ADD = "rivet.view_task", "rivet.add_task"
 REQUEUE, PURGE = "rivet.requeue_deadletter", "rivet.purge_deadletter"
+CANCEL = "rivet.cancel_task"
 MAX_TASK_ID = 2**63 - 1  # bigint
 
 
@@ -245,6 +247,22 @@ class TaskDetailView(RivetView):
     @schema.get_task
     def get(self, request, task_id: str, *args, **kwargs) -> Response:
         return self.render_task(self.find_task(task_id))
+
+
+class TaskCancelView(RivetView):
+    """``POST``: cancel a task (``rivet.cancel``): buried now, or marked for its worker."""
+
+    permissions_by_method = {"POST": CANCEL}
+    serializer_class = CancelResultSerializer
+
+    @schema.cancel_task
+    def post(self, request, task_id: str, *args, **kwargs) -> Response:
+        task = self.find_task(task_id)
+        outcome = self.get_store().task_cancel(task.id)
+        if outcome is CancelOutcome.NOT_FOUND:
+            raise NotFound(f"no task with id {task_id}", code="not_found")
+        body = {"outcome": outcome.value, "task": TaskSerializer(self.find_task(task.id)).data}
+        return Response(body)
 
 
 class QueueListView(RivetView):

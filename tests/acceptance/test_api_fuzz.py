@@ -20,10 +20,12 @@ from __future__ import annotations
 import base64
 import os
 from collections import Counter
+from datetime import timedelta
 
 import pytest
 import requests
 import schemathesis
+from django.utils import timezone
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
@@ -32,7 +34,7 @@ from tests.factories import UserFactory, task_in
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 
-OPERATIONS = 11  # rivet_tasks_list, _enqueue, _bulk, _get, queues x3, dead letters x3, metrics
+OPERATIONS = 12  # tasks: list, enqueue, bulk, get, cancel; queues x3, dead letters x3, metrics
 CASES = int(os.environ.get("RIVET_FUZZ_CASES", "1000"))
 DERANDOMIZE = os.environ.get("RIVET_FUZZ_SEED", "fixed") != "random"
 # Given explicitly to each call, so schemathesis's auth check also sends each case without it
@@ -43,16 +45,19 @@ PERMS = [
     "rivet.add_task",
     "rivet.requeue_deadletter",
     "rivet.purge_deadletter",
+    "rivet.cancel_task",
 ]
 
 
 @pytest.fixture
 def fuzz_session(live_server) -> requests.Session:
     """A session authenticated as a user with every rivet permission, and some rows to find."""
-    UserFactory(username="fuzz", permissions=PERMS)
+    UserFactory(username="fuzz", password="pw", permissions=PERMS)
+    leased_until = timezone.now() + timedelta(hours=1)  # running: a cancel marks it
     for n in range(5):
         task_in("default", queue="default", dead=True, idem_key=f"fuzz-dead-{n}")
         task_in("default", queue="default", attempts=3, max_attempts=3)
+        task_in("default", queue="default", lease_owner="fuzz-worker", visible_at=leased_until)
     return requests.Session()
 
 

@@ -15,7 +15,7 @@ from django.test import override_settings
 from django.urls import reverse
 from django.utils import timezone
 
-from rivet.admin import dead_letters
+from rivet.admin import actions
 from rivet.models import Task
 from tests.factories import FencedWriteFactory, TaskFactory, UserFactory
 
@@ -28,6 +28,7 @@ FENCED = reverse("admin:rivet_fencedwrite_changelist")
 VIEW = ["rivet.view_task"]
 REQUEUE = [*VIEW, "rivet.requeue_deadletter"]
 PURGE = [*VIEW, "rivet.purge_deadletter"]
+CANCEL = [*VIEW, "rivet.cancel_task"]
 
 
 def login(client, permissions=(), **extra):
@@ -36,9 +37,13 @@ def login(client, permissions=(), **extra):
     return user
 
 
-def action(client, name, tasks, **extra):
+def action(client, name, tasks, url=DEAD, **extra):
     data = {"action": name, "_selected_action": [task.pk for task in tasks], **extra}
-    return client.post(DEAD, data)
+    return client.post(url, data)
+
+
+def cancel(client, tasks, **extra):
+    return action(client, "cancel_selected", tasks, url=TASKS, **extra)
 
 
 def message_texts(response) -> list[str]:
@@ -280,7 +285,7 @@ def test_requeue_names_the_ids_it_left_alone_and_why(client):
 
 
 def test_an_action_over_too_many_rows_changes_nothing(client, monkeypatch):
-    monkeypatch.setattr(dead_letters, "MAX_ACTION_ROWS", 2)
+    monkeypatch.setattr(actions, "MAX_ACTION_ROWS", 2)
     login(client, REQUEUE)
     tasks = TaskFactory.create_batch(3, dead=True)
     response = action(client, "requeue_selected", tasks, confirm="yes")
@@ -359,6 +364,117 @@ def test_the_sweep_link_shows_with_the_requeue_permission(client):
     assert SWEEP in client.get(DEAD).content.decode()
 
 
+# -- cancel -----------------------------------------------------------------------------------
+
+
+def running(**kwargs):
+    """A pending task under a live lease: a worker is running its handler."""
+    return TaskFactory(lease_owner="worker-7", attempts=1, visible_at=later(60), **kwargs)
+
+
+def test_cancel_is_offered_only_with_its_permission(client):
+    TaskFactory()
+    login(client, [*REQUEUE, "rivet.purge_deadletter"])
+    assert 'name="action"' not in client.get(TASKS).content.decode()
+    login(client, CANCEL)
+    choices = [
+        value for value, _ in client.get(TASKS).context["action_form"].fields["action"].choices
+    ]
+    assert choices == ["", "cancel_selected"]
+
+
+def test_cancel_posted_without_its_permission_gets_403(client):
+    login(client, [*REQUEUE, "rivet.purge_deadletter"])
+    task = TaskFactory(runnable=True)
+    for extra in ({}, {"confirm": "yes"}):
+        assert cancel(client, [task], **extra).status_code == 403
+    task.refresh_from_db()
+    assert (task.state, task.cancel_requested) == ("pending", False)
+    assert not LogEntry.objects.exists()
+
+
+def test_cancel_asks_first_and_says_what_happens_to_each_task(client):
+    login(client, CANCEL)
+    idle, busy, done = TaskFactory(runnable=True), running(), TaskFactory(done=True)
+    response = cancel(client, [idle, busy, done])
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "Cancel 3 tasks?" in html and "A cancelled task is never acked." in html
+    assert "Requeue revives it" in html and 'name="confirm" value="yes"' in html
+    previews = {task.pk: preview for task, preview in response.context["rows"]}
+    assert previews == {
+        idle.pk: "buried now: it moves to the dead letters",
+        busy.pk: "running on worker-7: stopped at its next heartbeat, then buried",
+        done.pk: "left as it is: already done",
+    }
+    assert f'action="{TASKS}"' in html
+    states = dict(Task.objects.values_list("pk", "state"))
+    assert set(states.values()) == {"pending", "done"}
+    assert not Task.objects.filter(cancel_requested=True).exists()
+
+
+def test_cancel_confirmed_buries_a_pending_task_logs_and_reports(client):
+    user = login(client, CANCEL)
+    task = TaskFactory(runnable=True, last_error="TimeoutError: slow")
+    response = cancel(client, [task], confirm="yes")
+    assert response.status_code == 302
+    task.refresh_from_db()
+    assert task.state == "dead"
+    assert task.last_error == "TimeoutError: slow; cancelled by an operator"
+    (entry,) = LogEntry.objects.all()
+    assert (entry.user, entry.action_flag, entry.object_id) == (user, CHANGE, str(task.pk))
+    assert entry.change_message == "Cancelled: buried now (it was not running)."
+    (text,) = message_texts(response)
+    assert text.startswith(f"Cancelled 1 task: {task.pk}. Not running, so buried now")
+    assert "'cancelled by an operator'" in text
+
+
+def test_cancel_confirmed_marks_a_running_task_for_its_worker(client):
+    user = login(client, CANCEL)
+    task = running()
+    response = cancel(client, [task], confirm="yes")
+    task.refresh_from_db()
+    assert (task.state, task.cancel_requested, task.lease_owner) == ("pending", True, "worker-7")
+    (entry,) = LogEntry.objects.all()
+    assert (entry.user, entry.object_id) == (user, str(task.pk))
+    assert entry.change_message.startswith("Cancel requested")
+    (text,) = message_texts(response)
+    assert text.startswith(f"Cancelling 1 task: {task.pk}. Running: the worker stops")
+    assert "never acked" in text
+
+
+def test_cancel_counts_each_outcome_and_names_what_it_left_alone(client):
+    login(client, CANCEL)
+    idle = TaskFactory.create_batch(2, runnable=True)
+    busy = running()
+    done, dead = TaskFactory(done=True), TaskFactory(dead=True, last_error="boom")
+    purged = TaskFactory(runnable=True)
+    Task.objects.filter(pk=purged.pk).delete()  # after the confirmation page was shown
+    response = cancel(client, [*idle, busy, done, dead, purged], confirm="yes")
+    cancelled, marked, warning = message_texts(response)
+    assert cancelled.startswith(f"Cancelled 2 tasks: {idle[0].pk}, {idle[1].pk}.")
+    assert marked.startswith(f"Cancelling 1 task: {busy.pk}.")
+    assert warning == (
+        f"Not cancelled: {done.pk}: already done; {dead.pk}: already dead; "
+        f"{purged.pk}: no longer exists (purged meanwhile)."
+    )
+    assert LogEntry.objects.count() == 3
+    assert Task.objects.get(pk=dead.pk).last_error == "boom"
+    assert Task.objects.get(pk=done.pk).state == "done"
+
+
+def test_a_cancelled_task_is_revived_by_the_requeue_action(client):
+    login(client, [*CANCEL, "rivet.requeue_deadletter"])
+    task = TaskFactory(runnable=True, idem_key="pay-3")
+    cancel(client, [task], confirm="yes")
+    dead = client.get(DEAD)
+    assert [row.pk for row in dead.context["cl"].result_list] == [task.pk]
+    assert "cancelled by an operator" in dead.content.decode()
+    action(client, "requeue_selected", [task], confirm="yes")
+    task.refresh_from_db()
+    assert (task.state, task.attempts, task.idem_key) == ("pending", 0, "pay-3")
+
+
 # -- the embedded store -----------------------------------------------------------------------
 
 
@@ -376,4 +492,23 @@ def test_on_sqlite_the_admin_lists_counts_and_requeues(client):
     response = action(client, "requeue_selected", [dead], confirm="yes")
     assert Task.objects.using("sqlite").get(pk=dead.pk).state == "pending"
     assert message_texts(response)[0].startswith(f"Requeued 1 dead letter: {dead.pk}.")
+    assert not Task.objects.using("default").exists()
+
+
+@pytest.mark.django_db(databases=["default", "sqlite"], transaction=True)
+@override_settings(RIVET={"DATABASE_ALIAS": "sqlite"})
+def test_on_sqlite_the_admin_cancels(client):
+    login(client, CANCEL)
+    lite = Task.objects.using("sqlite")
+    idle = lite.create(queue="lite", kind="noop", visible_at=later(-60))
+    busy = lite.create(queue="lite", kind="noop", lease_owner="w1", visible_at=later(60))
+    assert cancel(client, [idle, busy]).status_code == 200
+    response = cancel(client, [idle, busy], confirm="yes")
+    idle, busy = lite.get(pk=idle.pk), lite.get(pk=busy.pk)
+    assert (idle.state, idle.last_error) == ("dead", "cancelled by an operator")
+    assert (busy.state, busy.cancel_requested) == ("pending", True)
+    assert [text.split(".")[0] for text in message_texts(response)] == [
+        f"Cancelled 1 task: {idle.pk}",
+        f"Cancelling 1 task: {busy.pk}",
+    ]
     assert not Task.objects.using("default").exists()

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from django.db import connections
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from rivet.api.errors import ERROR_CODES
@@ -19,6 +21,7 @@ ALL_PERMS = [
     "rivet.add_task",
     "rivet.requeue_deadletter",
     "rivet.purge_deadletter",
+    "rivet.cancel_task",
 ]
 TASKS, BULK = "/rivet/tasks/", "/rivet/tasks/bulk/"
 
@@ -274,6 +277,77 @@ def test_queue_counts(api, alias) -> None:
     assert_error(api.get("/rivet/queues/bad%20name/"), 400, "invalid_name")
 
 
+# -- cancel ----------------------------------------------------------------------------------
+
+
+def cancel(api: APIClient, task_id) -> dict:
+    response = api.post(f"/rivet/tasks/{task_id}/cancel/")
+    assert response.status_code == 200, response.json()
+    return response.json()
+
+
+def test_cancel_buries_a_task_that_is_not_running(api, alias) -> None:
+    task = task_in(alias, last_error="TimeoutError: slow")
+    body = cancel(api, task.id)
+    assert body["outcome"] == "cancelled"
+    assert (body["task"]["id"], body["task"]["state"]) == (task.id, "dead")
+    assert body["task"]["last_error"] == "TimeoutError: slow; cancelled by an operator"
+    assert Task.objects.using(alias).get(id=task.id).state == "dead"
+
+
+def test_cancel_marks_a_running_task_for_its_worker(api, alias) -> None:
+    lease_until = timezone.now() + timedelta(minutes=5)
+    task = task_in(alias, lease_owner="worker-7", attempts=1, visible_at=lease_until)
+    body = cancel(api, task.id)
+    assert body["outcome"] == "marked"
+    assert (body["task"]["state"], body["task"]["lease_owner"]) == ("pending", "worker-7")
+    row = Task.objects.using(alias).get(id=task.id)
+    assert (row.state, row.cancel_requested) == ("pending", True)
+
+
+@pytest.mark.parametrize("trait", ["done", "dead"])
+def test_cancel_leaves_a_finished_task_as_it_is(api, alias, trait) -> None:
+    task = task_in(alias, **{trait: True})
+    body = cancel(api, task.id)
+    assert (body["outcome"], body["task"]["state"]) == ("finished", trait)
+    row = Task.objects.using(alias).get(id=task.id)
+    assert (row.state, row.last_error, row.cancel_requested) == (
+        trait,
+        task.last_error,
+        False,
+    )
+
+
+@pytest.mark.parametrize("task_id", ["999999", "abc", "0", str(2**64)])
+def test_cancel_of_an_unknown_task_answers_404(api, alias, task_id) -> None:
+    body = assert_error(api.post(f"/rivet/tasks/{task_id}/cancel/"), 404, "not_found")
+    assert task_id in body["detail"]
+
+
+@pytest.mark.parametrize("caller", ["anonymous", "reader"])
+def test_cancel_without_the_permission_changes_nothing(alias, caller) -> None:
+    task = task_in(alias)
+    client = APIClient() if caller == "anonymous" else client_for("rivet.view_task")
+    response = client.post(f"/rivet/tasks/{task.id}/cancel/")
+    if caller == "anonymous":
+        assert response.status_code in (401, 403)
+        assert response.json()["code"] == "not_authenticated"
+    else:
+        body = assert_error(response, 403, "permission_denied")
+        assert "rivet.cancel_task" in body["detail"]
+    row = Task.objects.using(alias).get(id=task.id)
+    assert (row.state, row.cancel_requested) == ("pending", False)
+
+
+def test_a_cancelled_task_is_revived_by_a_requeue(api, alias) -> None:
+    task = task_in(alias, idem_key="pay-3")
+    assert cancel(api, task.id)["outcome"] == "cancelled"
+    response = api.post(f"/rivet/dead-letters/{task.id}/requeue/")
+    assert response.status_code == 200, response.json()
+    revived = response.json()
+    assert (revived["state"], revived["attempts"], revived["idem_key"]) == ("pending", 0, "pay-3")
+
+
 # -- dead letters ----------------------------------------------------------------------------
 
 
@@ -336,6 +410,7 @@ ENDPOINTS = [
     ("post", TASKS),
     ("post", BULK),
     ("get", "/rivet/tasks/1/"),
+    ("post", "/rivet/tasks/1/cancel/"),
     ("get", "/rivet/queues/"),
     ("get", "/rivet/queues/default/"),
     ("post", "/rivet/queues/default/sweep/"),
@@ -377,6 +452,7 @@ def test_anonymous_callers_are_refused_everywhere(
         ("post", "/rivet/dead-letters/{id}/requeue/", "rivet.requeue_deadletter"),
         ("post", "/rivet/queues/default/sweep/", "rivet.requeue_deadletter"),
         ("delete", "/rivet/dead-letters/{id}/", "rivet.purge_deadletter"),
+        ("post", "/rivet/tasks/{id}/cancel/", "rivet.cancel_task"),
     ],
 )
 def test_each_endpoint_needs_its_permission(alias, method, url, needed) -> None:

@@ -145,7 +145,8 @@ def task_result(record: TaskRecord, *, backend: str) -> TaskResult:
     """A TaskResult from a task row.
 
     rivet keeps only the current lease owner, so ``worker_ids`` repeats it once per attempt
-    (its length is the attempt count), and only the last error, so ``errors`` has at most one.
+    (its length is the attempt count). ``errors`` is the task's errors list: every failed
+    attempt of its whole life, the newest RIVET['MAX_ERRORS_KEPT'].
     """
     status = _status(record)
     attempted = record.updated_at if record.attempts else None
@@ -163,7 +164,7 @@ def task_result(record: TaskRecord, *, backend: str) -> TaskResult:
         args=record.payload.get("args", []),
         kwargs=record.payload.get("kwargs", {}),
         backend=backend,
-        errors=[_task_error(record.last_error)] if record.last_error else [],
+        errors=[_task_error(entry["error"]) for entry in record.errors],
         worker_ids=[record.lease_owner or "unknown"] * record.attempts,
     )
     if status == TaskResultStatus.SUCCESSFUL:
@@ -188,10 +189,11 @@ def _build_result(**values: Any) -> TaskResult:
     return TaskResult(**{k: v for k, v in values.items() if k in _RESULT_FIELDS})
 
 
-def _task_error(last_error: str) -> TaskError:
-    found = _RAISED_RE.findall(last_error)
+def _task_error(error: str) -> TaskError:
+    """One failed attempt of the task's errors list as django.tasks reports it."""
+    found = _RAISED_RE.findall(error)
     path = found[-1] if found else f"{__name__}.{DjangoTaskAbandoned.__qualname__}"
-    return TaskError(exception_class_path=path, traceback=last_error)
+    return TaskError(exception_class_path=path, traceback=error)
 
 
 def _load_task(path: str) -> Task:

@@ -19,6 +19,8 @@ _POSITIVE_NUMBERS = (
     "API_BULK_MAX",
 )
 _STORES = ("auto", "memory", "sqlite", "postgres")
+#: Most failed attempts a task's errors list may keep (each entry up to MAX_ERROR_LENGTH).
+MAX_ERRORS_KEPT_LIMIT = 1000
 
 
 @register()
@@ -38,6 +40,20 @@ def check_rivet_settings(app_configs=None, **kwargs):
                 )
             )
     errors += [Error(message, id="rivet.E002") for message in setting_errors()]
+    kept = rivet_settings.MAX_ERRORS_KEPT
+    if (
+        isinstance(kept, bool)
+        or not isinstance(kept, int)
+        or not 1 <= kept <= MAX_ERRORS_KEPT_LIMIT
+    ):
+        errors.append(
+            Error(
+                f"RIVET['MAX_ERRORS_KEPT'] must be an integer from 1 to {MAX_ERRORS_KEPT_LIMIT}, "
+                f"got {kept!r}",
+                hint="it bounds each task's errors list: the newest failed attempts are kept",
+                id="rivet.E002",
+            )
+        )
     if rivet_settings.STORE not in _STORES:
         errors.append(
             Error(

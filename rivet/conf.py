@@ -21,6 +21,8 @@ DEFAULTS: dict[str, Any] = {
     "MAX_NAME_LENGTH": 100,
     "MAX_IDEM_KEY_LENGTH": 200,
     "MAX_ERROR_LENGTH": 4000,
+    # Failed attempts kept in a task's errors list (oldest dropped first).
+    "MAX_ERRORS_KEPT": 20,
     "LEASE_TTL_SECS": 30.0,
     "CONCURRENCY": 4,
     "RETRY_BACKOFF_SECS": 1.0,

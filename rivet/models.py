@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import F, Q, Value
 from django.db.models.functions import Now
 
 from rivet.values import TaskState
@@ -30,6 +30,9 @@ class Task(models.Model):
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
     last_error = models.TextField(blank=True, default="", db_default="")
+    #: Every failed attempt of the task's whole life, oldest first, the last MAX_ERRORS_KEPT:
+    #: {"attempt": n, "at": ISO 8601 time from the database clock, "error": text}.
+    errors = models.JSONField(default=list, db_default=Value([], models.JSONField()))
     result = models.JSONField(null=True, blank=True)
     #: An operator cancelled the task while it was leased: its worker buries it, never acks it.
     cancel_requested = models.BooleanField(default=False, db_default=False)

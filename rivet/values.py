@@ -6,7 +6,7 @@ import enum
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from django.db import models
@@ -26,6 +26,11 @@ def ending(previous: str, suffix: str) -> str:
 def claim_burial(last_error: str, cancel_requested: bool) -> str:
     """last_error of a task a claim (or a sweep) buries: cancelled, else its worker was lost."""
     return ending(last_error, CANCELLED_SUFFIX if cancel_requested else WORKER_LOST_SUFFIX)
+
+
+def history_entry(attempt: int, at: datetime, error: str) -> dict[str, Any]:
+    """One entry of a task's errors list: the attempt, when it ended (UTC, ISO 8601), why."""
+    return {"attempt": attempt, "at": at.astimezone(UTC).isoformat(), "error": error}
 
 
 class TaskState(models.TextChoices):
@@ -216,6 +221,8 @@ class TaskRecord:
     last_error: str
     result: Any = None
     cancel_requested: bool = False
+    #: The failed attempts of the task's whole life, oldest first (see ``history_entry``).
+    errors: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)

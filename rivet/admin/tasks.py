@@ -120,12 +120,15 @@ class TaskAdminBase(ReadOnlyAdmin):
             {"fields": ("attempts", "max_attempts", "lease_epoch", "lease_owner", "visible_ms")},
         ),
         ("Times", {"fields": ("created_ms", "updated_ms")}),
-        ("Payload, result, error", {"fields": ("payload_json", "result_json", "error_text")}),
+        (
+            "Payload, result, errors",
+            {"fields": ("payload_json", "result_json", "error_text", "errors_json")},
+        ),
     )
     readonly_fields = (
         *("id", "queue", "kind", "state", "priority", "key", "unique_key", "attempts"),
         *("max_attempts", "lease_epoch", "lease_owner", "visible_ms", "created_ms", "updated_ms"),
-        *("payload_json", "result_json", "error_text"),
+        *("payload_json", "result_json", "error_text", "errors_json"),
     )
     key = column("idem_key", "idempotency key")
     visible = column("visible_at", "visible at", digits=0)
@@ -178,6 +181,11 @@ class TaskAdminBase(ReadOnlyAdmin):
     @admin.display(description="last error")
     def error_text(self, task):
         return format_html('<pre class="rivet-error">{}</pre>', task.last_error or "-")
+
+    @admin.display(description="failed attempts")
+    def errors_json(self, task):
+        """The errors list, oldest first: every failed attempt of the task's whole life."""
+        return pretty_json(task.errors) if task.errors else "-"
 
 
 @admin.register(Task)

@@ -131,6 +131,14 @@ class BulkEnqueueSerializer(serializers.Serializer):
     )
 
 
+class AttemptErrorSerializer(serializers.Serializer):
+    """One failed attempt in a task's history."""
+
+    attempt = serializers.IntegerField(help_text="the attempt that failed (0: never ran)")
+    at = serializers.CharField(help_text="when it ended: the database clock, ISO 8601 in UTC")
+    error = serializers.CharField(help_text="why, as last_error said then")
+
+
 class TaskSerializer(serializers.Serializer):
     """A snapshot of one task row."""
 
@@ -149,7 +157,12 @@ class TaskSerializer(serializers.Serializer):
     priority = serializers.IntegerField()
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
-    last_error = serializers.CharField(allow_blank=True)
+    last_error = serializers.CharField(
+        allow_blank=True, help_text="why the current life is failing; empty once done"
+    )
+    errors = AttemptErrorSerializer(
+        many=True, help_text="every failed attempt of the whole life, oldest first, bounded"
+    )
     result = serializers.JSONField(allow_null=True)
 
 

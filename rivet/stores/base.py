@@ -5,6 +5,9 @@ Rules every implementation keeps (``rivet.conformance`` checks each one):
 - Three states: pending, done, dead. A claimed task is pending with visible_at in the future.
 - Every timestamp (visible_at, created_at, updated_at) comes from the store's own clock: the
   database server's ``now()`` for SQL stores, the injected clock for the memory store.
+- last_error is the current life's: a retry or burial sets it, an ack or a requeue clears it.
+  Every retry and burial also appends {attempt, at (the store's clock), error} to the task's
+  errors list, keeping the newest RIVET['MAX_ERRORS_KEPT']; a requeue keeps the list.
 - A claim increments attempts and lease_epoch and sets visible_at = now + lease_ttl. A claim
   that meets a pending task whose attempts are used up buries it instead, with last_error
   ending in WORKER_LOST_SUFFIX.

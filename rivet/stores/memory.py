@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from django.utils import timezone
 
 from rivet import values as v
+from rivet.conf import rivet_settings
 from rivet.errors import IdempotencyMismatch
 from rivet.stores.base import Store
 
@@ -40,6 +41,12 @@ def _copy(value: Any) -> Any:
 def _doomed(task: v.TaskRecord) -> bool:
     """A pending task no claim may run: attempts used up, or cancelled while it was leased."""
     return task.attempts >= task.max_attempts or task.cancel_requested
+
+
+def _errors(task: v.TaskRecord, error: str, now: datetime) -> list[dict[str, Any]]:
+    """The task's errors list with this attempt's failure appended, cut to the newest kept."""
+    kept = rivet_settings.MAX_ERRORS_KEPT
+    return [*task.errors, v.history_entry(task.attempts, now, error)][-kept:]
 
 
 def _doom_ending(task: v.TaskRecord) -> str:
@@ -172,7 +179,7 @@ class MemoryStore(Store):
 
     def _bury(self, task: v.TaskRecord, error: str, now: datetime) -> None:
         self._tasks[task.id] = dataclasses.replace(
-            task, state="dead", last_error=error, updated_at=now
+            task, state="dead", last_error=error, errors=_errors(task, error, now), updated_at=now
         )
 
     def _held(self, lease: v.Lease) -> v.TaskRecord | None:
@@ -215,7 +222,7 @@ class MemoryStore(Store):
             return v.Settled.CANCELLED
         if isinstance(decision, v.Ack):
             self._tasks[task.id] = dataclasses.replace(
-                task, state="done", result=_copy(decision.result), updated_at=now
+                task, state="done", result=_copy(decision.result), last_error="", updated_at=now
             )
             return v.Settled.ACKED
         if isinstance(decision, v.Bury):
@@ -225,6 +232,7 @@ class MemoryStore(Store):
         self._tasks[task.id] = dataclasses.replace(
             task,
             last_error=decision.error,
+            errors=_errors(task, decision.error, now),
             lease_owner=None,
             visible_at=now + timedelta(seconds=max(decision.delay, 0.0)),
             updated_at=now,
@@ -307,6 +315,7 @@ class MemoryStore(Store):
                 task,
                 state="pending",
                 attempts=0,
+                last_error="",
                 lease_owner=None,
                 visible_at=now,
                 updated_at=now,

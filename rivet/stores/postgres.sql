@@ -111,6 +111,8 @@ RETURNING t.id, t.cancel_requested
 -- name: settle
 -- Apply a batch of decisions, each under its own epoch; record every refused row as fenced.
 -- A row an operator cancelled is buried as cancelled whatever was decided; wake on retries.
+-- An ack clears last_error; a retry or burial sets it and appends {attempt, at, error} to
+-- errors, keeping the newest errors_kept entries.
 WITH decided AS (
     SELECT *
     FROM unnest(
@@ -127,7 +129,27 @@ applied AS (
         END,
         last_error = CASE
             WHEN t.cancel_requested AND d.state <> 'dead' THEN %(cancelled_error)s
-            ELSE coalesce(d.error, t.last_error)
+            WHEN d.state = 'done' THEN ''
+            ELSE d.error
+        END,
+        errors = CASE
+            WHEN d.state = 'done' AND NOT t.cancel_requested THEN t.errors
+            ELSE (
+                SELECT coalesce(jsonb_agg(kept.entry ORDER BY kept.n), '[]'::jsonb)
+                FROM jsonb_array_elements(
+                    t.errors || jsonb_build_object(
+                        'attempt', t.attempts,
+                        'at', to_char(
+                            now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'
+                        ),
+                        'error', CASE
+                            WHEN t.cancel_requested AND d.state <> 'dead' THEN %(cancelled_error)s
+                            ELSE d.error
+                        END
+                    )
+                ) WITH ORDINALITY AS kept (entry, n)
+                WHERE kept.n > jsonb_array_length(t.errors) + 1 - %(errors_kept)s
+            )
         END,
         lease_owner = CASE WHEN d.state = 'pending' THEN NULL ELSE t.lease_owner END,
         visible_at = CASE
@@ -162,7 +184,7 @@ FROM applied
 SELECT
     id, queue, kind, payload::text AS payload, idem_key, unique_key, state, attempts,
     max_attempts, lease_epoch, lease_owner, visible_at, priority, created_at, updated_at,
-    last_error, result::text AS result, cancel_requested
+    last_error, result::text AS result, cancel_requested, errors::text AS errors
 FROM rivet_task
 WHERE id = %(task_id)s
 
@@ -171,7 +193,7 @@ WHERE id = %(task_id)s
 SELECT
     id, queue, kind, payload::text AS payload, idem_key, unique_key, state, attempts,
     max_attempts, lease_epoch, lease_owner, visible_at, priority, created_at, updated_at,
-    last_error, result::text AS result, cancel_requested
+    last_error, result::text AS result, cancel_requested, errors::text AS errors
 FROM rivet_task
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
     AND (%(state)s::text IS NULL OR state = %(state)s)
@@ -206,10 +228,11 @@ WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
 
 -- name: dead_requeue
 -- Revive a dead task of a queue with fresh attempts, unless its unique job is pending again.
+-- A new life: last_error is cleared, the errors list (the whole life's history) is kept.
 WITH revived AS (
     UPDATE rivet_task AS t
     SET
-        state = 'pending', attempts = 0, lease_owner = NULL, visible_at = now(),
+        state = 'pending', attempts = 0, last_error = '', lease_owner = NULL, visible_at = now(),
         updated_at = now(), cancel_requested = false
     WHERE t.id = %(task_id)s AND t.queue = %(queue)s AND t.state = 'dead'
         AND NOT EXISTS (

@@ -20,6 +20,7 @@ from typing import Any
 from django.db import Error as DjangoDatabaseError
 from django.db import IntegrityError, InterfaceError, OperationalError
 
+from rivet.conf import rivet_settings
 from rivet.errors import IdempotencyMismatch, StoreError, StoreUnavailable
 from rivet.stores.base import Store
 from rivet.values import (
@@ -174,7 +175,7 @@ class SqlStore(Store):
 
     def _common_params(self) -> dict[str, Any]:
         """Parameters every query may use: the cancel ending, and the dialect's own."""
-        return {"cancelled_error": CANCELLED_SUFFIX}
+        return {"cancelled_error": CANCELLED_SUFFIX, "errors_kept": rivet_settings.MAX_ERRORS_KEPT}
 
     def _rows(self, cursor: Any, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         cursor.execute(self.queries[query], {**self._common_params(), **params})
@@ -184,6 +185,7 @@ class SqlStore(Store):
         fields = {**row, "payload": json_value(row["payload"]), "result": json_value(row["result"])}
         fields.update({column: self._time(row[column]) for column in TIME_COLUMNS})
         fields["cancel_requested"] = bool(row["cancel_requested"])
+        fields["errors"] = json_value(row["errors"]) or []
         return TaskRecord(**fields)
 
     # -- enqueue -----------------------------------------------------------------------------

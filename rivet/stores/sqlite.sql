@@ -84,13 +84,31 @@ RETURNING id, cancel_requested;
 
 -- name: settle
 -- Apply one decision under its epoch. A row an operator cancelled is buried as cancelled
--- whatever was decided; the caller records a fence when no row comes back.
+-- whatever was decided; the caller records a fence when no row comes back. An ack clears
+-- last_error; a retry or burial sets it and appends {attempt, at, error} to errors, keeping
+-- the newest :errors_kept entries.
 UPDATE rivet_task SET
     state = CASE WHEN cancel_requested THEN 'dead' ELSE :state END,
     result = CASE WHEN :state = 'done' AND NOT cancel_requested THEN :result ELSE result END,
     last_error = CASE
         WHEN cancel_requested AND :state <> 'dead' THEN :cancelled_error
-        ELSE COALESCE(:error, last_error)
+        WHEN :state = 'done' THEN ''
+        ELSE :error
+    END,
+    errors = CASE
+        WHEN :state = 'done' AND NOT cancel_requested THEN errors
+        ELSE (
+            SELECT json_group_array(json(kept.value))
+            FROM json_each(json_insert(errors, '$[#]', json_object(
+                'attempt', attempts,
+                'at', strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'),
+                'error', CASE
+                    WHEN cancel_requested AND :state <> 'dead' THEN :cancelled_error
+                    ELSE :error
+                END
+            ))) AS kept
+            WHERE kept.key > json_array_length(errors) - :errors_kept
+        )
     END,
     lease_owner = CASE WHEN :state = 'pending' THEN NULL ELSE lease_owner END,
     visible_at = CASE
@@ -114,14 +132,16 @@ VALUES (
 -- name: task_get
 -- One task row by id.
 SELECT id, queue, kind, payload, idem_key, unique_key, state, attempts, max_attempts,
-    lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error, result, cancel_requested
+    lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error, result, cancel_requested,
+    errors
 FROM rivet_task
 WHERE id = :task_id;
 
 -- name: task_list
 -- Task rows filtered by queue and state (NULL = any), oldest id first.
 SELECT id, queue, kind, payload, idem_key, unique_key, state, attempts, max_attempts,
-    lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error, result, cancel_requested
+    lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error, result, cancel_requested,
+    errors
 FROM rivet_task
 WHERE (:queue IS NULL OR queue = :queue) AND (:state IS NULL OR state = :state)
 ORDER BY id
@@ -154,9 +174,11 @@ WHERE (:queue IS NULL OR queue = :queue) AND (:op IS NULL OR op = :op);
 
 -- name: dead_requeue
 -- Make a dead task pending with fresh attempts, unless its unique job is pending already.
+-- A new life: last_error is cleared, the errors list (the whole life's history) is kept.
 UPDATE rivet_task SET
     state = 'pending',
     attempts = 0,
+    last_error = '',
     lease_owner = NULL,
     cancel_requested = 0,
     visible_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),

@@ -12,6 +12,7 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.urls import reverse
 
 import rivet
+from rivet.decisions import failed
 from rivet.models import Task
 from rivet.stores import store_for_alias
 from tests.factories import UserFactory
@@ -31,7 +32,7 @@ def dead_letter(store, queue, kind, payload, error, idem_key=None):
         kind, payload, queue=queue, idem_key=idem_key, max_attempts=1, using=store
     ).task_id
     (claimed,) = store.task_claim(queues=[queue], owner="vm:4242", limit=1, lease_ttl=60).claimed
-    store.task_fail(claimed.lease, error, retry_delay=0, owner="vm:4242")
+    store.task_settle([failed(claimed, error, 0)])
     return task_id
 
 
@@ -64,7 +65,7 @@ def queues():
         rivet.enqueue("noop", {"n": n}, queue="mail", using=store)
     batch = store.task_claim(queues=["mail"], owner="vm:4242", limit=2, lease_ttl=60).claimed
     for claimed in batch:
-        store.task_ack(claimed.lease, {"sent": True}, owner="vm:4242")
+        store.task_ack(claimed.lease, {"sent": True})
     rivet.enqueue("noop", {"report": "weekly"}, queue="reports", delay=3600, using=store)
     return dead
 

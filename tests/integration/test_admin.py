@@ -15,8 +15,12 @@ from django.test import override_settings
 from django.urls import reverse
 from django.utils import timezone
 
+import rivet
 from rivet.admin import actions
+from rivet.decisions import failed
 from rivet.models import Task
+from rivet.stores import store_for_alias
+from rivet.values import HANDLER_ERROR_SUFFIX
 from tests.factories import FencedWriteFactory, TaskFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -123,6 +127,25 @@ def test_the_task_page_is_read_only_and_shows_payload_result_and_error_in_full(c
     assert task.state == "pending"
     assert client.get(reverse("admin:rivet_task_add")).status_code == 403
     assert client.post(reverse("admin:rivet_task_delete", args=[task.pk])).status_code == 403
+
+
+def test_the_task_and_dead_letter_pages_show_every_failed_attempt(client):
+    login(client, permissions=VIEW)
+    store = store_for_alias("default")
+    task_id = rivet.enqueue("noop", queue="hist", max_attempts=2, using=store).task_id
+    for error in ("OSError: <first>", "OSError: second"):
+        (claimed,) = store.task_claim(queues=["hist"], owner="w", limit=1, lease_ttl=60).claimed
+        store.task_settle([failed(claimed, error, 0.0)])
+    (first, second) = store.task_get(task_id).errors
+    for page in ("admin:rivet_task_change", "admin:rivet_deadletter_change"):
+        html = client.get(reverse(page, args=[task_id])).content.decode()
+        assert "Failed attempts:" in html
+        assert "&quot;error&quot;: &quot;OSError: &lt;first&gt;&quot;" in html  # escaped JSON
+        assert f"&quot;at&quot;: &quot;{second['at']}&quot;" in html
+        assert "&quot;attempt&quot;: 2" in html and HANDLER_ERROR_SUFFIX in html
+    fresh = TaskFactory()
+    html = client.get(reverse("admin:rivet_task_change", args=[fresh.pk])).content.decode()
+    assert "&quot;attempt&quot;" not in html
 
 
 def test_the_task_list_counts_each_queue_at_the_top(client):

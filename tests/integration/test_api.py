@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.db import connections
@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 
 from rivet.api.errors import ERROR_CODES
 from rivet.models import Task
+from rivet.stores import store_for_alias
 from tests.factories import UserFactory, task_in
 
 pytestmark = pytest.mark.django_db(databases=["default", "sqlite"])
@@ -227,6 +228,18 @@ def test_get_one_task(api, alias) -> None:
     response = api.get(f"/rivet/tasks/{task.id}/")
     assert response.status_code == 200
     assert (response.json()["id"], response.json()["kind"]) == (task.id, "send")
+
+
+def test_a_task_shows_its_failed_attempts(api, alias) -> None:
+    store = store_for_alias(alias)
+    task = task_in(alias, queue="mail", kind="send")
+    (claimed,) = store.task_claim(queues=["mail"], owner="w1", limit=1, lease_ttl=60).claimed
+    store.task_retry(claimed.lease, "SMTPError: 451 try later", 0.0)
+    body = api.get(f"/rivet/tasks/{task.id}/").json()
+    [entry] = body["errors"]
+    assert (entry["attempt"], entry["error"]) == (1, "SMTPError: 451 try later")
+    assert body["last_error"] == "SMTPError: 451 try later"
+    assert datetime.fromisoformat(entry["at"]) == datetime.fromisoformat(body["updated_at"])
 
 
 @pytest.mark.parametrize("task_id", ["999999", "abc", "-1", str(2**64)])

@@ -92,6 +92,9 @@ def test_show_prints_every_field_as_json(store):
         "unique_key",
     } <= set(shown)
     assert shown["last_error"] == f"ValueError: boom; {HANDLER_ERROR_SUFFIX}"
+    [entry] = shown["errors"]
+    assert (entry["attempt"], entry["error"]) == (1, shown["last_error"])
+    assert datetime.fromisoformat(entry["at"]) == datetime.fromisoformat(shown["updated_at"])
     assert (shown["id"], shown["idem_key"], shown["state"]) == (task_id, "pay-1", "dead")
     assert shown["payload"] == {"amount": 100, "note": "ünï"}
     assert datetime.fromisoformat(shown["updated_at"]).tzinfo is not None

@@ -146,9 +146,9 @@ def test_a_task_that_raises_is_failed_once_its_attempts_are_used_up(tasks):
     failed = tasks.explode.get_result(result.id)
     assert failed.status == TaskResultStatus.FAILED
     assert failed.attempts == 2
-    (error,) = failed.errors
-    assert error.exception_class is ValueError
-    assert "kaboom" in error.traceback
+    assert [error.exception_class for error in failed.errors] == [ValueError, ValueError]
+    assert all("kaboom" in error.traceback for error in failed.errors)
+    assert failed.errors[0].traceback == first.errors[0].traceback  # the first attempt's, kept
     with pytest.raises(ValueError, match="Task failed"):
         failed.return_value  # noqa: B018
 

@@ -34,3 +34,15 @@ def test_unknown_keys_and_bad_limits_are_named(settings):
     assert ("rivet.E001", "unknown setting RIVET['LEASE_TTL']") in found
     assert ("rivet.E002", "RIVET['MAX_ATTEMPTS'] must be a positive number, got 0") in found
     assert any("RIVET['QUEUE'] must be queue names" in msg for _, msg in found)
+
+
+def test_the_errors_kept_bound_is_an_integer_from_1_to_1000(settings):
+    assert messages(settings, MAX_ERRORS_KEPT=1) == []
+    assert messages(settings, MAX_ERRORS_KEPT=1000) == []
+    for bad in (0, 1001, 2.5, "20", True, None):
+        assert messages(settings, MAX_ERRORS_KEPT=bad) == [
+            (
+                "rivet.E002",
+                f"RIVET['MAX_ERRORS_KEPT'] must be an integer from 1 to 1000, got {bad!r}",
+            )
+        ], bad

@@ -12,9 +12,9 @@
   gives the task back at once (fenced, and recorded, if another worker claimed it meanwhile);
   it waits up to one more lease for an unreachable database, then the lease simply lapses.
 
-A write that fails because the database is unreachable is tried again with a short backoff
-while the lease still holds (the local deadline, which heartbeats push on); only then is the
-attempt left to lapse.
+A write that fails because the database is unreachable is tried again with a short backoff,
+until one lease past the attempt's local deadline (every write names its epoch, so a late one
+is applied or fenced, never wrong); only then is the attempt left to lapse.
 """
 
 from __future__ import annotations
@@ -109,15 +109,11 @@ class Settler:
             self._done(attempt, "lost")
 
     def _expired(self, attempt: Attempt) -> None:
-        """Give the task back under its epoch: fenced and recorded if another worker has it.
-
-        The database may be what stopped the heartbeats (a restart): this write is guarded, so
-        trying it past the lease is safe, and it waits up to one more lease for the server.
-        """
+        """Give the task back under its epoch: fenced and recorded if another worker has it."""
         reason = attempt.stop_reason
         logs.task_event("lease_expired", attempt.claimed, logging.WARNING, reason=reason)
         decision = decisions.expired(attempt.claimed)
-        settled = self._write(attempt, decision, patience=self.guard.lease_ttl)
+        settled = self._write(attempt, decision)
         if settled is Settled.FENCED:
             self._fenced(attempt, decision)
         elif settled is not None:
@@ -148,16 +144,16 @@ class Settler:
         if settled is not None:
             REPORTS[settled](self, attempt, decision, **report)
 
-    def _write(
-        self, attempt: Attempt, decision: Decision, *, patience: float = 0.0
-    ) -> Settled | None:
-        """The store write of a decision; retried while the lease holds if the database is down.
+    def _write(self, attempt: Attempt, decision: Decision) -> Settled | None:
+        """The store write of a decision, retried while the database is unreachable.
 
-        patience: keep retrying this much longer than now even past the lease (for a write that
-        is safe at any time because the epoch guards it, and useless unless it lands).
+        Every write names its epoch, so trying it again is safe at any time: landing late, it is
+        either applied (nobody took the task) or fenced and recorded. The worker waits for the
+        server until one lease past the attempt's local deadline (a restart takes well under a
+        lease), then leaves the attempt to lapse.
         """
         wait = WRITE_RETRY_FIRST_SECS
-        give_up = max(attempt.lease_deadline, self.clock() + patience)
+        give_up = max(attempt.lease_deadline, self.clock()) + self.guard.lease_ttl
         while True:
             try:
                 return self.store.task_settle([decision])[0]

@@ -52,7 +52,7 @@ def test_any_other_store_error_is_not_retried(jobs):
     assert store.task_get(task_id).state == "pending"
 
 
-def test_no_retry_past_the_local_lease_deadline(jobs):
+def test_a_write_is_given_up_one_lease_past_the_local_deadline(jobs):
     store = FlakyStore(StoreUnavailable("down"), failures=1000)
     enqueue(store, "noop")
     stats = make_worker(store, jobs, once=True, lease_ttl=0.3).run()

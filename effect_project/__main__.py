@@ -9,11 +9,14 @@ import sys
 
 from django.core.management import execute_from_command_line
 
+from rivet.management.base import load_settings_or_exit
+
 
 def main() -> None:
     # This entry point always means the effect service, even where the shell exports the host
     # project's DJANGO_SETTINGS_MODULE; --settings still overrides it.
     os.environ["DJANGO_SETTINGS_MODULE"] = "effect_project.settings"
+    load_settings_or_exit(sys.argv)
     execute_from_command_line([f"{sys.executable} -m effect_project", *sys.argv[1:]])
 
 

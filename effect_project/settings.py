@@ -38,7 +38,8 @@ WSGI_APPLICATION = "effect_project.wsgi.application"
 
 DATABASES = {
     "default": database_from_url(
-        env("EFFECT_DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'effect.sqlite3'}")
+        env("EFFECT_DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'effect.sqlite3'}"),
+        variable="EFFECT_DATABASE_URL",
     ),
 }
 

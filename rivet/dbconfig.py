@@ -24,7 +24,7 @@ SQLITE_OPTIONS = {
 }
 
 
-def database_from_url(url: str) -> dict:
+def database_from_url(url: str, variable: str = "DATABASE_URL") -> dict:
     """A DATABASES entry for ``url``; SQLite gets SQLITE_OPTIONS, PostgreSQL no persistent conns.
 
     CONN_MAX_AGE stays 0 on PostgreSQL: a worker pools its connections instead
@@ -35,9 +35,9 @@ def database_from_url(url: str) -> dict:
             warnings.simplefilter("ignore")  # its "engine not recognized": refused below
             config = environ.Env.db_url_config(url)
     except Exception as exc:  # django-environ raises several types for a bad URL
-        raise _bad_url(url, exc) from exc
+        raise _bad_url(url, exc, variable) from exc
     if config.get("ENGINE") not in SUPPORTED_ENGINES:
-        raise _bad_url(url, None)
+        raise _bad_url(url, None, variable)
     if config["ENGINE"] == SQLITE_ENGINE:
         config["OPTIONS"] = {**SQLITE_OPTIONS, **config.get("OPTIONS", {})}
     else:
@@ -45,7 +45,7 @@ def database_from_url(url: str) -> dict:
     return config
 
 
-def _bad_url(url: str, exc: Exception | None) -> ImproperlyConfigured:
+def _bad_url(url: str, exc: Exception | None, variable: str) -> ImproperlyConfigured:
     parts = urlsplit(url)
     shown = parts
     if parts.password:
@@ -54,5 +54,5 @@ def _bad_url(url: str, exc: Exception | None) -> ImproperlyConfigured:
     reason = f" ({exc})" if exc else ""
     return ImproperlyConfigured(
         f"database URL {shown.geturl()!r} is not one rivet can use{reason}; expected "
-        "postgres://USER[:PASSWORD]@HOST[:PORT]/NAME or sqlite:///PATH (set DATABASE_URL)"
+        f"postgres://USER[:PASSWORD]@HOST[:PORT]/NAME or sqlite:///PATH (set {variable})"
     )

@@ -83,7 +83,7 @@ def classify(exc: BaseException) -> tuple[Failure, BaseException]:
     return Failure.OTHER, _chain(exc)[-1]
 
 
-def explain(exc: BaseException, alias: str) -> str:
+def explain(exc: BaseException, alias: str, variable: str = "DATABASE_URL") -> str:
     """One line: what failed, where, and what to do."""
     failure, cause = classify(exc)
     place = where(alias)
@@ -92,10 +92,10 @@ def explain(exc: BaseException, alias: str) -> str:
     if failure is Failure.NO_DATABASE:
         return (
             f"the database in {place} does not exist on that server: create it "
-            f"(`createdb`), or fix DATABASE_URL ({_one_line(cause)})"
+            f"(`createdb`), or fix {variable} ({_one_line(cause)})"
         )
     if failure is Failure.UNREACHABLE:
-        return f"no server answers at {place}: start it, or fix DATABASE_URL ({_one_line(cause)})"
+        return f"no server answers at {place}: start it, or fix {variable} ({_one_line(cause)})"
     return f"the database at {place} failed: {_one_line(cause)}"
 
 

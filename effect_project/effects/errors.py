@@ -18,7 +18,7 @@ def json_exception_handler(exc, context):
     """DRF's handler, plus a 503 with one line for a database that failed."""
     response = exception_handler(exc, context)
     if response is None and isinstance(exc, DatabaseError):
-        detail = explain(exc, "default")
+        detail = explain(exc, "default", "EFFECT_DATABASE_URL")
         return Response({"detail": detail, "code": "database_unavailable"}, status=503)
     return response
 

@@ -235,3 +235,27 @@ def test_json_logs_are_json_on_every_line():
     assert {"worker_started", "pool_undersized", "claimed", "acked", "worker_stopped"} <= set(
         events
     )
+
+
+# -- the effect service --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "code", "expected"),
+    [
+        ("postgres://postgres:secret@127.0.0.1:{port}/x", 1, "no server answers at postgres://"),
+        ("not a url", 2, "is not one rivet can use"),
+    ],
+    ids=["no-server", "not-a-url"],
+)
+def test_the_effect_service_on_a_bad_database_is_one_line(url, code, expected):
+    env = {**os.environ, "EFFECT_DATABASE_URL": url.format(port=closed_port())}
+    env["RIVET_READ_DOTENV"] = "0"
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    argv = [sys.executable, "-m", "effect_project", "serve", "--bind", f"127.0.0.1:{closed_port()}"]
+    done = subprocess.run(argv, env=env, capture_output=True, timeout=120, check=False)
+    assert done.returncode == code
+    line = one_line(done)
+    assert expected in line
+    assert "EFFECT_DATABASE_URL" in line
+    assert "secret" not in line

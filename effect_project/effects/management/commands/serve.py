@@ -19,8 +19,10 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.core.wsgi import get_wsgi_application
-from django.db import connections
+from django.db import DatabaseError, connections
 from waitress.server import create_server
+
+from rivet.dberrors import explain
 
 #: An idle keep-alive connection is closed after this long (a pooled client opens another).
 CHANNEL_TIMEOUT_SECS = 60
@@ -52,7 +54,12 @@ class Command(BaseCommand):
             raise CommandError(
                 f"--threads and --connection-limit must be >= 1, got {threads}, {connection_limit}"
             )
-        call_command("migrate", interactive=False, verbosity=max(verbosity - 1, 0))
+        try:
+            call_command("migrate", interactive=False, verbosity=max(verbosity - 1, 0))
+        except DatabaseError as exc:
+            raise CommandError(
+                f"cannot serve: {explain(exc, 'default', 'EFFECT_DATABASE_URL')}", returncode=1
+            ) from exc
         connections.close_all()  # each serving thread opens its own
         application = get_wsgi_application()
         if access_log:

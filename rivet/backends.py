@@ -27,7 +27,13 @@ import django
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from rivet.errors import InvalidInput, RivetConfigError, RivetError
+from rivet.errors import (
+    DjangoTaskAbandoned,
+    DjangoTaskFailed,
+    InvalidInput,
+    RivetConfigError,
+    RivetError,
+)
 from rivet.jobs import JobContext, job
 from rivet.producer import enqueue, resolve_store
 from rivet.validation import check_name
@@ -73,14 +79,6 @@ OPTION_KEYS = frozenset({"database", "max_attempts"})
 _RAISED = "django task raised"
 _RAISED_RE = re.compile(re.escape(_RAISED) + r" ([A-Za-z_][\w.]*)")
 _RESULT_FIELDS = {f.name for f in fields(TaskResult) if f.init}
-
-
-class DjangoTaskFailed(RivetError):
-    """A Django task raised; the message ends naming the exception's class."""
-
-
-class DjangoTaskAbandoned(RivetError):
-    """A Django task used up its attempts without any handler error (its worker was lost)."""
 
 
 class RivetBackend(BaseTaskBackend):
@@ -192,7 +190,8 @@ def _build_result(**values: Any) -> TaskResult:
 def _task_error(error: str) -> TaskError:
     """One failed attempt of the task's errors list as django.tasks reports it."""
     found = _RAISED_RE.findall(error)
-    path = found[-1] if found else f"{__name__}.{DjangoTaskAbandoned.__qualname__}"
+    abandoned = DjangoTaskAbandoned
+    path = found[-1] if found else f"{abandoned.__module__}.{abandoned.__qualname__}"
     return TaskError(exception_class_path=path, traceback=error)
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import urllib3
 
-from rivet.errors import RivetError
+from rivet.errors import EffectError, EffectRejected, EffectUnavailable
 
 REPLAY_HEADER = "idempotent-replay"
 _RETRYABLE_4XX = frozenset({408, 429})
@@ -49,23 +49,6 @@ class EffectResponse:
     """The decoded JSON answer (the effect: id, key, body, created_at)."""
     replay: bool
     """True when the service answered from its dedup row and wrote nothing."""
-
-
-class EffectError(RivetError):
-    """The effect service did not confirm the effect."""
-
-    def __init__(self, message: str, *, status: int | None = None, body: str = "") -> None:
-        self.status = status
-        self.body = body
-        super().__init__(message)
-
-
-class EffectRejected(EffectError):
-    """The service refused the request (4xx, e.g. 422: key reused with another body); final."""
-
-
-class EffectUnavailable(EffectError):
-    """No usable answer (connection error, timeout, 5xx); retry with the same key."""
 
 
 def post_effect(

@@ -117,10 +117,10 @@ def build_worker(
     values: dict, *, once: bool, failpoints: Failpoints, metrics: bool = False
 ) -> Worker:
     """A Worker on the configured store from resolved option values."""
-    from rivet.stores import get_store
+    from rivet.stores import resolve_store
 
     try:
-        store = get_store()
+        store = resolve_store()
     except RivetConfigError as exc:
         raise CommandError(str(exc), returncode=2) from exc
     retry = RetryPolicy(

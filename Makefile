@@ -11,7 +11,7 @@ NOX_ARGS ?=
 .PHONY: help venv test test-matrix pytest lint demo bench clean distclean
 
 help:
-	@echo "make venv   create .venv and install rivet with its test extras"
+	@echo "make venv   create .venv and install rivet with every extra and the dev tools"
 	@echo "make test   find or start PostgreSQL, run pytest against it, then lint"
 	@echo "make test-matrix  the suite on every supported Python + Django, fresh venv each"
 	@echo "make lint   ruff check, ruff format --check, makemigrations --check"
@@ -24,7 +24,7 @@ venv: $(STAMP)
 # Re-installs only when pyproject.toml is newer than the stamp.
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install --disable-pip-version-check -e '.[test]'
+	$(VPY) -m pip install --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
 # scripts/find_chromium.py finds the browser the admin's browser tests drive (installing

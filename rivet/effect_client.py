@@ -23,9 +23,13 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-import urllib3
-
 from rivet.errors import EffectError, EffectRejected, EffectUnavailable
+from rivet.extras import missing_extra
+
+try:
+    import urllib3
+except ImportError as _missing:  # the effect extra: pip install 'django-rivet[effect]'
+    raise missing_extra("urllib3", extra="effect", feature="rivet.effect_client") from _missing
 
 REPLAY_HEADER = "idempotent-replay"
 _RETRYABLE_4XX = frozenset({408, 429})

@@ -28,6 +28,7 @@ from django.db.models import Count, Min, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from rivet.extras import require
 from rivet.models import FencedWrite, Task
 from rivet.values import Claimed, QueueStats, TaskState
 
@@ -76,6 +77,7 @@ class WorkerMetrics(NoMetrics):
 
     def __init__(self, *, slots: int, busy: Callable[[], float]) -> None:
         # Imported here: a worker without metrics starts without prometheus_client.
+        _prometheus()
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
@@ -219,8 +221,14 @@ class QueueCollector:
 
 def queue_exposition(using: str) -> bytes:
     """The queue gauges in the Prometheus text format."""
+    _prometheus()
     from prometheus_client import CollectorRegistry, generate_latest
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QueueCollector(using))
     return generate_latest(registry)
+
+
+def _prometheus() -> None:
+    """Make sure prometheus_client is there, else say which extra installs it."""
+    require("prometheus_client", extra="metrics", feature="rivet's Prometheus metrics")

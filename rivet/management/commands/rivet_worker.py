@@ -18,6 +18,7 @@ from rivet import logs
 from rivet.conf import rivet_settings
 from rivet.dberrors import DatabaseUnready, preflight
 from rivet.errors import RivetConfigError
+from rivet.extras import require
 from rivet.failpoints import Failpoints, install
 from rivet.management.base import EXIT_UNAVAILABLE, RivetCommand
 from rivet.retry import RetryPolicy
@@ -52,10 +53,15 @@ class Command(RivetCommand):
             points = Failpoints.from_env()
         except RivetConfigError as exc:
             raise CommandError(str(exc), returncode=2) from exc
+        metrics_port = values.pop("metrics_port")
+        if metrics_port is not None:
+            try:
+                require("prometheus_client", extra="metrics", feature="--metrics-port")
+            except RivetConfigError as exc:
+                raise CommandError(str(exc), returncode=2) from exc
         logs.configure(values.pop("log_format"))
         check_database(values.pop("connect_timeout"))
         import_job_modules()
-        metrics_port = values.pop("metrics_port")
         worker = build_worker(
             values,
             once=options["once"],

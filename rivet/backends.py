@@ -47,7 +47,7 @@ if django.VERSION >= (6, 0):
     from django.tasks.signals import task_enqueued, task_finished, task_started
 else:  # Django 5.2: the django-tasks backport, which names one exception differently
     try:
-        from django_tasks import task_backends
+        from django_tasks import task_backends  # type: ignore[assignment]
     except ModuleNotFoundError as exc:
         if exc.name != "django_tasks":
             raise
@@ -57,10 +57,20 @@ else:  # Django 5.2: the django-tasks backport, which names one exception differ
             "django-tasks backport (pip install 'django-tasks>=0.12'; django-rivet installs it "
             "by itself only on Python 3.11), or upgrade to Django 6."
         ) from exc
-    from django_tasks.backends.base import BaseTaskBackend
-    from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
-    from django_tasks.exceptions import InvalidTaskError as InvalidTask
-    from django_tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
+    # The backport's classes stand in for django.tasks' (the type checker sees Django's).
+    from django_tasks.backends.base import BaseTaskBackend  # type: ignore[assignment]
+    from django_tasks.base import (  # type: ignore[assignment]
+        Task,
+        TaskContext,
+        TaskError,
+        TaskResult,
+        TaskResultStatus,
+    )
+    from django_tasks.exceptions import InvalidTaskError as InvalidTask  # type: ignore[assignment]
+    from django_tasks.exceptions import (  # type: ignore[assignment]
+        TaskResultDoesNotExist,
+        TaskResultMismatch,
+    )
     from django_tasks.signals import task_enqueued, task_finished, task_started
 
 __all__ = [

@@ -19,7 +19,7 @@ queue's counts at scrape time. Its cost follows the live rows, not the history:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -172,7 +172,9 @@ def _table_rows(connection) -> float:
         return float(cursor.fetchone()[0] or 0)
 
 
-def _stats(name: str, row: dict, done: dict, fenced: dict, now: datetime) -> QueueStats:
+def _stats(
+    name: str, row: Mapping[str, Any], done: dict, fenced: dict, now: datetime
+) -> QueueStats:
     oldest = row.get("oldest")
     return QueueStats(
         queue=name,

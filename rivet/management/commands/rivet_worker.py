@@ -96,6 +96,9 @@ def serve_metrics(worker: Worker, port: int | None) -> None:
     """Answer Prometheus scrapes on ``port`` (--metrics-port / RIVET_METRICS_PORT), if given."""
     if port is None:
         return
+    from rivet.metrics import WorkerMetrics
+
+    assert isinstance(worker.metrics, WorkerMetrics)  # a port is given: the worker has metrics
     try:
         worker.metrics.serve(port)
     except OSError as exc:

@@ -8,9 +8,9 @@ and inherit the break. Nothing here is importable from rivet or the host project
 - ``keyless``: the effect goes out under a new key on every delivery, so the effect service
   cannot tell a redelivery from new work (the idempotency key is missing in effect). S1 must
   fail: the verifier knows each effect's task from its body, not from the key.
-- ``fenceless``: the store ignores the lease epoch (heartbeat, ack and fail are written with
-  whatever epoch the task has now), so a woken zombie's stale write goes through. F2 must fail:
-  a zombie whose task was claimed again had no refused write recorded.
+- ``fenceless``: the store ignores the lease epoch (heartbeat and every settle decision are
+  written with whatever epoch the task has now), so a woken zombie's stale write goes through.
+  F2 must fail: a zombie whose task was claimed again had no refused write recorded.
 """
 
 from __future__ import annotations
@@ -41,15 +41,13 @@ def break_fence() -> None:
             row = cursor.fetchone()
         return dataclasses.replace(lease, epoch=row[0]) if row else lease
 
-    extend, ack, fail = PostgresStore.lease_extend, PostgresStore.task_ack, PostgresStore.task_fail
+    extend, settle = PostgresStore.lease_extend, PostgresStore.task_settle
     PostgresStore.lease_extend = lambda self, leases, ttl: extend(
         self, [now_held(self, lease) for lease in leases], ttl
     )
-    PostgresStore.task_ack = lambda self, lease, *a, **kw: ack(
-        self, now_held(self, lease), *a, **kw
-    )
-    PostgresStore.task_fail = lambda self, lease, *a, **kw: fail(
-        self, now_held(self, lease), *a, **kw
+    # Every settle decision (ack, retry, bury, fence) is written with the epoch held now.
+    PostgresStore.task_settle = lambda self, decisions: settle(
+        self, [dataclasses.replace(d, lease=now_held(self, d.lease)) for d in decisions]
     )
 
 

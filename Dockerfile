@@ -10,7 +10,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 COPY . .
-RUN pip install . \
+RUN pip install '.[api,metrics,effect]' \
     && useradd --system --home-dir /app --shell /usr/sbin/nologin rivet \
     && chown -R rivet /app
 USER rivet

@@ -11,10 +11,10 @@ NOX_ARGS ?=
 .PHONY: help venv test test-matrix pytest lint demo bench clean distclean
 
 help:
-	@echo "make venv   create .venv and install rivet with its test extras"
+	@echo "make venv   create .venv and install rivet with every extra and the dev tools"
 	@echo "make test   find or start PostgreSQL, run pytest against it, then lint"
 	@echo "make test-matrix  the suite on every supported Python + Django, fresh venv each"
-	@echo "make lint   ruff check, ruff format --check, makemigrations --check"
+	@echo "make lint   ruff check, ruff format --check, mypy rivet/, makemigrations --check"
 	@echo "make demo   run the demo on SQLite files in demo/"
 	@echo "make bench  run the benchmark (manage.py rivet_chaos bench)"
 	@echo "make clean  remove caches, build output and demo/ (distclean: .venv too)"
@@ -24,7 +24,7 @@ venv: $(STAMP)
 # Re-installs only when pyproject.toml is newer than the stamp.
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install --disable-pip-version-check -e '.[test]'
+	$(VPY) -m pip install --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
 # scripts/find_chromium.py finds the browser the admin's browser tests drive (installing
@@ -49,6 +49,7 @@ pytest: venv
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	EFFECT_DATABASE_URL=sqlite://:memory: DATABASE_URL=sqlite://:memory: $(VENV)/bin/mypy
 	DATABASE_URL=sqlite://:memory: $(VPY) manage.py makemigrations --check --dry-run
 	EFFECT_DATABASE_URL=sqlite://:memory: DATABASE_URL=sqlite://:memory: \
 		$(VPY) -m django makemigrations --check --dry-run --settings=effect_project.settings

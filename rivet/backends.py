@@ -27,7 +27,13 @@ import django
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from rivet.errors import InvalidInput, RivetConfigError, RivetError
+from rivet.errors import (
+    DjangoTaskAbandoned,
+    DjangoTaskFailed,
+    InvalidInput,
+    RivetConfigError,
+    RivetError,
+)
 from rivet.jobs import JobContext, job
 from rivet.producer import enqueue, resolve_store
 from rivet.validation import check_name
@@ -41,7 +47,7 @@ if django.VERSION >= (6, 0):
     from django.tasks.signals import task_enqueued, task_finished, task_started
 else:  # Django 5.2: the django-tasks backport, which names one exception differently
     try:
-        from django_tasks import task_backends
+        from django_tasks import task_backends  # type: ignore[assignment]
     except ModuleNotFoundError as exc:
         if exc.name != "django_tasks":
             raise
@@ -51,10 +57,20 @@ else:  # Django 5.2: the django-tasks backport, which names one exception differ
             "django-tasks backport (pip install 'django-tasks>=0.12'; django-rivet installs it "
             "by itself only on Python 3.11), or upgrade to Django 6."
         ) from exc
-    from django_tasks.backends.base import BaseTaskBackend
-    from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
-    from django_tasks.exceptions import InvalidTaskError as InvalidTask
-    from django_tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
+    # The backport's classes stand in for django.tasks' (the type checker sees Django's).
+    from django_tasks.backends.base import BaseTaskBackend  # type: ignore[assignment]
+    from django_tasks.base import (  # type: ignore[assignment]
+        Task,
+        TaskContext,
+        TaskError,
+        TaskResult,
+        TaskResultStatus,
+    )
+    from django_tasks.exceptions import InvalidTaskError as InvalidTask  # type: ignore[assignment]
+    from django_tasks.exceptions import (  # type: ignore[assignment]
+        TaskResultDoesNotExist,
+        TaskResultMismatch,
+    )
     from django_tasks.signals import task_enqueued, task_finished, task_started
 
 __all__ = [
@@ -73,14 +89,6 @@ OPTION_KEYS = frozenset({"database", "max_attempts"})
 _RAISED = "django task raised"
 _RAISED_RE = re.compile(re.escape(_RAISED) + r" ([A-Za-z_][\w.]*)")
 _RESULT_FIELDS = {f.name for f in fields(TaskResult) if f.init}
-
-
-class DjangoTaskFailed(RivetError):
-    """A Django task raised; the message ends naming the exception's class."""
-
-
-class DjangoTaskAbandoned(RivetError):
-    """A Django task used up its attempts without any handler error (its worker was lost)."""
 
 
 class RivetBackend(BaseTaskBackend):
@@ -192,7 +200,8 @@ def _build_result(**values: Any) -> TaskResult:
 def _task_error(error: str) -> TaskError:
     """One failed attempt of the task's errors list as django.tasks reports it."""
     found = _RAISED_RE.findall(error)
-    path = found[-1] if found else f"{__name__}.{DjangoTaskAbandoned.__qualname__}"
+    abandoned = DjangoTaskAbandoned
+    path = found[-1] if found else f"{abandoned.__module__}.{abandoned.__qualname__}"
     return TaskError(exception_class_path=path, traceback=error)
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import warnings
 from urllib.parse import urlsplit
 
-import environ
 from django.core.exceptions import ImproperlyConfigured
+
+from rivet.extras import require
 
 SQLITE_ENGINE = "django.db.backends.sqlite3"
 SUPPORTED_ENGINES = {
@@ -30,6 +31,8 @@ def database_from_url(url: str, variable: str = "DATABASE_URL") -> dict:
     CONN_MAX_AGE stays 0 on PostgreSQL: a worker pools its connections instead
     (rivet.worker.pool), and Django refuses a pool beside persistent connections.
     """
+    # django-environ comes with the effect extra: only projects that read URLs need it.
+    environ = require("environ", extra="effect", feature="rivet.dbconfig.database_from_url")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # its "engine not recognized": refused below

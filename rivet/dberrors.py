@@ -18,8 +18,8 @@ try:  # psycopg is a dependency, but the SQLite-only paths do not need it to imp
     import psycopg
     import psycopg_pool
 except ImportError:  # pragma: no cover
-    psycopg = None
-    psycopg_pool = None
+    psycopg = None  # type: ignore[assignment]
+    psycopg_pool = None  # type: ignore[assignment]
 
 
 class Failure(Enum):

@@ -23,9 +23,13 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-import urllib3
+from rivet.errors import EffectError, EffectRejected, EffectUnavailable
+from rivet.extras import missing_extra
 
-from rivet.errors import RivetError
+try:
+    import urllib3
+except ImportError as _missing:  # the effect extra: pip install 'django-rivet[effect]'
+    raise missing_extra("urllib3", extra="effect", feature="rivet.effect_client") from _missing
 
 REPLAY_HEADER = "idempotent-replay"
 _RETRYABLE_4XX = frozenset({408, 429})
@@ -49,23 +53,6 @@ class EffectResponse:
     """The decoded JSON answer (the effect: id, key, body, created_at)."""
     replay: bool
     """True when the service answered from its dedup row and wrote nothing."""
-
-
-class EffectError(RivetError):
-    """The effect service did not confirm the effect."""
-
-    def __init__(self, message: str, *, status: int | None = None, body: str = "") -> None:
-        self.status = status
-        self.body = body
-        super().__init__(message)
-
-
-class EffectRejected(EffectError):
-    """The service refused the request (4xx, e.g. 422: key reused with another body); final."""
-
-
-class EffectUnavailable(EffectError):
-    """No usable answer (connection error, timeout, 5xx); retry with the same key."""
 
 
 def post_effect(

@@ -19,7 +19,7 @@ queue's counts at scrape time. Its cost follows the live rows, not the history:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -28,6 +28,7 @@ from django.db.models import Count, Min, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from rivet.extras import require
 from rivet.models import FencedWrite, Task
 from rivet.values import Claimed, QueueStats, TaskState
 
@@ -76,6 +77,7 @@ class WorkerMetrics(NoMetrics):
 
     def __init__(self, *, slots: int, busy: Callable[[], float]) -> None:
         # Imported here: a worker without metrics starts without prometheus_client.
+        _prometheus()
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
@@ -170,7 +172,9 @@ def _table_rows(connection) -> float:
         return float(cursor.fetchone()[0] or 0)
 
 
-def _stats(name: str, row: dict, done: dict, fenced: dict, now: datetime) -> QueueStats:
+def _stats(
+    name: str, row: Mapping[str, Any], done: dict, fenced: dict, now: datetime
+) -> QueueStats:
     oldest = row.get("oldest")
     return QueueStats(
         queue=name,
@@ -219,8 +223,14 @@ class QueueCollector:
 
 def queue_exposition(using: str) -> bytes:
     """The queue gauges in the Prometheus text format."""
+    _prometheus()
     from prometheus_client import CollectorRegistry, generate_latest
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QueueCollector(using))
     return generate_latest(registry)
+
+
+def _prometheus() -> None:
+    """Make sure prometheus_client is there, else say which extra installs it."""
+    require("prometheus_client", extra="metrics", feature="rivet's Prometheus metrics")

@@ -88,7 +88,7 @@ class DeadTaskManager(models.Manager):
 class DeadLetter(Task):
     """The dead-letter queue: tasks whose attempts are used up (a view over state='dead')."""
 
-    objects = DeadTaskManager()
+    objects = DeadTaskManager()  # type: ignore[misc]  # a narrower manager than Task's
 
     class Meta:
         proxy = True

@@ -1,4 +1,4 @@
-"""The producer API: ``rivet.enqueue`` and ``rivet.enqueue_many``.
+"""The producer API: ``rivet.enqueue``, ``enqueue_many``, ``get_task`` and ``cancel``.
 
 Defaults come from the registered job of the kind (queue, max_attempts, priority, unique key),
 then from ``settings.RIVET`` (QUEUE, MAX_ATTEMPTS). A kind that is not registered here may
@@ -18,11 +18,12 @@ from typing import Any
 from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput
 from rivet.jobs import registry
+from rivet.stores import resolve_store
 from rivet.stores.base import Store
 from rivet.validation import build_spec
-from rivet.values import CancelOutcome, EnqueueResult, TaskSpec
+from rivet.values import CancelOutcome, EnqueueResult, TaskRecord, TaskSpec
 
-__all__ = ["cancel", "enqueue", "enqueue_many", "resolve_store", "task_spec"]
+__all__ = ["cancel", "enqueue", "enqueue_many", "get_task", "resolve_store", "task_spec"]
 
 #: The keys a dict given to enqueue_many may carry.
 ITEM_KEYS = frozenset(
@@ -98,6 +99,18 @@ def cancel(task_id: int, *, using: str | Store | None = None) -> CancelOutcome:
     return resolve_store(using).task_cancel(task_id)
 
 
+def get_task(task_id: int, *, using: str | Store | None = None) -> TaskRecord | None:
+    """Read back a task by id: its state, attempts, result, last_error and errors; None if unknown.
+
+    An unknown id (never enqueued, or a dead task that was purged) is None, not an error: the
+    caller decides whether a missing task is a problem. Raises InvalidInput when ``task_id`` is
+    not an integer.
+    """
+    if isinstance(task_id, bool) or not isinstance(task_id, int):
+        raise InvalidInput(f"task_id must be an integer, got {task_id!r}")
+    return resolve_store(using).task_get(task_id)
+
+
 def task_spec(kind: str, payload: Any = None, **options: Any) -> TaskSpec:
     """Validate an enqueue and fill its defaults from the registered job, then settings."""
     definition = registry.find(kind) if isinstance(kind, str) else None
@@ -117,28 +130,6 @@ def task_spec(kind: str, payload: Any = None, **options: Any) -> TaskSpec:
         run_at=options.get("run_at"),
         priority=priority,
         max_attempts=max_attempts,
-    )
-
-
-def resolve_store(using: str | Store | None = None) -> Store:
-    """The store an enqueue writes to; the active ``rivet.testing`` fake wins over all."""
-    from rivet import testing
-
-    fake = testing.active_fake()
-    if fake is not None:
-        return fake.store
-    if using is None:
-        from rivet.stores import get_store
-
-        return get_store()
-    if isinstance(using, Store):
-        return using
-    if isinstance(using, str):
-        from rivet.stores import store_for_alias
-
-        return store_for_alias(using)
-    raise InvalidInput(
-        f"using must be a Django database alias or a rivet Store, got {type(using).__name__}"
     )
 
 

@@ -24,7 +24,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rivet.errors import RivetError
+from rivet.errors import NotAFake, RivetError
+from rivet.stores import override_store
 from rivet.stores.memory import MemoryStore
 from rivet.values import EnqueueResult, TaskRecord, TaskSpec
 
@@ -41,10 +42,6 @@ __all__ = [
 ]
 
 _UNSET: Any = object()
-
-
-class NotAFake(RivetError, AssertionError):
-    """An enqueue assertion was made where no rivet.testing fake records enqueues."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,7 +151,8 @@ def fake() -> Iterator[FakeQueue]:
     with _stack_lock:
         _stack.append(queue)
     try:
-        yield queue
+        with override_store(lambda: queue.store):
+            yield queue
     finally:
         with _stack_lock:
             _stack.remove(queue)

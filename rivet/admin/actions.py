@@ -7,7 +7,8 @@ Afterwards ``message_user`` says what was done and, for every id left alone, why
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
 from django.contrib.admin import helpers
@@ -21,7 +22,15 @@ MAX_ACTION_ROWS = 1000
 GONE = "no longer exists (purged meanwhile)"
 
 
-class ConfirmedActions:
+if TYPE_CHECKING:  # a mixin of ModelAdmin: type-check it as one
+    from django.contrib.admin import ModelAdmin
+
+    _AdminBase = ModelAdmin[Any]
+else:
+    _AdminBase = object
+
+
+class ConfirmedActions(_AdminBase):
     """A ModelAdmin mixin for actions that ask first and report what they left alone."""
 
     def rows_named(self, count: int) -> str:
@@ -37,7 +46,7 @@ class ConfirmedActions:
     def confirmed(self, request) -> bool:
         return request.POST.get("confirm") == "yes"
 
-    def confirm(self, request, verb: str, tasks: list[Task] | None, **context):
+    def confirm(self, request, verb: str, tasks: Sequence[Task] | None, **context):
         """The confirmation page listing ``tasks``; an error message when there are too many."""
         if tasks is None:
             self.message_user(

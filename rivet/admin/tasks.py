@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from datetime import datetime
+from typing import Any, ClassVar
 
 from django.contrib import admin
 from django.contrib.admin.models import CHANGE, LogEntry
@@ -109,10 +110,10 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 class TaskAdminBase(ReadOnlyAdmin):
     """What the task and dead-letter pages share: columns, search, full payloads, counts."""
 
-    list_filter = (QueueFilter, "state", KindFilter)
+    list_filter: ClassVar[tuple[Any, ...]] = (QueueFilter, "state", KindFilter)
     search_fields = ("kind",)  # shows the search box; get_search_results does the matching
     search_help_text = "Exact match on a task id, a kind or an idempotency key."
-    ordering = ("-id",)
+    ordering: ClassVar[tuple[str, ...]] = ("-id",)
     fieldsets = (
         (None, {"fields": ("id", "queue", "kind", "state", "priority", "key", "unique_key")}),
         (

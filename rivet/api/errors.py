@@ -94,7 +94,7 @@ def _body(exc: Exception, data: Any) -> dict[str, Any]:
     if isinstance(exc, exceptions.ValidationError):
         return _validation_body(exc, data)
     detail = data.get("detail", "") if isinstance(data, dict) else str(data)
-    code = getattr(detail, "code", None) or getattr(exc, "default_code", "invalid_input")
+    code = str(getattr(detail, "code", None) or getattr(exc, "default_code", "invalid_input"))
     body = dict(data) if isinstance(data, dict) else {}
     body.update(detail=str(detail), code=_RENAMED.get(code, code))
     return body

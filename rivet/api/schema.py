@@ -102,7 +102,7 @@ ERRORS = {
 }
 
 
-class Error422Serializer(ERRORS[422]):
+class Error422Serializer(ERRORS[422]):  # type: ignore[misc,valid-type]
     """An error answered with HTTP 422: the key, and the task it already names."""
 
     idem_key = serializers.CharField(help_text="the key that names different work")

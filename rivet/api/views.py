@@ -8,7 +8,7 @@ request.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db.models import QuerySet
 from rest_framework import generics, serializers, status
@@ -82,7 +82,7 @@ class RivetView(generics.GenericAPIView):
     renderer_classes = [JSONRenderer]
     #: The permission the method needs, by HTTP method.
     permissions_by_method: dict[str, str] = {}
-    pagination_class = None
+    pagination_class: type[CursorPagination] | None = None
 
     @property
     def required_permission(self) -> str | None:
@@ -236,7 +236,7 @@ class TaskBulkView(RivetView):
         store = self.get_store()
         if getattr(store, "using", None) is None:
             return {task_id: store.task_get(task_id) for task_id in ids}
-        return Task.objects.using(store.using).in_bulk(ids)
+        return Task.objects.using(getattr(store, "using")).in_bulk(ids)  # noqa: B009
 
 
 class TaskDetailView(RivetView):
@@ -317,7 +317,13 @@ class DeadLetterListView(RivetView):
         return self.get_paginated_response(TaskSerializer(page, many=True).data)
 
 
-class DeadLetterMixin:
+if TYPE_CHECKING:  # a mixin of RivetView: type-check it as one
+    _ViewBase = RivetView
+else:
+    _ViewBase = object
+
+
+class DeadLetterMixin(_ViewBase):
     def dead_task(self, task_id: str) -> TaskRecord:
         task = self.find_task(task_id)
         if task.state != TaskState.DEAD:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from datetime import timedelta, timezone
+from functools import partial
+from typing import Any
 
 from rivet.conf import rivet_settings
 from rivet.conformance.harness import (
@@ -111,14 +113,14 @@ def check_idempotency_mismatch_is_refused(h: Harness) -> None:
     q, other_q = fresh_queue(), fresh_queue()
     key = f"{q}:order-9"
     task_id = enqueue(h, q, kind="cf.pay", payload={"amount": 100}, idem_key=key)
-    variants = [
+    variants: list[dict[str, Any]] = [
         {"queue": q, "kind": "cf.pay", "payload": {"amount": 999}},
         {"queue": q, "kind": "cf.refund", "payload": {"amount": 100}},
         {"queue": other_q, "kind": "cf.pay", "payload": {"amount": 100}},
     ]
     for fields in variants:
         spec = build_spec(idem_key=key, **fields)
-        exc = expect_raises(IdempotencyMismatch, lambda s=spec: h.store.task_enqueue(s), "reuse")
+        exc = expect_raises(IdempotencyMismatch, partial(h.store.task_enqueue, spec), "reuse")
         expect_eq((exc.idem_key, exc.existing_id), (key, task_id), "mismatch names key and task")
         expect(key in str(exc), f"mismatch message should name the key: {exc}")
     expect_eq((count_all(h, q), count_all(h, other_q)), (1, 0), "tasks after mismatches")
@@ -195,7 +197,7 @@ def check_bulk_enqueue_is_all_or_nothing(h: Harness) -> None:
 @check()
 def check_bounded_inputs_are_refused(h: Harness) -> None:
     before, q, limits = count_all(h), fresh_queue(), rivet_settings
-    bad = [
+    bad: list[tuple[str, type[Exception], dict[str, Any]]] = [
         ("queue name too long", InvalidInput, {"queue": "q" * (limits.MAX_NAME_LENGTH + 1)}),
         ("queue name with spaces", InvalidInput, {"queue": "bad queue!"}),
         ("kind name empty", InvalidInput, {"kind": ""}),
@@ -207,13 +209,14 @@ def check_bounded_inputs_are_refused(h: Harness) -> None:
     ]
     for what, exc_type, fields in bad:
         kwargs = {"queue": q, "kind": "cf.noop", **fields}
-        exc = expect_raises(exc_type, lambda k=kwargs: enqueue(h, **k), what)
+        exc = expect_raises(exc_type, partial(enqueue, h, **kwargs), what)
         expect(str(exc).strip() != "", f"{what}: the error needs a message")
     expect_eq(count_all(h), before, "tasks written by refused enqueues")
 
 
 @check("atomic")
 def check_enqueue_joins_the_callers_transaction(h: Harness) -> None:
+    assert h.atomic is not None  # @check("atomic") runs only where the harness has it
     q = fresh_queue()
     try:
         with h.atomic():

@@ -113,6 +113,7 @@ def get(h: Harness, task_id: int) -> TaskRecord:
     """A task that must exist."""
     task = h.store.task_get(task_id)
     expect(task is not None, f"task {task_id} should exist, task_get returned None")
+    assert task is not None  # expect() raised otherwise
     return task
 
 

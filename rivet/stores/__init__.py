@@ -1,10 +1,57 @@
-"""Store implementations and the factory that picks one from settings."""
+"""Store implementations and the one store resolver: ``resolve_store``.
+
+``resolve_store(using)`` is how every part of rivet finds its store (the producer API, the
+worker command, the admin, the HTTP API, the management commands, the django.tasks backend).
+A test fake (``rivet.testing.fake()``) installs itself here with ``override_store``, so this
+module never imports ``rivet.testing``.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+
+from rivet.errors import InvalidInput, RivetConfigError
 from rivet.stores.base import Store
 
-__all__ = ["Store", "get_store", "store_for_alias"]
+__all__ = ["Store", "override_store", "resolve_store", "store_for_alias"]
+
+_overrides: list[Callable[[], Store]] = []
+_overrides_lock = threading.Lock()
+
+
+def resolve_store(using: str | Store | None = None) -> Store:
+    """The store to use: an installed override wins, then ``using``, then the settings.
+
+    ``using`` is None for the configured store (RIVET['STORE'] on RIVET['DATABASE_ALIAS']), a
+    Django database alias, or a Store (returned as it is).
+    """
+    with _overrides_lock:
+        override = _overrides[-1] if _overrides else None
+    if override is not None:
+        return override()
+    if using is None:
+        return _configured_store()
+    if isinstance(using, Store):
+        return using
+    if isinstance(using, str):
+        return store_for_alias(using)
+    raise InvalidInput(
+        f"using must be a Django database alias or a rivet Store, got {type(using).__name__}"
+    )
+
+
+@contextlib.contextmanager
+def override_store(store: Callable[[], Store]) -> Iterator[None]:
+    """Send every ``resolve_store`` call to ``store()`` for the ``with`` block (innermost wins)."""
+    with _overrides_lock:
+        _overrides.append(store)
+    try:
+        yield
+    finally:
+        with _overrides_lock:
+            _overrides.remove(store)
 
 
 def store_for_alias(alias: str = "default") -> Store:
@@ -20,14 +67,12 @@ def store_for_alias(alias: str = "default") -> Store:
         from rivet.stores.sqlite import SqliteStore
 
         return SqliteStore(using=alias)
-    from rivet.errors import RivetConfigError
-
     raise RivetConfigError(
         f"database alias {alias!r} is {vendor}; rivet stores run on PostgreSQL or SQLite"
     )
 
 
-def get_store() -> Store:
+def _configured_store() -> Store:
     """The store named by RIVET['STORE'] on RIVET['DATABASE_ALIAS']."""
     from rivet.conf import rivet_settings
 
@@ -38,8 +83,6 @@ def get_store() -> Store:
         return MemoryStore.shared()
     store = store_for_alias(alias)
     if kind != "auto" and store.name != kind:
-        from rivet.errors import RivetConfigError
-
         raise RivetConfigError(
             f"RIVET['STORE'] is {kind!r} but database alias {alias!r} is {store.name}"
         )

@@ -163,7 +163,7 @@ class SqlStore(Store):
     def _translated(self, op: str) -> Iterator[None]:
         try:
             yield
-        except (DjangoDatabaseError, *self.driver_errors) as exc:
+        except (DjangoDatabaseError, *self.driver_errors) as exc:  # type: ignore[misc]
             self._after_error()
             unreachable = isinstance(
                 exc, (OperationalError, InterfaceError, *self.transient_errors)

@@ -146,7 +146,10 @@ class SqliteStore(SqlStore):
         """A cursor in a transaction holding the write lock; joins the caller's atomic block."""
         connection = connections[self.using]
         connection.ensure_connection()
-        if connection.in_atomic_block or connection.transaction_mode in LOCKING_MODES:
+        if (
+            connection.in_atomic_block
+            or getattr(connection, "transaction_mode", None) in LOCKING_MODES
+        ):
             with transaction.atomic(using=self.using), self._reading() as cursor:
                 yield cursor
         else:

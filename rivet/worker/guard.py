@@ -116,7 +116,7 @@ class Guard:
             logs.event("heartbeat_failed", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
             close_old_connections()
             return False
-        cancelled = getattr(held, "cancelled", frozenset())
+        cancelled: frozenset[int] = getattr(held, "cancelled", frozenset())
         for r in running:
             if r.lease.task_id in cancelled:
                 r.lease_deadline = started + self.lease_ttl

@@ -185,7 +185,8 @@ class Worker:
             connections.close_all()
         code = EXIT_ABANDONED if (stranded or self._gave_up) else self._exit_code
         stats = WorkerStats(**self._counts, exit_code=code)
-        logs.event("worker_stopped", owner=self.owner, exit_code=code, **_summary(stats))
+        summary: dict[str, Any] = _summary(stats)
+        logs.event("worker_stopped", owner=self.owner, exit_code=code, **summary)
         return stats
 
     def _start_listener(self) -> threading.Thread | None:
@@ -396,6 +397,6 @@ class Worker:
 
 
 def _summary(stats: WorkerStats) -> dict[str, int]:
-    fields = ("claimed", "acked", "failed", "retried", "dead", "cancelled", "fenced", "lost")
-    fields += ("abandoned",)
+    fields: tuple[str, ...] = ("claimed", "acked", "failed", "retried", "dead", "cancelled")
+    fields += ("fenced", "lost", "abandoned")
     return {name: getattr(stats, name) for name in fields}

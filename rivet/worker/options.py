@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rivet.conf import rivet_settings
-from rivet.errors import InvalidInput, RivetConfigError
+from rivet.errors import InvalidInput, OptionError
 from rivet.validation import check_name
 
 MAX_OWNER_LENGTH = 200  # rivet_task.lease_owner
@@ -21,10 +21,6 @@ MAX_OWNER_LENGTH = 200  # rivet_task.lease_owner
 MAX_CONCURRENCY = 1024
 MAX_POOL_SIZE = 1024
 DAY = 86400.0
-
-
-class OptionError(RivetConfigError):
-    """A worker option has a bad value; the message names the flag, variable or setting."""
 
 
 class Expected(ValueError):

@@ -160,3 +160,23 @@ def test_concurrent_producers_of_a_unique_kind_make_one_task():
     assert len({r.task_id for r in results}) == 1
     assert sum(not r.duplicate for r in results) == 1
     assert len(tasks("default")) == 1
+
+
+def test_get_task_reads_back_what_was_enqueued_through_each_ending(alias, store):
+    """rivet.get_task on the real databases: pending, retried, done with a result, unknown."""
+    made = rivet.enqueue("db.readback", {"n": 1}, max_attempts=3, using=alias)
+    record = rivet.get_task(made.task_id, using=alias)
+    assert (record.id, record.kind, record.payload) == (made.task_id, "db.readback", {"n": 1})
+    assert (record.state, record.attempts, record.max_attempts) == ("pending", 0, 3)
+    assert record.result is None and record.last_error == "" and record.errors == []
+
+    store.task_settle([failed(claim_one(store), "boom", 0)])
+    record = rivet.get_task(made.task_id, using=alias)
+    assert (record.state, record.attempts) == ("pending", 1)
+    assert "boom" in record.last_error and len(record.errors) == 1
+
+    store.task_ack(claim_one(store).lease, result={"sent": 2})
+    record = rivet.get_task(made.task_id, using=alias)
+    assert (record.state, record.attempts, record.result) == ("done", 2, {"sent": 2})
+
+    assert rivet.get_task(made.task_id + 1000, using=alias) is None

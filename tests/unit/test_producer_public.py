@@ -9,6 +9,8 @@ import pytest
 import rivet
 from rivet import errors, jobs, values
 from rivet import producer as api
+from rivet.decisions import failed
+from rivet.stores.memory import MemoryStore
 
 
 def test_every_name_in_all_resolves_to_its_module_object():
@@ -36,3 +38,79 @@ def test_import_rivet_works_before_django_is_set_up():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[0] == rivet.__version__
+
+
+def test_get_task_reads_back_a_task_on_the_memory_store():
+    store = MemoryStore()
+    made = rivet.enqueue("mem.readback", {"n": 1}, max_attempts=1, using=store)
+    record = rivet.get_task(made.task_id, using=store)
+    assert isinstance(record, values.TaskRecord)
+    assert (record.state, record.attempts, record.max_attempts) == ("pending", 0, 1)
+    (claimed,) = store.task_claim(queues=["default"], owner="w", limit=1, lease_ttl=60).claimed
+    store.task_settle([failed(claimed, "boom", 0)])
+    record = rivet.get_task(made.task_id, using=store)
+    assert (record.state, record.attempts, record.payload) == ("dead", 1, {"n": 1})
+    assert "boom" in record.last_error and len(record.errors) == 1
+    assert rivet.get_task(made.task_id + 1, using=store) is None
+
+
+@pytest.mark.parametrize("bad", ["1", 1.0, True, None])
+def test_get_task_refuses_an_id_that_is_not_an_integer(bad):
+    with pytest.raises(errors.InvalidInput, match="task_id must be an integer"):
+        rivet.get_task(bad, using=MemoryStore())
+
+
+def test_get_task_sees_the_fake_while_one_is_installed():
+    import rivet.testing
+
+    with rivet.testing.fake() as queue:
+        made = rivet.enqueue("fake.readback", {"n": 1})
+        assert rivet.get_task(made.task_id).payload == {"n": 1}
+        assert queue.enqueued("fake.readback")[0].id == made.task_id
+
+
+def test_every_public_error_is_defined_in_rivet_errors():
+    public_errors = [
+        name
+        for name in rivet.__all__
+        if isinstance(getattr(rivet, name), type) and issubclass(getattr(rivet, name), Exception)
+    ]
+    assert "LeaseLost" in public_errors and "Permanent" in public_errors
+    for name in public_errors:
+        assert getattr(rivet, name).__module__ == "rivet.errors", name
+    defined = {
+        name
+        for name, value in vars(errors).items()
+        if isinstance(value, type)
+        and issubclass(value, Exception)
+        and value.__module__ == errors.__name__
+    }
+    assert defined == set(public_errors)
+
+
+def test_all_lists_exactly_the_public_names():
+    assert sorted(rivet.__all__) == sorted(dir(rivet))
+    assert len(rivet.__all__) == len(set(rivet.__all__))
+    for name in ("get_task", "cancel", "TaskRecord", "CancelOutcome", "NotAFake"):
+        assert name in rivet.__all__
+
+
+def test_a_production_enqueue_never_imports_rivet_testing():
+    """A fresh interpreter enqueues on a real (SQLite) store; rivet.testing stays unimported."""
+    code = (
+        "import sys, django\n"
+        "django.setup()\n"
+        "from django.core.management import call_command\n"
+        "call_command('migrate', 'rivet', database='sqlite', verbosity=0)\n"
+        "import rivet\n"
+        "made = rivet.enqueue('noop', {'n': 1}, using='sqlite')\n"
+        "assert rivet.get_task(made.task_id, using='sqlite').state == 'pending'\n"
+        "rivet.cancel(made.task_id, using='sqlite')\n"
+        "print(sorted(m for m in sys.modules if m.startswith('rivet.testing')))\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -18,6 +18,7 @@ from rivet import logs
 from rivet.conf import rivet_settings
 from rivet.dberrors import DatabaseUnready, preflight
 from rivet.errors import RivetConfigError
+from rivet.extras import require
 from rivet.failpoints import Failpoints, install
 from rivet.management.base import EXIT_UNAVAILABLE, RivetCommand
 from rivet.retry import RetryPolicy
@@ -52,10 +53,15 @@ class Command(RivetCommand):
             points = Failpoints.from_env()
         except RivetConfigError as exc:
             raise CommandError(str(exc), returncode=2) from exc
+        metrics_port = values.pop("metrics_port")
+        if metrics_port is not None:
+            try:
+                require("prometheus_client", extra="metrics", feature="--metrics-port")
+            except RivetConfigError as exc:
+                raise CommandError(str(exc), returncode=2) from exc
         logs.configure(values.pop("log_format"))
         check_database(values.pop("connect_timeout"))
         import_job_modules()
-        metrics_port = values.pop("metrics_port")
         worker = build_worker(
             values,
             once=options["once"],
@@ -90,6 +96,9 @@ def serve_metrics(worker: Worker, port: int | None) -> None:
     """Answer Prometheus scrapes on ``port`` (--metrics-port / RIVET_METRICS_PORT), if given."""
     if port is None:
         return
+    from rivet.metrics import WorkerMetrics
+
+    assert isinstance(worker.metrics, WorkerMetrics)  # a port is given: the worker has metrics
     try:
         worker.metrics.serve(port)
     except OSError as exc:
@@ -117,10 +126,10 @@ def build_worker(
     values: dict, *, once: bool, failpoints: Failpoints, metrics: bool = False
 ) -> Worker:
     """A Worker on the configured store from resolved option values."""
-    from rivet.stores import get_store
+    from rivet.stores import resolve_store
 
     try:
-        store = get_store()
+        store = resolve_store()
     except RivetConfigError as exc:
         raise CommandError(str(exc), returncode=2) from exc
     retry = RetryPolicy(

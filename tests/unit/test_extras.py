@@ -1,0 +1,106 @@
+"""A feature used without its extra says which extra to install (rivet.extras)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rivet.errors import RivetConfigError
+from rivet.extras import require
+
+#: Run in a fresh interpreter where ``missing`` cannot be imported (as if not installed), with
+#: settings of a host that installed rivet alone (tests.settings needs every extra).
+SCRIPT = """
+import sys
+for name in {missing!r}:
+    sys.modules[name] = None
+import django
+from django.conf import settings
+settings.configure(
+    INSTALLED_APPS=[
+        "django.contrib.admin", "django.contrib.auth", "django.contrib.contenttypes",
+        "django.contrib.sessions", "django.contrib.messages", "rivet",
+    ],
+    DATABASES={{"default": {{"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}}},
+    USE_TZ=True,
+    # The admin's template and middleware checks: this host serves no pages.
+    SILENCED_SYSTEM_CHECKS=["admin.E403", "admin.E408", "admin.E409", "admin.E410"],
+)
+django.setup()
+{body}
+"""
+
+
+def without(missing: list[str], body: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    code = SCRIPT.format(missing=missing, body=body)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
+    )
+
+
+def test_require_returns_the_module_when_it_is_there():
+    assert require("json", extra="x", feature="y").__name__ == "json"
+
+
+def test_require_names_the_extra_when_the_module_is_missing():
+    with pytest.raises(RivetConfigError) as raised:
+        require("rivet_no_such_module", extra="api", feature="rivet's HTTP API")
+    message = str(raised.value)
+    assert "rivet's HTTP API needs the Python package 'rivet_no_such_module'" in message
+    assert "pip install 'django-rivet[api]'" in message
+
+
+@pytest.mark.parametrize(
+    ("missing", "statement", "extra"),
+    [
+        (["rest_framework"], "import rivet.api", "api"),
+        (["drf_spectacular"], "import rivet.urls", "api"),
+        (["rest_framework"], "import rivet.idempotency.decorators", "api"),
+        (
+            ["prometheus_client"],
+            "import rivet.metrics; rivet.metrics.queue_exposition('x')",
+            "metrics",
+        ),
+        (["urllib3"], "import rivet.effect_client", "effect"),
+        (
+            ["environ"],
+            "from rivet.dbconfig import database_from_url as f; f('sqlite://:memory:')",
+            "effect",
+        ),
+    ],
+)
+def test_a_feature_without_its_extra_is_a_config_error_naming_it(missing, statement, extra):
+    done = without(
+        missing,
+        "from rivet.errors import RivetConfigError\n"
+        f"try:\n    {statement}\nexcept RivetConfigError as exc:\n    print(exc)\n"
+        "else:\n    print('no error')\n",
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"pip install 'django-rivet[{extra}]'" in done.stdout, done.stdout
+
+
+def test_the_core_imports_without_any_extra():
+    done = without(
+        ["rest_framework", "drf_spectacular", "prometheus_client", "urllib3", "environ"],
+        "import rivet, rivet.admin, rivet.producer, rivet.worker, rivet.backends\n"
+        "from rivet.management.commands import rivet_worker, rivet_enqueue, rivet_dlq\n"
+        "print('ok')\n",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def test_the_worker_with_a_metrics_port_but_no_prometheus_client_exits_2_naming_the_extra():
+    done = without(
+        ["prometheus_client"],
+        "from django.core.management import execute_from_command_line\n"
+        "execute_from_command_line(\n"
+        "    ['manage.py', 'rivet_worker', '--once', '--metrics-port', '19999']\n"
+        ")\n",
+    )
+    assert done.returncode == 2, done.stderr
+    assert "--metrics-port needs the Python package 'prometheus_client'" in done.stderr
+    assert "pip install 'django-rivet[metrics]'" in done.stderr

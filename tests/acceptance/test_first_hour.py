@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
+from chaos_project.services import free_port
 from rivet.models import Task
 from tests.processes import MANAGE, child_environ, manage, postgres_url
 
@@ -50,12 +51,6 @@ def one_line(done: subprocess.CompletedProcess) -> str:
     assert "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1, err
     return err.strip()
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
@@ -165,7 +160,7 @@ def test_absurd_worker_numbers_are_refused_with_the_bound(flag, value, expected)
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_no_server_is_one_line_naming_it_and_exit_1(command):
-    port = closed_port()
+    port = free_port()
     url = f"postgres://postgres:secret@127.0.0.1:{port}/x"
     done = run(*COMMANDS[command], url=url)
     assert done.returncode == 1
@@ -207,7 +202,7 @@ def test_a_database_url_that_is_not_one_is_exit_2(url):
 
 
 def test_traceback_flag_shows_the_chain():
-    done = run("rivet_stats", "--traceback", url=f"postgres://postgres@127.0.0.1:{closed_port()}/x")
+    done = run("rivet_stats", "--traceback", url=f"postgres://postgres@127.0.0.1:{free_port()}/x")
     assert done.returncode == 1
     assert "Traceback" in done.stderr.decode()
 
@@ -249,10 +244,10 @@ def test_json_logs_are_json_on_every_line():
     ids=["no-server", "not-a-url"],
 )
 def test_the_effect_service_on_a_bad_database_is_one_line(url, code, expected):
-    env = {**os.environ, "EFFECT_DATABASE_URL": url.format(port=closed_port())}
+    env = {**os.environ, "EFFECT_DATABASE_URL": url.format(port=free_port())}
     env["RIVET_READ_DOTENV"] = "0"
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    argv = [sys.executable, "-m", "effect_project", "serve", "--bind", f"127.0.0.1:{closed_port()}"]
+    argv = [sys.executable, "-m", "effect_project", "serve", "--bind", f"127.0.0.1:{free_port()}"]
     done = subprocess.run(argv, env=env, capture_output=True, timeout=120, check=False)
     assert done.returncode == code
     line = one_line(done)

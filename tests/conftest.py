@@ -1,4 +1,10 @@
-"""Shared pytest setup: check once, before any test, that the PostgreSQL server answers.
+"""Shared pytest setup, and ``postgres_server``: the fixture of every test that needs PostgreSQL.
+
+Unit tests touch no database and run with no server at all. A test that needs PostgreSQL gets
+it through ``postgres_server``: pytest-django's database marks pull it in (``django_db_setup``
+asks for it before it creates the test databases), and fixtures that open their own connections
+(the effect service's database) ask for it too. When no server answers, every such test fails
+with the reason and what to do; none is ever skipped.
 
 Store- and layer-specific fixtures belong in the conftest.py of tests/unit, tests/integration
 and tests/acceptance, not here.
@@ -10,9 +16,9 @@ import psycopg
 import pytest
 from django.conf import settings
 
-# The effect service fixtures (a throwaway database, real servers), one instance per
-# session for every test that asks.
-pytest_plugins = ["tests.effect_service"]
+# Fixture modules shared by several directories: the effect service (a throwaway database, real
+# servers) and the headless Chromium the admin's browser tests drive.
+pytest_plugins = ["tests.effect_service", "tests.chromium"]
 
 # pytest's filterwarnings=error covers this process; child processes (workers, manage.py, the
 # effect service, the chaos harness) inherit this instead, so a deprecated call in rivet's code
@@ -20,8 +26,6 @@ pytest_plugins = ["tests.effect_service"]
 CHILD_WARNINGS = "error::DeprecationWarning,error::PendingDeprecationWarning"
 _inherited = os.environ.get("PYTHONWARNINGS")
 os.environ["PYTHONWARNINGS"] = f"{_inherited},{CHILD_WARNINGS}" if _inherited else CHILD_WARNINGS
-
-_VERSION = pytest.StashKey[str]()
 
 
 def _describe(alias: str) -> str:
@@ -50,23 +54,37 @@ def _server_version() -> str:
         return str(conn.execute("SHOW server_version").fetchone()[0])
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
+@pytest.fixture(scope="session")
+def postgres_server() -> str:
+    """The version of the PostgreSQL server 'default' names; fails the test when none answers."""
+    missing = settings.RIVET_TESTS_POSTGRES_MISSING
+    if missing:
+        pytest.fail(missing, pytrace=False)
     try:
-        version = _server_version()
+        return _server_version()
     except psycopg.Error as exc:
-        pytest.exit(
-            f"PostgreSQL does not answer for the tests ({_describe('default')}): "
-            f"{' '.join(str(exc).split())}\n"
-            "Run `make test` (it finds or starts a server), or point DATABASE_URL at one.",
-            returncode=3,
-        )
-    session.config.stash[_VERSION] = version
+        reason = " ".join(str(exc).split())
+    pytest.fail(
+        f"PostgreSQL does not answer for the tests ({_describe('default')}): {reason}\n"
+        "Run `make test` (it finds or starts a server), or point DATABASE_URL at one.",
+        pytrace=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(postgres_server, django_db_setup):
+    """pytest-django's test databases, made once the server is known to answer."""
+    yield
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     source = os.environ.get("RIVET_PG_SOURCE", "DATABASE_URL as given (not via make test)")
-    version = config.stash.get(_VERSION, "?")
+    postgres = (
+        f"PostgreSQL at {_describe('default')}"
+        if not settings.RIVET_TESTS_POSTGRES_MISSING
+        else "no PostgreSQL in DATABASES['default'] (database tests will fail)"
+    )
     return [
-        f"rivet: PostgreSQL {version} at {_describe('default')}; source: {source}",
+        f"rivet: {postgres}, for the tests that need it; source: {source}",
         f"rivet: SQLite alias 'sqlite' at {settings.DATABASES['sqlite']['TEST']['NAME']}",
     ]

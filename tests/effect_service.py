@@ -1,10 +1,12 @@
 """Fixtures for the effect service: a throwaway Postgres database and real servers.
 
 Every server is a real ``python -m effect_project serve`` subprocess (migrate, then waitress
-with several threads) on a free port. The database is created for the session on the
-server DATABASE_URL names, as ``rivet_effect_test_<random>``, and dropped at the end. Tests talk
-to the service over HTTP and look at its tables with psycopg, so nothing of effect_project is
-imported into the test process (which runs under the host project's settings).
+with several threads) on a free port. The database is created for the session, as
+``rivet_effect_test_<random>``, on the server the tests' ``default`` database is on (asked for
+through ``postgres_server``, so it fails like every database test when none answers), and
+dropped at the end. Tests talk to the service over HTTP and look at its tables with psycopg, so
+nothing of effect_project is imported into the test process (which runs under the host
+project's settings).
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -27,8 +28,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from chaos_project import services
+
 REPO = Path(__file__).resolve().parents[1]
-DEV_SERVER_URL = "postgres://postgres@127.0.0.1:5432/rivet_effect_dev"
 EFFECT_TABLES = ("effects_effect", "rivet_idempotency_record")
 START_TIMEOUT_SECS = 60.0
 
@@ -124,12 +126,6 @@ class EffectDB:
         self.conn.close()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def wait_until(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> None:
     """Poll until `condition()` is true; fail naming `what` if it never is."""
     deadline = time.monotonic() + timeout
@@ -148,7 +144,7 @@ def service_env(database_url: str, **extra: str) -> dict[str, str]:
 def start_service(
     database_url: str, log: Path, *, threads: int = 16, **extra_env: str
 ) -> EffectService:
-    url = f"http://127.0.0.1:{free_port()}"
+    url = f"http://127.0.0.1:{services.free_port()}"
     with log.open("wb") as out:
         process = subprocess.Popen(
             [
@@ -191,15 +187,11 @@ def stop_service(service: EffectService) -> None:
         service.process.wait()
 
 
-def _server_url() -> str:
-    url = os.environ.get("DATABASE_URL", "")
-    return url if url.startswith(("postgres://", "postgresql://")) else DEV_SERVER_URL
-
-
 @pytest.fixture(scope="session")
-def effect_database_url() -> Iterator[str]:
+def effect_database_url(postgres_server: str) -> Iterator[str]:
     """A new, empty Postgres database for the session, dropped afterwards."""
-    server = urllib.parse.urlsplit(_server_url())
+    # The server the tests' 'default' database is on (tests/conftest.py checked it answers).
+    server = urllib.parse.urlsplit(services.database_url("default"))
     name = f"rivet_effect_test_{secrets.token_hex(4)}"
     admin_url = server._replace(path="/postgres").geturl()
     try:

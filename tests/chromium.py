@@ -1,4 +1,4 @@
-"""A real headless Chromium (Debian's, through Playwright) against pytest-django's live server.
+"""Fixtures for the admin's browser tests: a real headless Chromium (Debian's, through Playwright).
 
 Playwright's sync API runs an event loop in the thread that drives it, and Django refuses
 database calls from a thread with a running loop. So the browser runs in a thread of its own
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.wheel
+pytestmark = [pytest.mark.acceptance, pytest.mark.wheel]
 
 #: Files the app cannot run without, which are not Python modules.
 DATA_FILES = [

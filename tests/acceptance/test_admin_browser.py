@@ -18,7 +18,11 @@ from rivet.stores import store_for_alias
 from tests.factories import UserFactory
 
 # Fresh id sequences, so that the screenshots show the same small ids on every run.
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, reset_sequences=True)]
+pytestmark = [
+    pytest.mark.acceptance,
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True, reset_sequences=True),
+]
 
 PASSWORD = "rivet-operator"
 DEAD = reverse("admin:rivet_deadletter_changelist")

@@ -1,6 +1,6 @@
 """The two endings the worker adds to the max-attempts ones: a permanent failure and a cancel.
 
-Driven in-process against a MemoryStore, with the helpers of test_worker_unit.
+Driven in-process against a MemoryStore, with the helpers of worker_kit.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from rivet.errors import Permanent
 from rivet.jobs import JobContext, JobRegistry, job
 from rivet.stores.memory import FakeClock, MemoryStore
 from rivet.values import CANCELLED_SUFFIX, PERMANENT_SUFFIX, CancelOutcome
-from tests.unit.test_worker_unit import Background, enqueue, make_worker, wait_until
+from tests.unit.worker_kit import Background, enqueue, make_worker, wait_until
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from rivet.errors import StoreError, StoreUnavailable
 from rivet.jobs import JobRegistry, job
 from rivet.stores.memory import FakeClock, MemoryStore
 from rivet.worker.attempt import Attempt, AttemptState, StopKind
-from tests.unit.test_worker_unit import enqueue, make_worker
+from tests.unit.worker_kit import enqueue, make_worker
 
 
 class FlakyStore(MemoryStore):

@@ -1,0 +1,84 @@
+"""Failpoints: where the worker aborts, what that leaves in the store, and RIVET_FAILPOINT parsing.
+
+In-process against a MemoryStore (helpers in worker_kit.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rivet.failpoints import FailpointConfigError, Failpoints, fires, parse, parse_seed
+from rivet.jobs import JobRegistry, job
+from rivet.stores.memory import FakeClock, MemoryStore
+from tests.unit.worker_kit import (
+    Aborted,
+    RecordingAbort,
+    enqueue,
+    make_worker,
+)
+
+
+@pytest.fixture
+def store() -> MemoryStore:
+    return MemoryStore(clock=FakeClock())
+
+
+@pytest.fixture
+def jobs() -> JobRegistry:
+    return JobRegistry()
+
+
+@pytest.mark.parametrize("point", ["after_claim", "after_effect_before_ack"])
+def test_a_failpoint_before_the_ack_leaves_the_task_pending(store, jobs, point):
+    job("noop", registry=jobs)(lambda ctx: None)
+    task_id = enqueue(store, "noop")
+    abort = RecordingAbort(raise_it=True)
+    worker = make_worker(store, jobs, failpoints=Failpoints({point: 1.0}, abort=abort))
+    with pytest.raises(Aborted):
+        worker.run()
+    worker.guard.close()
+    task = store.task_get(task_id)
+    assert (task.state, task.attempts, abort.count) == ("pending", 1, 1)
+
+
+def test_after_ack_fires_once_the_task_is_done(store, jobs):
+    job("noop", registry=jobs)(lambda ctx: None)
+    task_id = enqueue(store, "noop")
+    abort = RecordingAbort(raise_it=True)
+    worker = make_worker(store, jobs, failpoints=Failpoints({"after_ack": 1.0}, abort=abort))
+    with pytest.raises(Aborted):
+        worker.run()
+    worker.guard.close()
+    assert store.task_get(task_id).state == "done"
+
+
+def test_before_effect_fires_around_plain_handlers_but_not_ones_that_fire_it_themselves(
+    store, jobs
+):
+    job("plain", registry=jobs)(lambda ctx: None)
+    job("effectful", registry=jobs)(fires("before_effect")(lambda ctx: None))
+    enqueue(store, "plain")
+    enqueue(store, "effectful")
+    abort = RecordingAbort(raise_it=False)
+    points = Failpoints({"before_effect": 1.0}, abort=abort)
+    make_worker(store, jobs, once=True, failpoints=points).run()
+    assert abort.count == 1
+
+
+def test_failpoint_parsing_names_the_variable_and_the_format():
+    assert parse("after_claim:0.5, after_ack:1") == {"after_claim": 0.5, "after_ack": 1.0}
+    assert parse("") == {}
+    for bad in ("after_claim", "nowhere:1.0", "after_ack:2", "after_ack:x"):
+        with pytest.raises(FailpointConfigError, match=r"RIVET_FAILPOINT is malformed.*name:"):
+            parse(bad)
+    with pytest.raises(FailpointConfigError, match="RIVET_FAILPOINT_SEED must be an integer"):
+        parse_seed("abc")
+
+
+def test_a_seed_makes_failpoint_draws_repeatable():
+    def draws(seed: int) -> list[bool]:
+        points = Failpoints({"after_ack": 0.5}, seed=seed)
+        return [points.should_fire("after_ack") for _ in range(40)]
+
+    assert draws(7) == draws(7)
+    assert draws(7) != draws(8)

@@ -1,0 +1,37 @@
+"""The worker's options: flag beats variable beats setting; a bad value names where it came from."""
+
+from __future__ import annotations
+
+import pytest
+
+from rivet.worker.options import OptionError, resolve
+
+
+def test_a_flag_beats_its_variable_which_beats_the_setting(settings):
+    settings.RIVET = {"CONCURRENCY": 7, "LEASE_TTL_SECS": 9}
+    env = {"RIVET_CONCURRENCY": "5", "RIVET_LEASE_TTL_SECS": "3"}
+    values = resolve({"concurrency": "2"}, env)
+    assert (values["concurrency"], values["lease_ttl"]) == (2, 3.0)
+    values = resolve({}, {})
+    assert (values["concurrency"], values["lease_ttl"]) == (7, 9.0)
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "message"),
+    [
+        ({"concurrency": "0"}, {}, "--concurrency must be an integer from 1 to 1024, got '0'"),
+        ({"concurrency": "100000"}, {}, "--concurrency must be an integer from 1 to 1024"),
+        ({}, {"RIVET_LEASE_TTL_SECS": "1e9"}, "must be a number of seconds > 0 and <= 86400"),
+        ({"pool_size": "5000"}, {}, "--pool-size must be an integer from 2 to 1024, got '5000'"),
+        ({"connect_timeout": "0"}, {}, "--connect-timeout-secs must be a number of seconds > 0"),
+        ({"max_jobs": "0"}, {}, "--max-jobs must be an integer >= 1"),
+        ({}, {"RIVET_LEASE_TTL_SECS": "abc"}, "RIVET_LEASE_TTL_SECS must be a number"),
+        ({"pool_size": "1"}, {}, "--pool-size must be an integer from 2 to 1024"),
+        ({"queues": "ok,no way"}, {}, "--queue must be queue names"),
+        ({}, {"RIVET_LOG_FORMAT": "xml"}, "RIVET_LOG_FORMAT must be text or json"),
+    ],
+)
+def test_a_bad_option_names_where_it_came_from(flags, env, message):
+    with pytest.raises(OptionError) as caught:
+        resolve(flags, env)
+    assert message in str(caught.value)

@@ -10,13 +10,25 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
+from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput, LeaseLost, UnknownJob
-from rivet.validation import check_name
-from rivet.values import Claimed
+from rivet.stores import resolve_store
+from rivet.stores.base import Store
+from rivet.validation import build_spec, check_name
+from rivet.values import Claimed, TaskSpec
 
-__all__ = ["JobContext", "JobDefinition", "JobRegistry", "LeaseLost", "job", "registry"]
+__all__ = [
+    "JobContext",
+    "JobDefinition",
+    "JobRegistry",
+    "LeaseLost",
+    "job",
+    "registry",
+    "task_spec",
+]
 
 
 class StopSignal:
@@ -122,11 +134,9 @@ class JobDefinition:
     def unique_key(self, payload: Any) -> str | None:
         return None if self.unique is None else self.unique(payload)
 
-    def enqueue(self, payload: Any = None, **options: Any):
+    def enqueue(self, payload: Any = None, *, using: str | Store | None = None, **options: Any):
         """Enqueue this kind; see rivet.enqueue for the options."""
-        from rivet.producer import enqueue
-
-        return enqueue(self.name, payload, **options)
+        return resolve_store(using).task_enqueue(task_spec(self.name, payload, **options))
 
 
 class JobRegistry:
@@ -213,3 +223,37 @@ def job(
         return registry.register(definition)
 
     return wrap
+
+
+def task_spec(
+    kind: str,
+    payload: Any = None,
+    *,
+    queue: str | None = None,
+    idem_key: str | None = None,
+    delay: float | timedelta | None = None,
+    run_at: datetime | None = None,
+    priority: int | None = None,
+    max_attempts: int | None = None,
+    unique_key: str | None = None,
+) -> TaskSpec:
+    """Validate an enqueue and fill its defaults from the registered job, then settings."""
+    definition = registry.find(kind) if isinstance(kind, str) else None
+    if unique_key is None and definition is not None:
+        unique_key = definition.unique_key(payload)
+    return build_spec(
+        queue=_first(queue, definition and definition.queue, rivet_settings.QUEUE),
+        kind=kind,
+        payload=payload,
+        idem_key=idem_key,
+        unique_key=unique_key,
+        delay=delay,
+        run_at=run_at,
+        priority=_first(priority, definition and definition.priority, 0),
+        max_attempts=_first(max_attempts, definition and definition.max_attempts),
+    )
+
+
+def _first(*values: Any) -> Any:
+    """The first value that is not None (a job's default of 0 is a real value)."""
+    return next((value for value in values if value is not None), None)

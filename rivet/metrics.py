@@ -1,13 +1,8 @@
-"""Prometheus metrics: a worker's own counters, and the queue gauges a host serves.
+"""The queue gauges a host serves to Prometheus (``rivet/metrics/``), read at scrape time.
 
-Worker (``rivet_worker --metrics-port N`` or ``RIVET_METRICS_PORT``): counters of claims,
-acks, retries, dead, fenced, lost and abandoned attempts, labelled by queue and kind; the
-handler duration (histogram); the busy and total slots (gauges). :class:`WorkerMetrics` is
-called at the points where the worker already counts those events; with metrics off the
-worker holds :data:`NO_METRICS`, whose methods do nothing.
-
-Host (``rivet/metrics/``, and ``GET rivet/queues/``): :func:`queue_overview` reads every
-queue's counts at scrape time. Its cost follows the live rows, not the history:
+A worker's own counters are ``rivet.worker.metrics``. Here (``rivet/metrics/``, and
+``GET rivet/queues/``): :func:`queue_overview` reads every queue's counts at scrape time. Its
+cost follows the live rows, not the history:
 
 - one grouped query over pending and dead rows, found through the two partial indexes (the
   claim index on pending rows, ``rivet_task_dead_idx`` on dead ones): done rows are not read;
@@ -19,7 +14,7 @@ queue's counts at scrape time. Its cost follows the live rows, not the history:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -30,18 +25,8 @@ from django.utils import timezone
 
 from rivet.extras import require
 from rivet.models import FencedWrite, Task
-from rivet.values import Claimed, QueueStats, TaskState
+from rivet.values import QueueStats, TaskState
 
-#: The worker's counters: the name of the event in the worker -> the metric's name.
-WORKER_EVENTS = {
-    "claimed": ("rivet_worker_claims", "attempts started under a fresh lease"),
-    "acked": ("rivet_worker_acks", "attempts acked: the task is done"),
-    "retried": ("rivet_worker_retries", "attempts that failed and will be retried"),
-    "dead": ("rivet_worker_dead", "attempts that failed on the last try: the task is dead"),
-    "fenced": ("rivet_worker_fenced", "writes the fence refused: the lease was claimed again"),
-    "lost": ("rivet_worker_lost", "attempts left to lapse: no heartbeat or write succeeded"),
-    "abandoned": ("rivet_worker_abandoned", "handler threads still running long after a stop"),
-}
 #: Above this many rows (PostgreSQL's own estimate), done tasks are estimated, not counted.
 DONE_ESTIMATE_ABOVE = 200_000
 # The planner's figures: no table scan. reltuples is -1 before the first ANALYZE.
@@ -53,74 +38,6 @@ COMMON_QUEUES_SQL = (
 DONE_ESTIMATE_SQL = (
     "EXPLAIN (FORMAT JSON) SELECT 1 FROM rivet_task WHERE queue = %s AND state = 'done'"
 )
-DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
-
-
-class NoMetrics:
-    """Metrics off: every event is dropped at the cost of one method call."""
-
-    def event(self, name: str, claimed: Claimed) -> None:
-        pass
-
-    def handler_seconds(self, claimed: Claimed, seconds: float) -> None:
-        pass
-
-    def buried(self, count: int) -> None:
-        pass
-
-
-NO_METRICS = NoMetrics()
-
-
-class WorkerMetrics(NoMetrics):
-    """One worker's metrics, in a registry of its own (several workers may share a process)."""
-
-    def __init__(self, *, slots: int, busy: Callable[[], float]) -> None:
-        # Imported here: a worker without metrics starts without prometheus_client.
-        _prometheus()
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
-        self.registry = CollectorRegistry(auto_describe=True)
-        self.counters = {
-            event: Counter(name, text, ["queue", "kind"], registry=self.registry)
-            for event, (name, text) in WORKER_EVENTS.items()
-        }
-        self.duration = Histogram(
-            "rivet_worker_handler_duration_seconds",
-            "how long handlers ran, from start to return or raise",
-            ["queue", "kind"],
-            buckets=DURATION_BUCKETS,
-            registry=self.registry,
-        )
-        self.buried_total = Counter(
-            "rivet_worker_buried",
-            "exhausted tasks a claim buried on the way (no handler ran)",
-            registry=self.registry,
-        )
-        Gauge(
-            "rivet_worker_slots", "handlers this worker runs at once", registry=self.registry
-        ).set(slots)
-        busy_slots = "slots whose handler has not returned"
-        Gauge("rivet_worker_slots_busy", busy_slots, registry=self.registry).set_function(busy)
-
-    def event(self, name: str, claimed: Claimed) -> None:
-        self.counters[name].labels(claimed.queue, claimed.kind).inc()
-
-    def handler_seconds(self, claimed: Claimed, seconds: float) -> None:
-        self.duration.labels(claimed.queue, claimed.kind).observe(seconds)
-
-    def buried(self, count: int) -> None:
-        self.buried_total.inc(count)
-
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        """Answer scrapes on ``addr:port`` from a daemon thread (the worker's own process)."""
-        from prometheus_client import disable_created_metrics, start_http_server
-
-        disable_created_metrics()  # the *_created series double every counter for no use here
-        start_http_server(port, addr=addr, registry=self.registry)
-
-
-# -- the host's queue gauges -------------------------------------------------------------------
 
 
 def queue_overview(using: str = "default") -> list[QueueStats]:
@@ -223,14 +140,9 @@ class QueueCollector:
 
 def queue_exposition(using: str) -> bytes:
     """The queue gauges in the Prometheus text format."""
-    _prometheus()
+    require("prometheus_client", extra="metrics", feature="rivet's Prometheus metrics")
     from prometheus_client import CollectorRegistry, generate_latest
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QueueCollector(using))
     return generate_latest(registry)
-
-
-def _prometheus() -> None:
-    """Make sure prometheus_client is there, else say which extra installs it."""
-    require("prometheus_client", extra="metrics", feature="rivet's Prometheus metrics")

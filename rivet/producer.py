@@ -1,9 +1,10 @@
 """The producer API: ``rivet.enqueue``, ``enqueue_many``, ``get_task`` and ``cancel``.
 
 Defaults come from the registered job of the kind (queue, max_attempts, priority, unique key),
-then from ``settings.RIVET`` (QUEUE, MAX_ATTEMPTS). A kind that is not registered here may
-still be enqueued: the producer can be a different deployment from the worker. The worker
-that claims it without knowing the kind fails the attempt with an error naming the kind.
+then from ``settings.RIVET`` (QUEUE, MAX_ATTEMPTS); ``rivet.jobs.task_spec`` fills them. A kind
+that is not registered here may still be enqueued: the producer can be a different deployment
+from the worker. The worker that claims it without knowing the kind fails the attempt with an
+error naming the kind.
 
 On the SQL stores an enqueue runs on Django's own connection, so inside the caller's
 ``transaction.atomic()`` the task commits or rolls back with the business rows.
@@ -15,12 +16,10 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput
-from rivet.jobs import registry
+from rivet.jobs import task_spec
 from rivet.stores import resolve_store
 from rivet.stores.base import Store
-from rivet.validation import build_spec
 from rivet.values import CancelOutcome, EnqueueResult, TaskRecord, TaskSpec
 
 __all__ = ["cancel", "enqueue", "enqueue_many", "get_task", "resolve_store", "task_spec"]
@@ -111,28 +110,6 @@ def get_task(task_id: int, *, using: str | Store | None = None) -> TaskRecord | 
     return resolve_store(using).task_get(task_id)
 
 
-def task_spec(kind: str, payload: Any = None, **options: Any) -> TaskSpec:
-    """Validate an enqueue and fill its defaults from the registered job, then settings."""
-    definition = registry.find(kind) if isinstance(kind, str) else None
-    queue = _first(options.get("queue"), definition and definition.queue, rivet_settings.QUEUE)
-    priority = _first(options.get("priority"), definition and definition.priority, 0)
-    max_attempts = _first(options.get("max_attempts"), definition and definition.max_attempts)
-    unique_key = options.get("unique_key")
-    if unique_key is None and definition is not None:
-        unique_key = definition.unique_key(payload)
-    return build_spec(
-        queue=queue,
-        kind=kind,
-        payload=payload,
-        idem_key=options.get("idem_key"),
-        unique_key=unique_key,
-        delay=options.get("delay"),
-        run_at=options.get("run_at"),
-        priority=priority,
-        max_attempts=max_attempts,
-    )
-
-
 def _item_spec(index: int, item: Mapping[str, Any] | tuple) -> TaskSpec:
     if isinstance(item, tuple):
         if len(item) not in (1, 2):
@@ -152,8 +129,3 @@ def _item_spec(index: int, item: Mapping[str, Any] | tuple) -> TaskSpec:
         raise InvalidInput(f"item {index}: 'kind' is required")
     options = dict(item)
     return task_spec(options.pop("kind"), options.pop("payload", None), **options)
-
-
-def _first(*values: Any) -> Any:
-    """The first value that is not None (a job's default of 0 is a real value)."""
-    return next((value for value in values if value is not None), None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from rivet.conf import rivet_settings
@@ -103,7 +103,7 @@ def build_spec(
     payload: Any = None,
     idem_key: str | None = None,
     unique_key: str | None = None,
-    delay: float | None = None,
+    delay: float | timedelta | None = None,
     run_at: datetime | None = None,
     priority: int = 0,
     max_attempts: int | None = None,

@@ -47,13 +47,13 @@ from rivet import logs, signals
 from rivet.errors import InvalidInput, UnknownJob
 from rivet.failpoints import Failpoints, active, fired_by
 from rivet.jobs import JobRegistry, registry
-from rivet.metrics import NO_METRICS, WorkerMetrics
 from rivet.retry import RetryPolicy
 from rivet.stores.base import Store
 from rivet.validation import check_name
 from rivet.values import Claimed
 from rivet.worker.attempt import Attempt, AttemptState, StopKind
 from rivet.worker.guard import Guard
+from rivet.worker.metrics import NO_METRICS, WorkerMetrics
 from rivet.worker.options import checked
 from rivet.worker.process import default_owner
 from rivet.worker.settle import Outcome, Settler, send_signal

@@ -98,9 +98,9 @@ def expired_attempt(store: MemoryStore, jobs: JobRegistry, clock: Clock):
     from types import SimpleNamespace
 
     from rivet.failpoints import Failpoints
-    from rivet.metrics import NO_METRICS
     from rivet.retry import RetryPolicy
     from rivet.worker.guard import Guard
+    from rivet.worker.metrics import NO_METRICS
     from rivet.worker.settle import Settler
 
     enqueue(store, "noop")

@@ -96,7 +96,7 @@ def serve_metrics(worker: Worker, port: int | None) -> None:
     """Answer Prometheus scrapes on ``port`` (--metrics-port / RIVET_METRICS_PORT), if given."""
     if port is None:
         return
-    from rivet.metrics import WorkerMetrics
+    from rivet.worker.metrics import WorkerMetrics
 
     assert isinstance(worker.metrics, WorkerMetrics)  # a port is given: the worker has metrics
     try:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Any
 
 from rivet.conf import rivet_settings
@@ -28,6 +27,7 @@ __all__ = [
     "job",
     "registry",
     "task_spec",
+    "ENQUEUE_OPTIONS",
 ]
 
 
@@ -225,32 +225,37 @@ def job(
     return wrap
 
 
-def task_spec(
-    kind: str,
-    payload: Any = None,
-    *,
-    queue: str | None = None,
-    idem_key: str | None = None,
-    delay: float | timedelta | None = None,
-    run_at: datetime | None = None,
-    priority: int | None = None,
-    max_attempts: int | None = None,
-    unique_key: str | None = None,
-) -> TaskSpec:
+#: The options of an enqueue besides its kind and payload (``using`` picks the store).
+ENQUEUE_OPTIONS = frozenset(
+    {"queue", "idem_key", "delay", "run_at", "priority", "max_attempts", "unique_key"}
+)
+
+
+def task_spec(kind: str, payload: Any = None, **options: Any) -> TaskSpec:
     """Validate an enqueue and fill its defaults from the registered job, then settings."""
+    unknown = sorted(set(options) - ENQUEUE_OPTIONS)
+    if unknown:
+        raise TypeError(
+            f"unknown enqueue options: {', '.join(unknown)}; "
+            f"known: {', '.join(sorted(ENQUEUE_OPTIONS))}"
+        )
     definition = registry.find(kind) if isinstance(kind, str) else None
+    queue = _first(options.get("queue"), definition and definition.queue, rivet_settings.QUEUE)
+    priority = _first(options.get("priority"), definition and definition.priority, 0)
+    max_attempts = _first(options.get("max_attempts"), definition and definition.max_attempts)
+    unique_key = options.get("unique_key")
     if unique_key is None and definition is not None:
         unique_key = definition.unique_key(payload)
     return build_spec(
-        queue=_first(queue, definition and definition.queue, rivet_settings.QUEUE),
+        queue=queue,
         kind=kind,
         payload=payload,
-        idem_key=idem_key,
+        idem_key=options.get("idem_key"),
         unique_key=unique_key,
-        delay=delay,
-        run_at=run_at,
-        priority=_first(priority, definition and definition.priority, 0),
-        max_attempts=_first(max_attempts, definition and definition.max_attempts),
+        delay=options.get("delay"),
+        run_at=options.get("run_at"),
+        priority=priority,
+        max_attempts=max_attempts,
     )
 
 

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from rivet.errors import InvalidInput
-from rivet.jobs import task_spec
+from rivet.jobs import ENQUEUE_OPTIONS, task_spec
 from rivet.stores import resolve_store
 from rivet.stores.base import Store
 from rivet.values import CancelOutcome, EnqueueResult, TaskRecord, TaskSpec
@@ -25,19 +25,7 @@ from rivet.values import CancelOutcome, EnqueueResult, TaskRecord, TaskSpec
 __all__ = ["cancel", "enqueue", "enqueue_many", "get_task", "resolve_store", "task_spec"]
 
 #: The keys a dict given to enqueue_many may carry.
-ITEM_KEYS = frozenset(
-    {
-        "kind",
-        "payload",
-        "queue",
-        "idem_key",
-        "delay",
-        "run_at",
-        "priority",
-        "max_attempts",
-        "unique_key",
-    }
-)
+ITEM_KEYS = ENQUEUE_OPTIONS | {"kind", "payload"}
 
 
 def enqueue(

@@ -203,3 +203,10 @@ def test_task_spec_is_what_enqueue_would_store(register):
         "k-1",
         {"x": 1},
     )
+
+
+def test_the_job_handle_refuses_an_option_enqueue_does_not_know(store, register):
+    definition = register("api.test.typo")
+    with pytest.raises(TypeError, match="unknown enqueue options: queu; known: delay, idem_key"):
+        definition.enqueue({"n": 1}, using=store, queu="mail")
+    assert store.task_list() == []

@@ -22,7 +22,8 @@ import sys
 NAMES = ("chromium", "chromium-browser", "google-chrome")
 EXIT_NO_BROWSER = 3
 HELP = """\
-rivet's browser tests (tests/browser) drive a real headless Chromium, and none was found.
+rivet's browser tests (tests/acceptance/test_admin_browser.py) drive a real headless
+Chromium, and none was found.
 Get one in any of these ways, then run `make test` again:
   * Debian/Ubuntu, as root:   apt-get update && apt-get install -y chromium
   * any OS: install Chromium or Google Chrome so that `chromium` or `google-chrome` is on PATH;

@@ -13,6 +13,8 @@ docs/architecture.md ("Layers") and imports only from its own layer or the ones 
 from __future__ import annotations
 
 import ast
+import functools
+from collections.abc import Mapping, Set
 from pathlib import Path
 
 import pytest
@@ -101,10 +103,11 @@ def imported_names(module: str, is_package: bool, tree: ast.Module) -> list[str]
     return names
 
 
-def import_graph() -> dict[str, set[str]]:
-    """rivet module -> the rivet modules it imports."""
+@functools.cache
+def import_graph() -> dict[str, frozenset[str]]:
+    """rivet module -> the rivet modules it imports (read once per run)."""
     modules = module_files()
-    graph: dict[str, set[str]] = {}
+    graph: dict[str, frozenset[str]] = {}
     for module, (path, is_package) in modules.items():
         targets = set()
         for name in imported_names(module, is_package, ast.parse(path.read_text())):
@@ -112,11 +115,11 @@ def import_graph() -> dict[str, set[str]]:
                 name = name.rpartition(".")[0]
             if name and name != module:
                 targets.add(name)
-        graph[module] = targets
+        graph[module] = frozenset(targets)
     return graph
 
 
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+def cycles(graph: Mapping[str, Set[str]]) -> list[list[str]]:
     """The strongly connected groups of more than one module (Tarjan, iteratively)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}

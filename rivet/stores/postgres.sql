@@ -63,13 +63,36 @@ SELECT id
 FROM rivet_task
 WHERE kind = %(kind)s AND unique_key = %(unique_key)s AND state = 'pending'
 
--- name: claim
--- Lease up to limit runnable tasks of one queue; return the doomed ones met (used up, cancelled).
-WITH picked AS (
+-- name: lease_extend
+-- Push visible_at to now + ttl for every (task, epoch) still held; return them, cancel marks too.
+UPDATE rivet_task AS t
+SET visible_at = now() + make_interval(secs => %(ttl)s), updated_at = now()
+FROM unnest(%(task_ids)s::bigint[], %(epochs)s::bigint[]) AS held (task_id, epoch)
+WHERE t.id = held.task_id AND t.lease_epoch = held.epoch AND t.state = 'pending'
+RETURNING t.id, t.cancel_requested
+
+-- name: settle_claim
+-- Apply the worker's decisions and lease up to limit runnable tasks of one queue, in one
+-- statement (one round trip, one commit). Each decision is fenced by its own epoch; a refused
+-- one is recorded as a fenced write. A task an operator cancelled is buried as cancelled
+-- whatever was decided; an ack clears last_error, a retry or burial sets it and appends
+-- {attempt, at, error} to errors (newest errors_kept kept). A doomed task the claim meets
+-- (attempts used up, or cancelled) is buried by the same statement, under the lock it took.
+-- Rows: one per leased task (position NULL), one per applied decision or burial (positions
+-- 1..n are the worker's decisions, later ones the claim's burials); wakes on retries.
+-- With limit 0 (or queue NULL) it only settles; with no decisions it only claims.
+WITH decided_by_worker AS (
+    SELECT *
+    FROM unnest(
+        %(task_ids)s::bigint[], %(epochs)s::bigint[], %(owners)s::text[], %(ops)s::text[],
+        %(states)s::text[], %(results)s::text[], %(errors)s::text[], %(delays)s::float8[]
+    ) WITH ORDINALITY AS d (task_id, epoch, owner, op, state, result, error, delay, position)
+),
+picked AS (
     SELECT id, visible_at AS ready_at, (attempts >= max_attempts OR cancel_requested) AS doomed
     FROM rivet_task
     WHERE state = 'pending' AND queue = %(queue)s AND visible_at <= now()
-        AND NOT (id = ANY(%(seen)s::bigint[]))
+        AND NOT (id = ANY(%(task_ids)s::bigint[]))
     ORDER BY priority DESC, visible_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -86,39 +109,19 @@ leased AS (
     WHERE t.id = picked.id AND NOT picked.doomed
     RETURNING
         t.id, t.queue, t.kind, t.payload::text AS payload, t.idem_key, t.attempts,
-        t.max_attempts, t.lease_epoch, t.priority, t.last_error, t.cancel_requested,
-        false AS doomed, picked.ready_at
-)
-SELECT * FROM (
-    SELECT * FROM leased
+        t.max_attempts, t.lease_epoch, t.priority, t.cancel_requested, picked.ready_at
+),
+decided AS (
+    SELECT * FROM decided_by_worker
     UNION ALL
     SELECT
-        t.id, t.queue, t.kind, t.payload::text, t.idem_key, t.attempts, t.max_attempts,
-        t.lease_epoch, t.priority, t.last_error, t.cancel_requested, true, picked.ready_at
+        t.id, t.lease_epoch, '', 'fail', 'dead', NULL,
+        concat_ws('; ', nullif(t.last_error, ''), CASE
+            WHEN t.cancel_requested THEN %(cancelled_error)s ELSE %(worker_lost_error)s
+        END),
+        0, cardinality(%(task_ids)s::bigint[]) + row_number() OVER (ORDER BY t.id)
     FROM picked JOIN rivet_task AS t ON t.id = picked.id
     WHERE picked.doomed
-) AS met
-ORDER BY priority DESC, ready_at, id
-
--- name: lease_extend
--- Push visible_at to now + ttl for every (task, epoch) still held; return them, cancel marks too.
-UPDATE rivet_task AS t
-SET visible_at = now() + make_interval(secs => %(ttl)s), updated_at = now()
-FROM unnest(%(task_ids)s::bigint[], %(epochs)s::bigint[]) AS held (task_id, epoch)
-WHERE t.id = held.task_id AND t.lease_epoch = held.epoch AND t.state = 'pending'
-RETURNING t.id, t.cancel_requested
-
--- name: settle
--- Apply a batch of decisions, each under its own epoch; record every refused row as fenced.
--- A row an operator cancelled is buried as cancelled whatever was decided; wake on retries.
--- An ack clears last_error; a retry or burial sets it and appends {attempt, at, error} to
--- errors, keeping the newest errors_kept entries.
-WITH decided AS (
-    SELECT *
-    FROM unnest(
-        %(task_ids)s::bigint[], %(epochs)s::bigint[], %(owners)s::text[], %(ops)s::text[],
-        %(states)s::text[], %(results)s::text[], %(errors)s::text[], %(delays)s::float8[]
-    ) WITH ORDINALITY AS d (task_id, epoch, owner, op, state, result, error, delay, position)
 ),
 applied AS (
     UPDATE rivet_task AS t
@@ -160,23 +163,25 @@ applied AS (
     FROM decided AS d
     WHERE t.id = d.task_id AND t.lease_epoch = d.epoch AND t.state = 'pending'
         AND d.state IS NOT NULL
-    RETURNING d.position, t.cancel_requested AS cancelled, t.state, t.queue, d.delay
+    RETURNING t.id, d.position, t.cancel_requested AS cancelled, t.state, t.queue, d.delay
 ),
 fenced AS (
     INSERT INTO rivet_fenced_write (task_id, queue, op, owner, epoch, created_at)
     SELECT
         d.task_id, coalesce((SELECT queue FROM rivet_task WHERE id = d.task_id), ''),
         d.op, d.owner, d.epoch, now()
-    FROM decided AS d
+    FROM decided_by_worker AS d
     WHERE d.position NOT IN (SELECT position FROM applied)
     RETURNING id
 )
 SELECT
-    position,
-    cancelled,
-    CASE
-        WHEN state = 'pending' AND delay <= 0 THEN pg_notify(%(channel)s, queue)::text
-    END AS woken
+    id, queue, kind, payload, idem_key, attempts, max_attempts, lease_epoch, priority,
+    cancel_requested, ready_at, NULL::bigint AS position, NULL::text AS woken
+FROM leased
+UNION ALL
+SELECT
+    id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, cancelled, NULL, position,
+    CASE WHEN state = 'pending' AND delay <= 0 THEN pg_notify(%(channel)s, queue)::text END
 FROM applied
 
 -- name: task_get

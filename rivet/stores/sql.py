@@ -25,6 +25,7 @@ from rivet.errors import IdempotencyMismatch, StoreError, StoreUnavailable
 from rivet.stores.base import Store
 from rivet.values import (
     CANCELLED_SUFFIX,
+    WORKER_LOST_SUFFIX,
     Ack,
     Bury,
     CancelOutcome,
@@ -40,7 +41,6 @@ from rivet.values import (
     Retry,
     Settled,
     TaskRecord,
-    WORKER_LOST_SUFFIX,
     TaskSpec,
     claim_burial,
     ending,

@@ -54,7 +54,7 @@ from rivet.metrics import NO_METRICS, WorkerMetrics
 from rivet.retry import RetryPolicy
 from rivet.stores.base import Store
 from rivet.validation import check_name
-from rivet.values import ClaimBatch, Claimed
+from rivet.values import ClaimBatch, Claimed, Settled
 from rivet.worker.attempt import Attempt, AttemptState, StopKind
 from rivet.worker.guard import Guard
 from rivet.worker.options import checked
@@ -153,6 +153,7 @@ class Worker:
         )
         self.handlers = HandlerPool(self.concurrency, self._execute)
         self._gave_up = False
+        self._requeued = False
         self._exit_code = EXIT_OK
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -213,7 +214,7 @@ class Worker:
             if self.once and got is None:
                 self._exit_code = EXIT_STORE_ERROR
                 return
-            if self.once and not got and not self._unsettled():
+            if self.once and not got and not self._unsettled() and not self._requeued:
                 return
             self._wait()
 
@@ -293,6 +294,7 @@ class Worker:
         While queued decisions back off after a failed write, nothing is claimed either.
         """
         decided = self.settler.due()
+        self._requeued = False
         if self.settler.pending and not decided:
             return 0
         wanted = self._free_slots() if claim else 0
@@ -314,6 +316,8 @@ class Worker:
                 return 0
             self._claim_failed(exc)
             return None
+        # A retry the flush just wrote is runnable for the next claim, not for this one.
+        self._requeued = Settled.RETRIED in flushed.settled
         if decided:
             self.settler.applied(flushed.settled)
             self._forget_finished()

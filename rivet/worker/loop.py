@@ -113,6 +113,7 @@ class Worker:
         clock: Callable[[], float] = time.monotonic,
         failpoints: Failpoints | None = None,
         metrics: bool = False,
+        task_log_level: str = "info",
     ) -> None:
         self.store = store
         self.queues = [check_name("queue", q) for q in queues]
@@ -130,6 +131,8 @@ class Worker:
         self.registry = registry
         self.clock = clock
         self.failpoints = failpoints or active()
+        #: The level of routine per-task lines (claimed, acked, retry).
+        self.task_log_level = logs.LEVELS[checked("task_log_level", task_log_level)]
         if not self.queues:
             raise InvalidInput("a worker needs at least one queue")
         self.guard = Guard(store=store, lease_ttl=self.lease_ttl, clock=clock, notify=self._notify)
@@ -353,7 +356,7 @@ class Worker:
     def _start(self, claimed: Claimed, started: float) -> None:
         self._counts["claimed"] += 1
         self.metrics.event("claimed", claimed)
-        logs.task_event("claimed", claimed)
+        logs.task_event("claimed", claimed, self.task_log_level)
         self.failpoints.fire("after_claim")
         definition = self.registry.find(claimed.kind)
         timeout = definition.timeout_secs if definition else None

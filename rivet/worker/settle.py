@@ -258,13 +258,19 @@ class Settler:
 
     def _acked(self, attempt: Attempt, decision: Decision, result: Any = None) -> None:
         self._done(attempt, "acked")
-        logs.task_event("acked", attempt.claimed)
+        logs.task_event("acked", attempt.claimed, self.worker.task_log_level)
         self._send(signals.task_processed, attempt, result=result)
         self.failpoints.fire("after_ack")
 
     def _retried(self, attempt: Attempt, decision: Any, error: str = "", **_: Any) -> None:
         self._done(attempt, "retried")
-        logs.task_event("retry", attempt.claimed, error=error, retry_in=round(decision.delay, 3))
+        logs.task_event(
+            "retry",
+            attempt.claimed,
+            self.worker.task_log_level,
+            error=error,
+            retry_in=round(decision.delay, 3),
+        )
         self._send(signals.task_released, attempt, error=error, retry_delay=decision.delay)
 
     def _buried(

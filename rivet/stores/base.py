@@ -62,6 +62,7 @@ class Store(ABC):
     def task_settle(self, decisions: Sequence[v.Decision]) -> list[v.Settled]:
         """Apply decisions in one transaction, each fenced by its own epoch; outcomes in order."""
 
+    @abstractmethod
     def task_settle_and_claim(
         self,
         decisions: Sequence[v.Decision],
@@ -75,19 +76,10 @@ class Store(ABC):
 
         The worker's hot path: one call per flush. The decisions are applied exactly as
         ``task_settle`` applies them; when that fails nothing was applied and the error is
-        raised. When only the claim fails after the decisions were committed, the error is
-        returned as ``claim_error`` so the outcomes are not lost.
+        raised. The claim never leases a task the decisions name (the next claim may). When
+        only the claim fails after the decisions were committed, the error is returned as
+        ``claim_error`` so the outcomes are not lost.
         """
-        settled = self.task_settle(decisions) if decisions else []
-        if limit <= 0 or not queues:
-            return v.Flushed(settled=settled)
-        try:
-            batch = self.task_claim(queues=queues, owner=owner, limit=limit, lease_ttl=lease_ttl)
-        except Exception as exc:
-            if not decisions:
-                raise
-            return v.Flushed(settled=settled, claim_error=exc)
-        return v.Flushed(settled=settled, batch=batch)
 
     @abstractmethod
     def task_cancel(self, task_id: int) -> v.CancelOutcome:

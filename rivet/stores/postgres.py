@@ -35,7 +35,7 @@ QUERIES = load_queries(Path(__file__).with_name("postgres.sql"))
 BULK_CHUNK = 500
 SETTLE_COLUMNS = ("task_id", "epoch", "owner", "op", "state", "result", "error", "delay")
 #: Claim parameters of a settle_claim statement that only settles.
-NO_CLAIM = {"queue": None, "limit": 0, "owner": "", "ttl": 0.0}
+NO_CLAIM = {"queue": None, "limit": 0, "owner": "", "ttl": 0.0, "seen": []}
 
 
 def claim_order(row: dict[str, Any]) -> tuple:

@@ -80,7 +80,8 @@ RETURNING t.id, t.cancel_requested
 -- (attempts used up, or cancelled) is buried by the same statement, under the lock it took.
 -- Rows: one per leased task (position NULL), one per applied decision or burial (positions
 -- 1..n are the worker's decisions, later ones the claim's burials); wakes on retries.
--- With limit 0 (or queue NULL) it only settles; with no decisions it only claims.
+-- It never leases a task it settles, nor one in seen (those a flush's earlier statement settled
+-- or met). With limit 0 (or queue NULL) it only settles; with no decisions it only claims.
 WITH decided_by_worker AS (
     SELECT *
     FROM unnest(
@@ -92,7 +93,7 @@ picked AS (
     SELECT id, visible_at AS ready_at, (attempts >= max_attempts OR cancel_requested) AS doomed
     FROM rivet_task
     WHERE state = 'pending' AND queue = %(queue)s AND visible_at <= now()
-        AND NOT (id = ANY(%(task_ids)s::bigint[]))
+        AND NOT (id = ANY(%(task_ids)s::bigint[])) AND NOT (id = ANY(%(seen)s::bigint[]))
     ORDER BY priority DESC, visible_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

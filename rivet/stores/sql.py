@@ -108,7 +108,9 @@ class ClaimWalk:
     statement itself (``buried`` rows) or by the caller in the same transaction (``doomed``).
     """
 
-    def __init__(self, *, queues: Sequence[str], limit: int, owner: str) -> None:
+    def __init__(
+        self, *, queues: Sequence[str], limit: int, owner: str, exclude: Sequence[int] = ()
+    ) -> None:
         self.queues = list(queues)
         self.limit = limit
         self.owner = owner
@@ -116,7 +118,9 @@ class ClaimWalk:
         self.claimed: list[Claimed] = []
         self.doomed: list[dict[str, Any]] = []
         self.buried = 0
-        self.seen: list[int] = []
+        #: Tasks the flush settles: its claim never leases them (the next claim may).
+        self.exclude = list(exclude)
+        self.seen: list[int] = list(self.exclude)
         #: A claim statement's error after earlier statements were committed (see Flushed).
         self.error: Exception | None = None
 
@@ -140,7 +144,7 @@ class ClaimWalk:
         self.seen += [row["id"] for row in rows]
         if len(rows) < wanted:
             self.queues.pop(0)
-            self.seen = []
+            self.seen = list(self.exclude)
 
     def batch(self) -> ClaimBatch:
         return ClaimBatch(claimed=self.claimed, buried=self.buried + len(self.doomed))
@@ -320,7 +324,12 @@ class SqlStore(Store):
         lease_ttl: float,
     ) -> Flushed:
         rows = [settle_row(decision) for decision in decisions]
-        walk = ClaimWalk(queues=queues if limit > 0 else (), limit=limit, owner=owner)
+        walk = ClaimWalk(
+            queues=queues if limit > 0 else (),
+            limit=limit,
+            owner=owner,
+            exclude=[decision.lease.task_id for decision in decisions],
+        )
         if not rows and not walk.queues:
             return Flushed()
         with self._translated("task_settle_and_claim"):

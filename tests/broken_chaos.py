@@ -9,8 +9,9 @@ and inherit the break. Nothing here is importable from rivet or the host project
   cannot tell a redelivery from new work (the idempotency key is missing in effect). S1 must
   fail: the verifier knows each effect's task from its body, not from the key.
 - ``fenceless``: the store ignores the lease epoch (heartbeats and settle writes, flushed
-  alone or with a claim, carry whatever epoch the task has now), so a woken zombie's stale write goes through. F2 must fail:
-  a zombie whose task was claimed again had no refused write recorded.
+  alone or with a claim, carry whatever epoch the task has now), so a woken zombie's stale
+  write goes through. F2 must fail: a zombie whose task was claimed again had no refused
+  write recorded.
 """
 
 from __future__ import annotations

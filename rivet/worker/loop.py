@@ -198,6 +198,7 @@ class Worker:
         stats = WorkerStats(**self._counts, exit_code=code)
         summary: dict[str, Any] = _summary(stats)
         logs.event("worker_stopped", owner=self.owner, exit_code=code, **summary)
+        logs.flush()
         return stats
 
     def _start_listener(self) -> threading.Thread | None:
@@ -228,6 +229,7 @@ class Worker:
         """
         if not self._running:
             close_old_connections()
+        logs.flush()
         timeout = self.poll_interval
         due = self.settler.next_due()
         if due is not None:
@@ -260,6 +262,7 @@ class Worker:
         return self._busy()
 
     def _wait_some(self, timeout: float) -> None:
+        logs.flush()
         due = self.settler.next_due()
         if due is not None:
             timeout = min(timeout, max(due - self.clock(), 0.0))

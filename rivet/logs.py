@@ -123,7 +123,7 @@ def _text(value: Any) -> str:
     return json.dumps(text) if (" " in text or not text) else text
 
 
-class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class LineHandler(logging.StreamHandler):
     """Writes the worker's lines in batches: one write per loop round, not one per line.
 
     A line at WARNING or above is written at once, with every line before it; the others wait

@@ -24,6 +24,7 @@ from rivet.values import (
     Ack,
     CancelOutcome,
     Claimed,
+    Decision,
     Lease,
     Retry,
     Settled,
@@ -152,7 +153,7 @@ def check_flush_settles_a_mixed_batch_fencing_exactly_the_stale_rows(h: Harness)
     waiting = [enqueue(h, q) for _ in range(2)]
     h.advance(1)  # the tasks of w1 that were not re-leased are past their lease too
     fenced_before = h.store.fenced_count(q)
-    batch = [
+    batch: list[Decision] = [
         Ack(lease=_stale(again[tasks[0]]), result="stale ack"),
         Retry(lease=_stale(again[tasks[1]]), error="stale retry", delay=0.0),
         succeeded(leases[tasks[2]], {"ok": 2}),

@@ -35,7 +35,7 @@ QUERIES = load_queries(Path(__file__).with_name("postgres.sql"))
 BULK_CHUNK = 500
 SETTLE_COLUMNS = ("task_id", "epoch", "owner", "op", "state", "result", "error", "delay")
 #: Claim parameters of a settle_claim statement that only settles.
-NO_CLAIM = {"queue": None, "limit": 0, "owner": "", "ttl": 0.0, "seen": []}
+NO_CLAIM: dict[str, Any] = {"queue": None, "limit": 0, "owner": "", "ttl": 0.0, "seen": []}
 
 
 def claim_order(row: dict[str, Any]) -> tuple:
@@ -119,7 +119,9 @@ class PostgresStore(SqlStore):
         self, cursor: Any, rows: list[dict[str, Any]], pick: dict[str, Any] | None
     ) -> tuple[dict[int, bool], list[dict[str, Any]]]:
         """Run settle_claim: ({position: cancelled} applied, the rows the claim met)."""
-        params = {f"{column}s": [row[column] for row in rows] for column in SETTLE_COLUMNS}
+        params: dict[str, Any] = {
+            f"{column}s": [row[column] for row in rows] for column in SETTLE_COLUMNS
+        }
         params.update(pick or NO_CLAIM)
         applied: dict[int, bool] = {}
         met: list[dict[str, Any]] = []

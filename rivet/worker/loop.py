@@ -229,12 +229,7 @@ class Worker:
         """
         if not self._running:
             close_old_connections()
-        logs.flush()
-        timeout = self.poll_interval
-        due = self.settler.next_due()
-        if due is not None:
-            timeout = min(timeout, max(due - self.clock(), 0.0))
-        self._process_events(timeout=timeout)
+        self._wait_some(self.poll_interval)
 
     def _listen(self) -> None:
         """The wake-up thread: turn each enqueue notification into a wake-up of the loop."""
@@ -262,6 +257,7 @@ class Worker:
         return self._busy()
 
     def _wait_some(self, timeout: float) -> None:
+        """Write the held-back log lines, then handle events for up to ``timeout`` seconds."""
         logs.flush()
         due = self.settler.next_due()
         if due is not None:

@@ -92,10 +92,10 @@ WITH decided_by_worker AS (
 picked AS (
     SELECT id, visible_at AS ready_at, (attempts >= max_attempts OR cancel_requested) AS doomed
     FROM rivet_task
-    WHERE state = 'pending' AND queue = %(queue)s AND visible_at <= now()
+    WHERE state = 'pending' AND queue = %(queue)s::text AND visible_at <= now()
         AND NOT (id = ANY(%(task_ids)s::bigint[])) AND NOT (id = ANY(%(seen)s::bigint[]))
     ORDER BY priority DESC, visible_at, id
-    LIMIT %(limit)s
+    LIMIT %(limit)s::integer
     FOR UPDATE SKIP LOCKED
 ),
 leased AS (
@@ -103,8 +103,8 @@ leased AS (
     SET
         attempts = t.attempts + 1,
         lease_epoch = t.lease_epoch + 1,
-        lease_owner = %(owner)s,
-        visible_at = now() + make_interval(secs => %(ttl)s),
+        lease_owner = %(owner)s::text,
+        visible_at = now() + make_interval(secs => %(ttl)s::float8),
         updated_at = now()
     FROM picked
     WHERE t.id = picked.id AND NOT picked.doomed
@@ -118,7 +118,7 @@ decided AS (
     SELECT
         t.id, t.lease_epoch, '', 'fail', 'dead', NULL,
         concat_ws('; ', nullif(t.last_error, ''), CASE
-            WHEN t.cancel_requested THEN %(cancelled_error)s ELSE %(worker_lost_error)s
+            WHEN t.cancel_requested THEN %(cancelled_error)s::text ELSE %(worker_lost_error)s::text
         END),
         0, cardinality(%(task_ids)s::bigint[]) + row_number() OVER (ORDER BY t.id)
     FROM picked JOIN rivet_task AS t ON t.id = picked.id
@@ -132,7 +132,7 @@ applied AS (
             WHEN d.state = 'done' AND NOT t.cancel_requested THEN d.result::jsonb ELSE t.result
         END,
         last_error = CASE
-            WHEN t.cancel_requested AND d.state <> 'dead' THEN %(cancelled_error)s
+            WHEN t.cancel_requested AND d.state <> 'dead' THEN %(cancelled_error)s::text
             WHEN d.state = 'done' THEN ''
             ELSE d.error
         END,
@@ -147,12 +147,12 @@ applied AS (
                             now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'
                         ),
                         'error', CASE
-                            WHEN t.cancel_requested AND d.state <> 'dead' THEN %(cancelled_error)s
+                            WHEN t.cancel_requested AND d.state <> 'dead' THEN %(cancelled_error)s::text
                             ELSE d.error
                         END
                     )
                 ) WITH ORDINALITY AS kept (entry, n)
-                WHERE kept.n > jsonb_array_length(t.errors) + 1 - %(errors_kept)s
+                WHERE kept.n > jsonb_array_length(t.errors) + 1 - %(errors_kept)s::integer
             )
         END,
         lease_owner = CASE WHEN d.state = 'pending' THEN NULL ELSE t.lease_owner END,
@@ -182,7 +182,7 @@ FROM leased
 UNION ALL
 SELECT
     id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, cancelled, NULL, position,
-    CASE WHEN state = 'pending' AND delay <= 0 THEN pg_notify(%(channel)s, queue)::text END
+    CASE WHEN state = 'pending' AND delay <= 0 THEN pg_notify(%(channel)s::text, queue)::text END
 FROM applied
 
 -- name: task_get

@@ -125,9 +125,7 @@ class PostgresStore(SqlStore):
         params.update(pick or NO_CLAIM)
         applied: dict[int, bool] = {}
         met: list[dict[str, Any]] = []
-        with self._bound() as bound:
-            result = self._rows(bound, "settle_claim", params)
-        for row in result:
+        for row in self._rows(cursor, "settle_claim", params):
             position = row["position"]
             if position is None:
                 met.append({**row, "doomed": False})
@@ -137,19 +135,6 @@ class PostgresStore(SqlStore):
                 met.append({"id": row["id"], "buried": True})
         met.sort(key=claim_order)
         return applied, met
-
-    @contextmanager
-    def _bound(self) -> Iterator[Any]:
-        """A cursor on the same connection that binds parameters on the server.
-
-        Django's cursors bind on the client, so the server parses and plans every statement
-        anew; the flush statement is large and runs once per flush, and bound on the server
-        psycopg prepares it (after its ``prepare_threshold`` runs): measured, that doubled a
-        bare settle-and-claim loop at batch 16 on this project's benchmark machine.
-        """
-        connection = connections[self.using]
-        with connection.make_cursor(psycopg.Cursor(connection.connection)) as cursor:
-            yield cursor
 
     def _claim_rows(self, cursor: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
         return self._statement(cursor, [], params)[1]

@@ -34,6 +34,8 @@ DEFAULTS: dict[str, Any] = {
     "CONNECT_TIMEOUT_SECS": 5.0,
     "JOB_TIMEOUT_SECS": None,
     "SHUTDOWN_TIMEOUT_SECS": 30.0,
+    # Level of the routine per-task worker lines (claimed, acked, retry): "info" or "debug".
+    "TASK_LOG_LEVEL": "info",
     # Modules imported at worker start so their @rivet.job functions register.
     "JOB_MODULES": [],
     "NOTIFY_CHANNEL": "rivet_task",

@@ -8,9 +8,10 @@ and inherit the break. Nothing here is importable from rivet or the host project
 - ``keyless``: the effect goes out under a new key on every delivery, so the effect service
   cannot tell a redelivery from new work (the idempotency key is missing in effect). S1 must
   fail: the verifier knows each effect's task from its body, not from the key.
-- ``fenceless``: the store ignores the lease epoch (heartbeats and settle writes carry
-  whatever epoch the task has now), so a woken zombie's stale write goes through. F2 must fail:
-  a zombie whose task was claimed again had no refused write recorded.
+- ``fenceless``: the store ignores the lease epoch (heartbeats and settle writes, flushed
+  alone or with a claim, carry whatever epoch the task has now), so a woken zombie's stale
+  write goes through. F2 must fail: a zombie whose task was claimed again had no refused
+  write recorded.
 """
 
 from __future__ import annotations
@@ -43,16 +44,20 @@ def break_fence() -> None:
 
     from rivet.values import Fence
 
+    def unfenced(store: PostgresStore, decisions):
+        return [
+            d if isinstance(d, Fence) else dataclasses.replace(d, lease=now_held(store, d.lease))
+            for d in decisions
+        ]
+
     extend, settle = PostgresStore.lease_extend, PostgresStore.task_settle
+    flush = PostgresStore.task_settle_and_claim
     PostgresStore.lease_extend = lambda self, leases, ttl: extend(
         self, [now_held(self, lease) for lease in leases], ttl
     )
-    PostgresStore.task_settle = lambda self, decisions: settle(
-        self,
-        [
-            d if isinstance(d, Fence) else dataclasses.replace(d, lease=now_held(self, d.lease))
-            for d in decisions
-        ],
+    PostgresStore.task_settle = lambda self, decisions: settle(self, unfenced(self, decisions))
+    PostgresStore.task_settle_and_claim = lambda self, decisions, **claim: flush(
+        self, unfenced(self, decisions), **claim
     )
 
 

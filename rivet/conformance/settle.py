@@ -1,4 +1,5 @@
-"""Checks of settling (decisions applied in batches, fenced per row) and of cancelling."""
+"""Checks of settling (decisions applied in batches, fenced per row, flushed with the next claim)
+and of cancelling."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from rivet.conformance.harness import (
     expect_eq,
     fresh_queue,
     get,
+    ids,
 )
 from rivet.decisions import cancelled, failed, failed_permanently, lost, succeeded
 from rivet.values import (
@@ -21,7 +23,10 @@ from rivet.values import (
     PERMANENT_SUFFIX,
     Ack,
     CancelOutcome,
+    Claimed,
+    Decision,
     Lease,
+    Retry,
     Settled,
 )
 
@@ -130,3 +135,68 @@ def check_claim_buries_a_cancelled_task_whose_lease_lapsed(h: Harness) -> None:
     row = get(h, task_id)
     expect_eq(row.state, "dead", "state")
     expect(row.last_error.endswith(CANCELLED_SUFFIX), f"last_error: {row.last_error!r}")
+
+
+def _stale(claimed: Claimed) -> Lease:
+    """The lease of an attempt a newer claim has replaced."""
+    return Lease(task_id=claimed.task_id, epoch=claimed.epoch - 1, owner=claimed.owner)
+
+
+@check()
+def check_flush_settles_a_mixed_batch_fencing_exactly_the_stale_rows(h: Harness) -> None:
+    q = fresh_queue()
+    tasks = [enqueue(h, q, max_attempts=3) for _ in range(6)]
+    leases = {c.task_id: c for c in claim(h, q, limit=6)}
+    h.advance(TTL + 1)
+    again = {c.task_id: c for c in claim(h, q, owner="w2", limit=2)}  # tasks[0..1] re-leased
+    expect_eq(set(again), set(tasks[:2]), "the re-leased tasks")
+    waiting = [enqueue(h, q) for _ in range(2)]
+    h.advance(1)  # the tasks of w1 that were not re-leased are past their lease too
+    fenced_before = h.store.fenced_count(q)
+    batch: list[Decision] = [
+        Ack(lease=_stale(again[tasks[0]]), result="stale ack"),
+        Retry(lease=_stale(again[tasks[1]]), error="stale retry", delay=0.0),
+        succeeded(leases[tasks[2]], {"ok": 2}),
+        failed(leases[tasks[3]], "E: retry me", 0.0),
+        failed_permanently(leases[tasks[4]], "E: give up"),
+        lost(leases[tasks[5]], op="ack"),
+    ]
+    flushed = h.store.task_settle_and_claim(batch, queues=[q], owner="w3", limit=10, lease_ttl=TTL)
+    expect_eq(
+        flushed.settled,
+        [Settled.FENCED, Settled.FENCED, Settled.ACKED, Settled.RETRIED, Settled.BURIED,
+         Settled.FENCED],
+        "outcomes of a mixed batch with two stale epochs and a fence, in order",
+    )  # fmt: skip
+    expect_eq(flushed.claim_error, None, "claim error of a flush that worked")
+    expect_eq(h.store.fenced_count(q) - fenced_before, 3, "fenced writes: the stale rows and fence")
+    expect_eq(h.store.fenced_count(q, "fail"), 1, "the stale retry is recorded as a fail")
+    expect_eq(h.store.fenced_count(q, "ack"), 2, "the stale ack and the ack fence")
+    for task_id in tasks[:2]:
+        row = get(h, task_id)
+        expect_eq((row.state, row.lease_epoch, row.lease_owner), ("pending", 2, "w2"), "stale row")
+    expect_eq((get(h, tasks[2]).state, get(h, tasks[2]).result), ("done", {"ok": 2}), "the ack")
+    expect_eq(get(h, tasks[4]).state, "dead", "the burial")
+    claimed = ids(flushed.batch.claimed)
+    expect(tasks[3] not in claimed, "a retry is not claimed by the flush that wrote it")
+    expect(set(waiting) <= set(claimed), f"the flush's claim leased the waiting tasks: {claimed}")
+    expect_eq(get(h, waiting[0]).lease_owner, "w3", "owner of a task the flush claimed")
+    later = ids(claim(h, q, owner="w4"))
+    expect(tasks[3] in later, f"the next claim leases the retried task: {later}")
+
+
+@check()
+def check_flush_without_a_claim_or_without_decisions(h: Harness) -> None:
+    q = fresh_queue()
+    first, second = enqueue(h, q), enqueue(h, q)
+    only_claim = h.store.task_settle_and_claim([], queues=[q], owner="w1", limit=1, lease_ttl=TTL)
+    expect_eq((only_claim.settled, ids(only_claim.batch.claimed)), ([], [first]), "claim only")
+    (leased,) = only_claim.batch.claimed
+    only_settle = h.store.task_settle_and_claim(
+        [succeeded(leased, None)], queues=[q], owner="w1", limit=0, lease_ttl=TTL
+    )
+    expect_eq(only_settle.settled, [Settled.ACKED], "settle only")
+    expect_eq(only_settle.batch.claimed, [], "a flush with limit 0 claims nothing")
+    expect_eq(get(h, second).attempts, 0, "the other task was not claimed")
+    nothing = h.store.task_settle_and_claim([], queues=[q], owner="w1", limit=0, lease_ttl=TTL)
+    expect_eq((nothing.settled, nothing.batch.claimed), ([], []), "an empty flush")

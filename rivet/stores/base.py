@@ -15,6 +15,8 @@ Rules every implementation keeps (``rivet.conformance`` checks each one):
   claimed, and hands ``task_settle`` decisions (Ack, Retry, Bury, Fence), many at a time.
   Each row is guarded by its own epoch; a stale row changes nothing, is recorded durably as
   a fenced write and reported as FENCED, and the other rows of the batch still apply.
+  ``task_settle_and_claim`` settles a batch and claims the next tasks together (on PostgreSQL
+  in one statement); nothing of a batch is applied unless all of it is.
 - A task an operator cancelled while leased (``task_cancel``) is never acked or retried:
   whatever decision its worker sends, it is buried as cancelled (CANCELLED).
 """
@@ -59,6 +61,25 @@ class Store(ABC):
     @abstractmethod
     def task_settle(self, decisions: Sequence[v.Decision]) -> list[v.Settled]:
         """Apply decisions in one transaction, each fenced by its own epoch; outcomes in order."""
+
+    @abstractmethod
+    def task_settle_and_claim(
+        self,
+        decisions: Sequence[v.Decision],
+        *,
+        queues: Sequence[str],
+        owner: str,
+        limit: int,
+        lease_ttl: float,
+    ) -> v.Flushed:
+        """Settle ``decisions``, then lease up to ``limit`` tasks; a store may do both at once.
+
+        The worker's hot path: one call per flush. The decisions are applied exactly as
+        ``task_settle`` applies them; when that fails nothing was applied and the error is
+        raised. The claim never leases a task the decisions name (the next claim may). When
+        only the claim fails after the decisions were committed, the error is returned as
+        ``claim_error`` so the outcomes are not lost.
+        """
 
     @abstractmethod
     def task_cancel(self, task_id: int) -> v.CancelOutcome:

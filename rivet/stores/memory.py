@@ -142,6 +142,31 @@ class MemoryStore(Store):
     def task_claim(
         self, *, queues: Sequence[str], owner: str, limit: int, lease_ttl: float
     ) -> v.ClaimBatch:
+        return self._claim(queues, owner, limit, lease_ttl, exclude=frozenset())
+
+    def task_settle_and_claim(
+        self,
+        decisions: Sequence[v.Decision],
+        *,
+        queues: Sequence[str],
+        owner: str,
+        limit: int,
+        lease_ttl: float,
+    ) -> v.Flushed:
+        with self._lock:
+            settled = self.task_settle(decisions) if decisions else []
+            exclude = frozenset(decision.lease.task_id for decision in decisions)
+            batch = self._claim(queues, owner, limit, lease_ttl, exclude=exclude)
+        return v.Flushed(settled=settled, batch=batch)
+
+    def _claim(
+        self,
+        queues: Sequence[str],
+        owner: str,
+        limit: int,
+        lease_ttl: float,
+        exclude: frozenset[int],
+    ) -> v.ClaimBatch:
         claimed: list[v.Claimed] = []
         buried = 0
         with self._lock:
@@ -151,7 +176,10 @@ class MemoryStore(Store):
                     (
                         t
                         for t in self._tasks.values()
-                        if t.queue == queue and t.state == "pending" and t.visible_at <= now
+                        if t.queue == queue
+                        and t.state == "pending"
+                        and t.visible_at <= now
+                        and t.id not in exclude
                     ),
                     key=lambda t: (-t.priority, t.visible_at, t.id),
                 )

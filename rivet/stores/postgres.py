@@ -3,8 +3,9 @@
 Because it uses ``connections[using]``, an enqueue joins the caller's ``transaction.atomic()``:
 the business row and its task commit or roll back together. Every write is one short
 transaction (a savepoint inside the caller's). The semantics are ``rivet.stores.sql``'s; this
-module keeps what is PostgreSQL's own: the queries (postgres.sql), a settle batch as one
-statement over ``unnest`` of arrays, the bulk enqueue, and the LISTEN wake-up.
+module keeps what is PostgreSQL's own: the queries (postgres.sql), a flush as one statement
+(the settle batch over ``unnest`` of arrays, and the next claim), the bulk enqueue, and the
+LISTEN wake-up.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from psycopg import sql
 
 from rivet import logs
 from rivet.conf import rivet_settings
-from rivet.stores.sql import SqlStore
+from rivet.stores.sql import ClaimWalk, SqlStore
 from rivet.stores.sqlfile import load_queries
 from rivet.values import EnqueueResult, TaskSpec
 
@@ -33,6 +34,15 @@ QUERIES = load_queries(Path(__file__).with_name("postgres.sql"))
 #: Rows per INSERT of a bulk enqueue (each is one statement of array parameters).
 BULK_CHUNK = 500
 SETTLE_COLUMNS = ("task_id", "epoch", "owner", "op", "state", "result", "error", "delay")
+#: Claim parameters of a settle_claim statement that only settles.
+NO_CLAIM: dict[str, Any] = {"queue": None, "limit": 0, "owner": "", "ttl": 0.0, "seen": []}
+
+
+def claim_order(row: dict[str, Any]) -> tuple:
+    """Claim order of the rows one statement met (burials, already applied, go last)."""
+    if row.get("buried"):
+        return (1, 0, 0, row["id"])
+    return (0, -row["priority"], row["ready_at"], row["id"])
 
 
 class PostgresStore(SqlStore):
@@ -75,10 +85,62 @@ class PostgresStore(SqlStore):
             with suppress(DjangoDatabaseError):
                 connection.close_if_unusable_or_obsolete()
 
+    # -- settle and claim: one statement ----------------------------------------------------
+
+    def _settle_claim(self, rows: list[dict[str, Any]], walk: ClaimWalk, ttl: float) -> dict:
+        """The settle rows and the first claim in one statement; more claims only if needed.
+
+        Outside the caller's transaction each statement commits by itself (one round trip):
+        a later claim statement that fails leaves the first one's work committed, so its
+        error is kept on the walk, not raised.
+        """
+        walk.params = {"owner": walk.owner, "ttl": ttl}
+        if connections[self.using].in_atomic_block:
+            with self._writing() as cursor:
+                applied = self._first(cursor, rows, walk)
+                self._walk(cursor, walk)
+            return applied
+        with self._reading() as cursor:
+            applied = self._first(cursor, rows, walk)
+            try:
+                self._walk(cursor, walk)
+            except (DjangoDatabaseError, psycopg.Error) as exc:
+                walk.error = self._store_error("task_settle_and_claim", exc)
+        return applied
+
+    def _first(self, cursor: Any, rows: list[dict[str, Any]], walk: ClaimWalk) -> dict:
+        pick = walk.next_pick(self._ids)
+        applied, met = self._statement(cursor, rows, pick)
+        if pick is not None:
+            walk.took(met, pick["limit"])
+        return applied
+
+    def _statement(
+        self, cursor: Any, rows: list[dict[str, Any]], pick: dict[str, Any] | None
+    ) -> tuple[dict[int, bool], list[dict[str, Any]]]:
+        """Run settle_claim: ({position: cancelled} applied, the rows the claim met)."""
+        params: dict[str, Any] = {
+            f"{column}s": [row[column] for row in rows] for column in SETTLE_COLUMNS
+        }
+        params.update(pick or NO_CLAIM)
+        applied: dict[int, bool] = {}
+        met: list[dict[str, Any]] = []
+        for row in self._rows(cursor, "settle_claim", params):
+            position = row["position"]
+            if position is None:
+                met.append({**row, "doomed": False})
+            elif position <= len(rows):
+                applied[position - 1] = row["cancel_requested"]
+            else:
+                met.append({"id": row["id"], "buried": True})
+        met.sort(key=claim_order)
+        return applied, met
+
+    def _claim_rows(self, cursor: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
+        return self._statement(cursor, [], params)[1]
+
     def _settle_rows(self, cursor: Any, rows: list[dict[str, Any]]) -> dict[int, bool]:
-        params = {f"{column}s": [row[column] for row in rows] for column in SETTLE_COLUMNS}
-        applied = self._rows(cursor, "settle", params)
-        return {row["position"] - 1: row["cancelled"] for row in applied}
+        return self._statement(cursor, rows, None)[0]
 
     # -- bulk enqueue ------------------------------------------------------------------------
 

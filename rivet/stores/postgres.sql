@@ -63,43 +63,6 @@ SELECT id
 FROM rivet_task
 WHERE kind = %(kind)s AND unique_key = %(unique_key)s AND state = 'pending'
 
--- name: claim
--- Lease up to limit runnable tasks of one queue; return the doomed ones met (used up, cancelled).
-WITH picked AS (
-    SELECT id, visible_at AS ready_at, (attempts >= max_attempts OR cancel_requested) AS doomed
-    FROM rivet_task
-    WHERE state = 'pending' AND queue = %(queue)s AND visible_at <= now()
-        AND NOT (id = ANY(%(seen)s::bigint[]))
-    ORDER BY priority DESC, visible_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-),
-leased AS (
-    UPDATE rivet_task AS t
-    SET
-        attempts = t.attempts + 1,
-        lease_epoch = t.lease_epoch + 1,
-        lease_owner = %(owner)s,
-        visible_at = now() + make_interval(secs => %(ttl)s),
-        updated_at = now()
-    FROM picked
-    WHERE t.id = picked.id AND NOT picked.doomed
-    RETURNING
-        t.id, t.queue, t.kind, t.payload::text AS payload, t.idem_key, t.attempts,
-        t.max_attempts, t.lease_epoch, t.priority, t.last_error, t.cancel_requested,
-        false AS doomed, picked.ready_at
-)
-SELECT * FROM (
-    SELECT * FROM leased
-    UNION ALL
-    SELECT
-        t.id, t.queue, t.kind, t.payload::text, t.idem_key, t.attempts, t.max_attempts,
-        t.lease_epoch, t.priority, t.last_error, t.cancel_requested, true, picked.ready_at
-    FROM picked JOIN rivet_task AS t ON t.id = picked.id
-    WHERE picked.doomed
-) AS met
-ORDER BY priority DESC, ready_at, id
-
 -- name: lease_extend
 -- Push visible_at to now + ttl for every (task, epoch) still held; return them, cancel marks too.
 UPDATE rivet_task AS t
@@ -108,17 +71,58 @@ FROM unnest(%(task_ids)s::bigint[], %(epochs)s::bigint[]) AS held (task_id, epoc
 WHERE t.id = held.task_id AND t.lease_epoch = held.epoch AND t.state = 'pending'
 RETURNING t.id, t.cancel_requested
 
--- name: settle
--- Apply a batch of decisions, each under its own epoch; record every refused row as fenced.
--- A row an operator cancelled is buried as cancelled whatever was decided; wake on retries.
--- An ack clears last_error; a retry or burial sets it and appends {attempt, at, error} to
--- errors, keeping the newest errors_kept entries.
-WITH decided AS (
+-- name: settle_claim
+-- Apply the worker's decisions and lease up to limit runnable tasks of one queue, in one
+-- statement (one round trip, one commit). Each decision is fenced by its own epoch; a refused
+-- one is recorded as a fenced write. A task an operator cancelled is buried as cancelled
+-- whatever was decided; an ack clears last_error, a retry or burial sets it and appends
+-- {attempt, at, error} to errors (newest errors_kept kept). A doomed task the claim meets
+-- (attempts used up, or cancelled) is buried by the same statement, under the lock it took.
+-- Rows: one per leased task (position NULL), one per applied decision or burial (positions
+-- 1..n are the worker's decisions, later ones the claim's burials); wakes on retries.
+-- It never leases a task it settles, nor one in seen (those a flush's earlier statement settled
+-- or met). With limit 0 (or queue NULL) it only settles; with no decisions it only claims.
+WITH decided_by_worker AS (
     SELECT *
     FROM unnest(
         %(task_ids)s::bigint[], %(epochs)s::bigint[], %(owners)s::text[], %(ops)s::text[],
         %(states)s::text[], %(results)s::text[], %(errors)s::text[], %(delays)s::float8[]
     ) WITH ORDINALITY AS d (task_id, epoch, owner, op, state, result, error, delay, position)
+),
+picked AS (
+    SELECT id, visible_at AS ready_at, (attempts >= max_attempts OR cancel_requested) AS doomed
+    FROM rivet_task
+    WHERE state = 'pending' AND queue = %(queue)s::text AND visible_at <= now()
+        AND NOT (id = ANY(%(task_ids)s::bigint[])) AND NOT (id = ANY(%(seen)s::bigint[]))
+    ORDER BY priority DESC, visible_at, id
+    LIMIT %(limit)s::integer
+    FOR UPDATE SKIP LOCKED
+),
+leased AS (
+    UPDATE rivet_task AS t
+    SET
+        attempts = t.attempts + 1,
+        lease_epoch = t.lease_epoch + 1,
+        lease_owner = %(owner)s::text,
+        visible_at = now() + make_interval(secs => %(ttl)s::float8),
+        updated_at = now()
+    FROM picked
+    WHERE t.id = picked.id AND NOT picked.doomed
+    RETURNING
+        t.id, t.queue, t.kind, t.payload::text AS payload, t.idem_key, t.attempts,
+        t.max_attempts, t.lease_epoch, t.priority, t.cancel_requested, picked.ready_at
+),
+decided AS (
+    SELECT * FROM decided_by_worker
+    UNION ALL
+    SELECT
+        t.id, t.lease_epoch, '', 'fail', 'dead', NULL,
+        concat_ws('; ', nullif(t.last_error, ''), CASE
+            WHEN t.cancel_requested THEN %(cancelled_error)s::text ELSE %(worker_lost_error)s::text
+        END),
+        0, cardinality(%(task_ids)s::bigint[]) + row_number() OVER (ORDER BY t.id)
+    FROM picked JOIN rivet_task AS t ON t.id = picked.id
+    WHERE picked.doomed
 ),
 applied AS (
     UPDATE rivet_task AS t
@@ -128,7 +132,7 @@ applied AS (
             WHEN d.state = 'done' AND NOT t.cancel_requested THEN d.result::jsonb ELSE t.result
         END,
         last_error = CASE
-            WHEN t.cancel_requested AND d.state <> 'dead' THEN %(cancelled_error)s
+            WHEN t.cancel_requested AND d.state <> 'dead' THEN %(cancelled_error)s::text
             WHEN d.state = 'done' THEN ''
             ELSE d.error
         END,
@@ -143,12 +147,12 @@ applied AS (
                             now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'
                         ),
                         'error', CASE
-                            WHEN t.cancel_requested AND d.state <> 'dead' THEN %(cancelled_error)s
+                            WHEN t.cancel_requested AND d.state <> 'dead' THEN %(cancelled_error)s::text
                             ELSE d.error
                         END
                     )
                 ) WITH ORDINALITY AS kept (entry, n)
-                WHERE kept.n > jsonb_array_length(t.errors) + 1 - %(errors_kept)s
+                WHERE kept.n > jsonb_array_length(t.errors) + 1 - %(errors_kept)s::integer
             )
         END,
         lease_owner = CASE WHEN d.state = 'pending' THEN NULL ELSE t.lease_owner END,
@@ -160,23 +164,25 @@ applied AS (
     FROM decided AS d
     WHERE t.id = d.task_id AND t.lease_epoch = d.epoch AND t.state = 'pending'
         AND d.state IS NOT NULL
-    RETURNING d.position, t.cancel_requested AS cancelled, t.state, t.queue, d.delay
+    RETURNING t.id, d.position, t.cancel_requested AS cancelled, t.state, t.queue, d.delay
 ),
 fenced AS (
     INSERT INTO rivet_fenced_write (task_id, queue, op, owner, epoch, created_at)
     SELECT
         d.task_id, coalesce((SELECT queue FROM rivet_task WHERE id = d.task_id), ''),
         d.op, d.owner, d.epoch, now()
-    FROM decided AS d
+    FROM decided_by_worker AS d
     WHERE d.position NOT IN (SELECT position FROM applied)
     RETURNING id
 )
 SELECT
-    position,
-    cancelled,
-    CASE
-        WHEN state = 'pending' AND delay <= 0 THEN pg_notify(%(channel)s, queue)::text
-    END AS woken
+    id, queue, kind, payload, idem_key, attempts, max_attempts, lease_epoch, priority,
+    cancel_requested, ready_at, NULL::bigint AS position, NULL::text AS woken
+FROM leased
+UNION ALL
+SELECT
+    id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, cancelled, NULL, position,
+    CASE WHEN state = 'pending' AND delay <= 0 THEN pg_notify(%(channel)s::text, queue)::text END
 FROM applied
 
 -- name: task_get

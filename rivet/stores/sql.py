@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from abc import abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
@@ -25,6 +25,7 @@ from rivet.errors import IdempotencyMismatch, StoreError, StoreUnavailable
 from rivet.stores.base import Store
 from rivet.values import (
     CANCELLED_SUFFIX,
+    WORKER_LOST_SUFFIX,
     Ack,
     Bury,
     CancelOutcome,
@@ -33,6 +34,7 @@ from rivet.values import (
     Decision,
     EnqueueResult,
     Fence,
+    Flushed,
     Held,
     Lease,
     QueueStats,
@@ -98,6 +100,56 @@ def outcome_of(decision: Decision, applied: bool | None) -> Settled:
     return Settled.RETRIED if isinstance(decision, Retry) else Settled.BURIED
 
 
+class ClaimWalk:
+    """Where one claim is in its queues: what it leased and the doomed rows it met.
+
+    Queues are walked in the order given; a statement that met fewer rows than it asked for
+    exhausted its queue. A doomed row (attempts used up, or cancelled) is buried, by the claim
+    statement itself (``buried`` rows) or by the caller in the same transaction (``doomed``).
+    """
+
+    def __init__(
+        self, *, queues: Sequence[str], limit: int, owner: str, exclude: Sequence[int] = ()
+    ) -> None:
+        self.queues = list(queues)
+        self.limit = limit
+        self.owner = owner
+        self.params: dict[str, Any] = {}
+        self.claimed: list[Claimed] = []
+        self.doomed: list[dict[str, Any]] = []
+        self.buried = 0
+        #: Tasks the flush settles: its claim never leases them (the next claim may).
+        self.exclude = list(exclude)
+        self.seen: list[int] = list(self.exclude)
+        #: A claim statement's error after earlier statements were committed (see Flushed).
+        self.error: Exception | None = None
+
+    def next_pick(self, ids: Callable[[Sequence[int]], Any]) -> dict[str, Any] | None:
+        """Parameters of the next claim statement, or None when the claim is complete."""
+        wanted = self.limit - len(self.claimed)
+        if wanted <= 0 or not self.queues:
+            return None
+        return {**self.params, "queue": self.queues[0], "limit": wanted, "seen": ids(self.seen)}
+
+    def took(self, rows: list[dict[str, Any]], wanted: int) -> None:
+        """Take the rows one claim statement met, in claim order."""
+        for row in rows:
+            if row.get("buried"):
+                self.buried += 1
+            elif row["doomed"]:
+                self.doomed.append(row)
+            else:
+                row = {**row, "payload": json_value(row["payload"])}
+                self.claimed.append(Claimed.from_row(row, self.owner))
+        self.seen += [row["id"] for row in rows]
+        if len(rows) < wanted:
+            self.queues.pop(0)
+            self.seen = list(self.exclude)
+
+    def batch(self) -> ClaimBatch:
+        return ClaimBatch(claimed=self.claimed, buried=self.buried + len(self.doomed))
+
+
 class SqlStore(Store):
     """The shared half of a SQL store; subclasses supply the dialect half."""
 
@@ -127,9 +179,10 @@ class SqlStore(Store):
     def _settle_rows(self, cursor: Any, rows: list[dict[str, Any]]) -> dict[int, bool]:
         """Apply settle rows, fencing stale ones; {position: cancelled} of the rows applied."""
 
+    @abstractmethod
     def _claim_rows(self, cursor: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
-        """Lease the next runnable tasks of a queue; rows in claim order, doomed ones flagged."""
-        return self._rows(cursor, "claim", params)
+        """Lease the next runnable tasks of a queue; rows in claim order, doomed ones flagged
+        (``doomed``: for the caller to bury; ``buried``: the statement buried it already)."""
 
     def _ids(self, ids: Sequence[int]) -> Any:
         """A list of ids as the dialect's queries take it."""
@@ -164,18 +217,26 @@ class SqlStore(Store):
         try:
             yield
         except (DjangoDatabaseError, *self.driver_errors) as exc:  # type: ignore[misc]
-            self._after_error()
-            unreachable = isinstance(
-                exc, (OperationalError, InterfaceError, *self.transient_errors)
-            )
-            raise (StoreUnavailable if unreachable else StoreError)(
-                f"{self.name} store on database alias {self.using!r} failed in {op}: "
-                f"{self._error_message(exc)}"
-            ) from exc
+            raise self._store_error(op, exc) from exc
+
+    def _store_error(self, op: str, exc: Exception) -> StoreError:
+        """A driver error as the StoreError the job API and the worker see."""
+        self._after_error()
+        unreachable = isinstance(exc, (OperationalError, InterfaceError, *self.transient_errors))
+        error = (StoreUnavailable if unreachable else StoreError)(
+            f"{self.name} store on database alias {self.using!r} failed in {op}: "
+            f"{self._error_message(exc)}"
+        )
+        error.__cause__ = exc
+        return error
 
     def _common_params(self) -> dict[str, Any]:
         """Parameters every query may use: the cancel ending, and the dialect's own."""
-        return {"cancelled_error": CANCELLED_SUFFIX, "errors_kept": rivet_settings.MAX_ERRORS_KEPT}
+        return {
+            "cancelled_error": CANCELLED_SUFFIX,
+            "worker_lost_error": WORKER_LOST_SUFFIX,
+            "errors_kept": rivet_settings.MAX_ERRORS_KEPT,
+        }
 
     def _rows(self, cursor: Any, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         cursor.execute(self.queries[query], {**self._common_params(), **params})
@@ -246,45 +307,54 @@ class SqlStore(Store):
     def task_claim(
         self, *, queues: Sequence[str], owner: str, limit: int, lease_ttl: float
     ) -> ClaimBatch:
-        claimed: list[Claimed] = []
-        doomed: list[dict[str, Any]] = []
-        with self._translated("task_claim"), self._writing() as cursor:
-            params = self._claim_params(cursor, owner, lease_ttl)
-            for queue in queues:
-                if len(claimed) >= limit:
-                    break
-                claimed += self._claim_queue(cursor, queue, limit - len(claimed), params, doomed)
-            if doomed:
-                self._bury_doomed(cursor, doomed)
-        return ClaimBatch(claimed=claimed, buried=len(doomed))
+        flushed = self.task_settle_and_claim(
+            [], queues=queues, owner=owner, limit=limit, lease_ttl=lease_ttl
+        )
+        if flushed.claim_error is not None and not flushed.batch.claimed:
+            raise flushed.claim_error
+        return flushed.batch
 
-    def _claim_queue(
+    def task_settle_and_claim(
         self,
-        cursor: Any,
-        queue: str,
+        decisions: Sequence[Decision],
+        *,
+        queues: Sequence[str],
+        owner: str,
         limit: int,
-        params: dict[str, Any],
-        doomed: list[dict[str, Any]],
-    ) -> list[Claimed]:
-        """Walk one queue in claim order: lease up to ``limit``; collect the doomed rows met."""
-        claimed: list[Claimed] = []
-        seen: list[int] = []
-        while len(claimed) < limit:
-            wanted = limit - len(claimed)
-            pick = {**params, "queue": queue, "limit": wanted, "seen": self._ids(seen)}
-            rows = self._claim_rows(cursor, pick)
-            if not rows:
-                break
-            for row in rows:
-                if row["doomed"]:
-                    doomed.append(row)
-                else:
-                    row = {**row, "payload": json_value(row["payload"])}
-                    claimed.append(Claimed.from_row(row, params["owner"]))
-            seen += [row["id"] for row in rows]
-            if len(rows) < wanted:
-                break
-        return claimed
+        lease_ttl: float,
+    ) -> Flushed:
+        rows = [settle_row(decision) for decision in decisions]
+        walk = ClaimWalk(
+            queues=queues if limit > 0 else (),
+            limit=limit,
+            owner=owner,
+            exclude=[decision.lease.task_id for decision in decisions],
+        )
+        if not rows and not walk.queues:
+            return Flushed()
+        with self._translated("task_settle_and_claim"):
+            applied = self._settle_claim(rows, walk, float(lease_ttl))
+        return Flushed(
+            settled=[outcome_of(d, applied.get(i)) for i, d in enumerate(decisions)],
+            batch=walk.batch(),
+            claim_error=walk.error,
+        )
+
+    def _settle_claim(self, rows: list[dict[str, Any]], walk: ClaimWalk, ttl: float) -> dict:
+        """Apply settle rows and walk the claim in one transaction; {position: cancelled}."""
+        with self._writing() as cursor:
+            applied = self._settle_rows(cursor, rows) if rows else {}
+            if walk.queues:
+                walk.params = self._claim_params(cursor, walk.owner, ttl)
+                self._walk(cursor, walk)
+            if walk.doomed:
+                self._bury_doomed(cursor, walk.doomed)
+        return applied
+
+    def _walk(self, cursor: Any, walk: ClaimWalk) -> None:
+        """Claim statements until the batch is full or every queue is exhausted."""
+        while (pick := walk.next_pick(self._ids)) is not None:
+            walk.took(self._claim_rows(cursor, pick), pick["limit"])
 
     def _bury_doomed(self, cursor: Any, rows: list[dict[str, Any]]) -> None:
         """Bury rows no claim may run (attempts used up, or cancelled), under their epoch."""
@@ -316,10 +386,8 @@ class SqlStore(Store):
     def task_settle(self, decisions: Sequence[Decision]) -> list[Settled]:
         if not decisions:
             return []
-        rows = [settle_row(decision) for decision in decisions]
-        with self._translated("task_settle"), self._one_statement() as cursor:
-            applied = self._settle_rows(cursor, rows)
-        return [outcome_of(d, applied.get(i)) for i, d in enumerate(decisions)]
+        flushed = self.task_settle_and_claim(decisions, queues=(), owner="", limit=0, lease_ttl=0)
+        return flushed.settled
 
     def task_cancel(self, task_id: int) -> CancelOutcome:
         with self._translated("task_cancel"), self._writing() as cursor:

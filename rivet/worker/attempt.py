@@ -76,6 +76,8 @@ class Attempt:
         self.stop_kind: StopKind | None = None
         self.stopped_at: float | None = None
         self.state = AttemptState.RUNNING if definition is not None else AttemptState.RETURNED
+        #: A decision is queued for the next flush: later stops do not decide again.
+        self.decided = False
         self._lock = threading.Lock()
 
     @property
@@ -89,6 +91,11 @@ class Attempt:
     @property
     def settled(self) -> bool:
         return self.state not in UNSETTLED
+
+    @property
+    def owes_decision(self) -> bool:
+        """Nothing is settled or queued for this attempt yet."""
+        return not self.decided and self.state in UNSETTLED
 
     @property
     def stop_reason(self) -> str:

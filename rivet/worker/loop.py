@@ -1,13 +1,16 @@
-"""The worker runtime: claim into free slots, run handlers on threads, settle each attempt.
+"""The worker runtime: claim into free slots, run handlers on a pool, settle in batches.
 
 One loop thread claims and settles; one guard thread (``rivet.worker.guard``) heartbeats; on
 PostgreSQL a listener thread turns enqueue notifications (LISTEN) into wake-ups of the loop,
-which otherwise polls every ``poll_interval``; each handler runs on its own daemon thread. A
-claim asks for exactly as many tasks as there are free slots, so no claimed task waits behind
-another while its lease runs out.
+which otherwise polls every ``poll_interval``; handlers run on a fixed pool of ``concurrency``
+threads started once (``rivet.worker.pool.HandlerPool``). A claim asks for exactly as many tasks
+as there are free slots, so no claimed task waits behind another while its lease runs out.
 
 Each attempt ends in exactly one store write (or, when the lease cannot be confirmed, none):
-``rivet.worker.settle`` says which. A handler the guard stopped (lease fenced, local deadline
+``rivet.worker.settle`` says which, and queues it. The loop flushes every queued decision and
+claims into the free slots in one store call (``task_settle_and_claim``: one statement on
+PostgreSQL) as soon as the previous one returned: no timer, a lone task settles at once and a
+busy worker batches by itself. A handler the guard stopped (lease fenced, local deadline
 passed) is never acked.
 
 Handlers that will not return. Python cannot kill a thread. A handler stopped by the guard (or
@@ -50,11 +53,12 @@ from rivet.jobs import JobRegistry, registry
 from rivet.retry import RetryPolicy
 from rivet.stores.base import Store
 from rivet.validation import check_name
-from rivet.values import Claimed
+from rivet.values import ClaimBatch, Claimed, Settled
 from rivet.worker.attempt import Attempt, AttemptState, StopKind
 from rivet.worker.guard import Guard
 from rivet.worker.metrics import NO_METRICS, WorkerMetrics
 from rivet.worker.options import checked
+from rivet.worker.pool import HandlerPool
 from rivet.worker.process import default_owner
 from rivet.worker.settle import Outcome, Settler, send_signal
 
@@ -109,6 +113,7 @@ class Worker:
         clock: Callable[[], float] = time.monotonic,
         failpoints: Failpoints | None = None,
         metrics: bool = False,
+        task_log_level: str = "info",
     ) -> None:
         self.store = store
         self.queues = [check_name("queue", q) for q in queues]
@@ -126,6 +131,8 @@ class Worker:
         self.registry = registry
         self.clock = clock
         self.failpoints = failpoints or active()
+        #: The level of routine per-task lines (claimed, acked, retry).
+        self.task_log_level = logs.LEVELS[checked("task_log_level", task_log_level)]
         if not self.queues:
             raise InvalidInput("a worker needs at least one queue")
         self.guard = Guard(store=store, lease_ttl=self.lease_ttl, clock=clock, notify=self._notify)
@@ -147,7 +154,9 @@ class Worker:
             clock=clock,
             counts=self._counts,
         )
+        self.handlers = HandlerPool(self.concurrency, self._execute)
         self._gave_up = False
+        self._requeued = False
         self._exit_code = EXIT_OK
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -172,12 +181,14 @@ class Worker:
             pool_size=self.pool_size,
         )
         self.guard.start()
+        self.handlers.start()
         listener = self._start_listener()
         try:
             self._loop()
             logs.event("worker_stopping", owner=self.owner, in_flight=self._busy())
             stranded = self._drain()
         finally:
+            self.handlers.close()
             self._listener_done.set()
             if listener is not None:
                 listener.join(timeout=LISTEN_SLICE_SECS * 4)
@@ -187,6 +198,7 @@ class Worker:
         stats = WorkerStats(**self._counts, exit_code=code)
         summary: dict[str, Any] = _summary(stats)
         logs.event("worker_stopped", owner=self.owner, exit_code=code, **summary)
+        logs.flush()
         return stats
 
     def _start_listener(self) -> threading.Thread | None:
@@ -202,19 +214,22 @@ class Worker:
             self._check_abandoned()
             if self._enough_jobs():
                 return
-            got = self._claim()
+            got = self._flush()
             if self.once and got is None:
                 self._exit_code = EXIT_STORE_ERROR
                 return
-            if self.once and not got and not self._unsettled():
+            if self.once and not got and not self._unsettled() and not self._requeued:
                 return
             self._wait()
 
     def _wait(self) -> None:
-        """Until a handler finishes, work is enqueued (LISTEN), a stop, or the poll interval."""
+        """Until a handler finishes, work is enqueued (LISTEN), a stop, or the poll interval.
+
+        Decisions already queued are flushed at once; ones backing off, when their wait ends.
+        """
         if not self._running:
             close_old_connections()
-        self._process_events(timeout=self.poll_interval)
+        self._wait_some(self.poll_interval)
 
     def _listen(self) -> None:
         """The wake-up thread: turn each enqueue notification into a wake-up of the loop."""
@@ -229,14 +244,25 @@ class Worker:
     def _drain(self) -> int:
         """Wait for in-flight handlers up to shutdown_timeout; abandon the rest."""
         deadline = self.clock() + self.shutdown_timeout
-        while self._busy() and self.clock() < deadline:
-            self._process_events(timeout=min(0.1, max(deadline - self.clock(), 0.0)))
+        while (self._busy() or self.settler.pending) and self.clock() < deadline:
+            self._flush(claim=False)
+            self._wait_some(min(0.1, max(deadline - self.clock(), 0.0)))
         for attempt in [a for a in self._running.values() if a.busy]:
             attempt.stop(StopKind.SHUTDOWN, "worker shutting down", self.clock())
-            if not attempt.settled:
+            if attempt.owes_decision:
                 self.settler.settle_stopped(attempt)
             self._abandon(attempt)
+        self.settler.flush_all()
+        self._forget_finished()
         return self._busy()
+
+    def _wait_some(self, timeout: float) -> None:
+        """Write the held-back log lines, then handle events for up to ``timeout`` seconds."""
+        logs.flush()
+        due = self.settler.next_due()
+        if due is not None:
+            timeout = min(timeout, max(due - self.clock(), 0.0))
+        self._process_events(timeout=timeout)
 
     # -- slots and claims --------------------------------------------------------------------
 
@@ -263,25 +289,52 @@ class Worker:
     def _enough_jobs(self) -> bool:
         return self.max_jobs is not None and self._finished() >= self.max_jobs
 
-    def _claim(self) -> int | None:
-        """Claim as many tasks as there are free slots and start them; None on a DB error."""
-        wanted = self._free_slots()
-        if wanted <= 0:
+    def _flush(self, claim: bool = True) -> int | None:
+        """Write the queued decisions and claim into the free slots, in one store call.
+
+        Returns how many tasks were claimed; None when a claim (with nothing to write) failed.
+        While queued decisions back off after a failed write, nothing is claimed either.
+        """
+        decided = self.settler.due()
+        self._requeued = False
+        if self.settler.pending and not decided:
+            return 0
+        wanted = self._free_slots() if claim else 0
+        if not decided and wanted <= 0:
             return 0
         started = self.clock()
         try:
-            batch = self.store.task_claim(
-                queues=self.queues, owner=self.owner, limit=wanted, lease_ttl=self.lease_ttl
+            flushed = self.store.task_settle_and_claim(
+                decided,
+                queues=self.queues,
+                owner=self.owner,
+                limit=wanted,
+                lease_ttl=self.lease_ttl,
             )
         except Exception as exc:
-            logs.event(
-                "claim_failed",
-                logging.ERROR,
-                owner=self.owner,
-                error=f"{type(exc).__name__}: {exc}",
-            )
-            close_old_connections()
+            if decided:
+                self.settler.failed(exc)
+                self._forget_finished()
+                return 0
+            self._claim_failed(exc)
             return None
+        # A retry the flush just wrote is runnable for the next claim, not for this one.
+        self._requeued = Settled.RETRIED in flushed.settled
+        if decided:
+            self.settler.applied(flushed.settled)
+            self._forget_finished()
+        if flushed.claim_error is not None:
+            self._claim_failed(flushed.claim_error)
+        return self._take(flushed.batch, started)
+
+    def _claim_failed(self, exc: BaseException) -> None:
+        logs.event(
+            "claim_failed", logging.ERROR, owner=self.owner, error=f"{type(exc).__name__}: {exc}"
+        )
+        close_old_connections()
+
+    def _take(self, batch: ClaimBatch, started: float) -> int:
+        """Start the tasks a claim leased; count the ones it buried on the way."""
         if batch.buried:
             self._counts["buried"] += batch.buried
             self.metrics.buried(batch.buried)
@@ -290,10 +343,19 @@ class Worker:
             self._start(claimed, started)
         return len(batch.claimed)
 
+    def _forget_finished(self) -> None:
+        """Drop the attempts that are settled and whose handler returned."""
+        if any(a.state is AttemptState.FINISHED for a in self._running.values()):
+            self._running = {
+                lease: a
+                for lease, a in self._running.items()
+                if a.state is not AttemptState.FINISHED
+            }
+
     def _start(self, claimed: Claimed, started: float) -> None:
         self._counts["claimed"] += 1
         self.metrics.event("claimed", claimed)
-        logs.task_event("claimed", claimed)
+        logs.task_event("claimed", claimed, self.task_log_level)
         self.failpoints.fire("after_claim")
         definition = self.registry.find(claimed.kind)
         timeout = definition.timeout_secs if definition else None
@@ -309,14 +371,10 @@ class Worker:
             self._fail_unknown(attempt)
             return
         self.guard.track(attempt)
-        thread = threading.Thread(
-            target=self._execute, args=(attempt,), name=f"rivet-task-{claimed.task_id}"
-        )
-        thread.daemon = True
-        thread.start()
+        self.handlers.submit(attempt)
 
     def _execute(self, attempt: Attempt) -> None:
-        """The handler thread: run the handler, hand the outcome to the loop."""
+        """On a handler thread: run the handler, hand the outcome to the loop."""
         definition = attempt.definition
         assert definition is not None
         try:
@@ -358,7 +416,7 @@ class Worker:
             if attempt.state is AttemptState.ABANDONED:
                 logs.task_event("rejoined", attempt.claimed)
             attempt.mark_returned()
-        if not attempt.settled:
+        if attempt.owes_decision:
             if outcome is None or attempt.stop_kind is not None:
                 self.settler.settle_stopped(attempt)
             else:
@@ -385,7 +443,6 @@ class Worker:
         except UnknownJob as exc:
             logs.task_event("unknown_kind", attempt.claimed, logging.ERROR)
             self.settler.fail(attempt, exc)
-        self._running.pop(attempt.lease, None)
 
     def _abandon(self, attempt: Attempt) -> None:
         if attempt.abandon():

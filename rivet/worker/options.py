@@ -109,6 +109,17 @@ def log_format(text: Any) -> str:
     return str(text)
 
 
+#: Levels the routine per-task lines may take; warnings and errors keep their own.
+TASK_LOG_LEVELS = ("info", "debug")
+
+
+def task_log_level(text: Any) -> str:
+    level = str(text).strip().lower()
+    if level not in TASK_LOG_LEVELS:
+        raise Expected("info or debug")
+    return level
+
+
 @dataclass(frozen=True, kw_only=True)
 class Option:
     """One worker option and the three places it can come from."""
@@ -233,6 +244,16 @@ OPTIONS = (
         parse=port_number,
         metavar="PORT",
         help="serve Prometheus metrics at http://0.0.0.0:PORT/metrics (off by default)",
+    ),
+    Option(
+        dest="task_log_level",
+        flag="--task-log-level",
+        env="RIVET_TASK_LOG_LEVEL",
+        setting="TASK_LOG_LEVEL",
+        parse=task_log_level,
+        metavar="info|debug",
+        help="level of the routine per-task lines (claimed, acked, retry); debug leaves them "
+        "out of the default INFO log, which is cheaper at full speed",
     ),
     Option(
         dest="log_format",

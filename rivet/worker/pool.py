@@ -1,4 +1,12 @@
-"""The worker's database connection pool: ``--pool-size`` connections at most, on PostgreSQL.
+"""The worker's two pools: its handler threads, and its database connections.
+
+Handler threads. ``HandlerPool`` starts ``concurrency`` daemon threads once; each takes claimed
+attempts from one queue and runs them, so no thread is started per task. A handler that will
+not return keeps its thread, as it keeps its slot: the worker never hands out more attempts
+than it has free slots, and free slots never outnumber idle threads, so no replacement thread
+is needed; the worker's abandoned-handler rule (exit 3 when too many are stuck) still decides.
+
+Database connections: ``--pool-size`` connections at most, on PostgreSQL.
 
 Django (5.1+) pools PostgreSQL connections through psycopg_pool when the alias has
 ``OPTIONS["pool"]``. A worker process sets it, sized by ``pool_size``, unless the alias already
@@ -12,6 +20,10 @@ SQLite has no server connections to bound; the option is accepted and ignored th
 from __future__ import annotations
 
 import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
 
 from django.db import connections
 
@@ -41,3 +53,32 @@ def configure_pool(alias: str, pool_size: int, concurrency: int) -> bool:
             "wait for a connection, and a heartbeat that waits too long loses its lease",
         )
     return True
+
+
+class HandlerPool:
+    """``size`` daemon threads that run ``run(item)`` for every item submitted, in turn."""
+
+    def __init__(self, size: int, run: Callable[[Any], None], name: str = "rivet-handler") -> None:
+        self.size = size
+        self._run = run
+        self._name = name
+        self._work: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for n in range(self.size):
+            thread = threading.Thread(target=self._serve, name=f"{self._name}-{n}", daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def submit(self, item: Any) -> None:
+        self._work.put(item)
+
+    def close(self) -> None:
+        """Let every thread end once it is idle; a thread still in a handler ends after it."""
+        for _ in self.threads:
+            self._work.put(None)
+
+    def _serve(self) -> None:
+        while (item := self._work.get()) is not None:
+            self._run(item)

@@ -1,4 +1,4 @@
-"""Settling one attempt: decide how it ends (rivet.decisions), have the store apply it, report.
+"""Settling attempts: decide how each ends (rivet.decisions), have the store apply them in batches.
 
 - The handler returned: Ack -> done, or fenced (the store records the stale write).
 - It raised, overran its timeout, or its kind is unknown: Retry with the retry policy's delay,
@@ -12,9 +12,18 @@
   gives the task back at once (fenced, and recorded, if another worker claimed it meanwhile);
   it waits up to one more lease for an unreachable database, then the lease simply lapses.
 
-A write that fails because the database is unreachable is tried again with a short backoff,
-until one lease past the attempt's local deadline (every write names its epoch, so a late one
-is applied or fenced, never wrong); only then is the attempt left to lapse.
+Batches. A decision is queued, not written: the worker's loop flushes every queued decision in
+one store call (``task_settle_and_claim``, one statement on PostgreSQL, together with the next
+claim) as soon as the previous flush returned, so a lone task is settled at once and a busy
+worker batches by itself. Nothing is counted, logged or signalled as done before the flush
+that wrote it returned: the reports run after the commit.
+
+A flush that fails because the database is unreachable is tried again with a short backoff,
+without blocking the loop (heartbeats, stops and SIGTERM go on), until one lease past each
+attempt's local deadline (every write names its epoch, so a late one is applied or fenced,
+never wrong); only then is the attempt left to lapse. Any other store error is not retried:
+a batch of several is then written one decision at a time, so one refused row does not take
+the others down with it.
 """
 
 from __future__ import annotations
@@ -23,9 +32,9 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import close_old_connections
 
@@ -52,13 +61,22 @@ class Outcome:
     error: BaseException | None = None
 
 
+class Pending(NamedTuple):
+    """A decision waiting for the next flush, and how to report what the store did with it."""
+
+    attempt: Attempt
+    decision: Decision
+    report: Callable[[Settled], None]
+    give_up: float  # monotonic: past it, a write the database never answered is abandoned
+
+
 def describe(error: BaseException) -> str:
     """``<ExcType>: <message>``, the form last_error stores."""
     return f"{type(error).__name__}: {error}"
 
 
 class Settler:
-    """Settles attempts for one worker; every method runs on the loop thread."""
+    """Decides how attempts end and reports what the store did; runs on the loop thread."""
 
     def __init__(
         self,
@@ -80,6 +98,10 @@ class Settler:
         self.clock = clock
         self.counts = counts
         self.sleep = sleep
+        #: Decisions not yet written, in the order they were made.
+        self.pending: list[Pending] = []
+        self._wait = WRITE_RETRY_FIRST_SECS
+        self._retry_at = 0.0
 
     def settle(self, attempt: Attempt, outcome: Outcome) -> None:
         """The handler returned or raised: ack or fail, unless the guard stopped it."""
@@ -113,11 +135,14 @@ class Settler:
         reason = attempt.stop_reason
         logs.task_event("lease_expired", attempt.claimed, logging.WARNING, reason=reason)
         decision = decisions.expired(attempt.claimed)
-        settled = self._write(attempt, decision)
-        if settled is Settled.FENCED:
-            self._fenced(attempt, decision)
-        elif settled is not None:
-            self._done(attempt, "lost")
+
+        def report(settled: Settled) -> None:
+            if settled is Settled.FENCED:
+                self._fenced(attempt, decision)
+            else:
+                self._done(attempt, "lost")
+
+        self._queue(attempt, decision, report)
 
     def ack(self, attempt: Attempt, result: Any) -> None:
         try:
@@ -137,59 +162,115 @@ class Settler:
             decision = decisions.failed(attempt.claimed, error, delay)
         self._apply(attempt, decision, error=error, exc=exc)
 
-    # -- applying a decision -----------------------------------------------------------------
+    # -- queueing and flushing decisions ----------------------------------------------------
 
     def _apply(self, attempt: Attempt, decision: Decision, **report: Any) -> None:
-        settled = self._write(attempt, decision)
-        if settled is not None:
+        def reported(settled: Settled) -> None:
             REPORTS[settled](self, attempt, decision, **report)
 
-    def _write(self, attempt: Attempt, decision: Decision) -> Settled | None:
-        """The store write of a decision, retried while the database is unreachable.
+        self._queue(attempt, decision, reported)
 
-        Every write names its epoch, so trying it again is safe at any time: landing late, it is
-        either applied (nobody took the task) or fenced and recorded. The worker waits for the
-        server until one lease past the attempt's local deadline (a restart takes well under a
-        lease), then leaves the attempt to lapse.
-        """
-        wait = WRITE_RETRY_FIRST_SECS
+    def _queue(self, attempt: Attempt, decision: Decision, report: Callable[..., None]) -> None:
+        attempt.decided = True
         give_up = max(attempt.lease_deadline, self.clock()) + self.guard.lease_ttl
-        while True:
+        self.pending.append(Pending(attempt, decision, report, give_up))
+
+    def due(self) -> list[Decision]:
+        """The decisions to send with the next flush: all queued, unless backing off."""
+        if not self.pending or self.clock() < self._retry_at:
+            return []
+        return [item.decision for item in self.pending]
+
+    def next_due(self) -> float | None:
+        """When queued decisions may be flushed (a monotonic time), or None: nothing queued."""
+        return max(self._retry_at, 0.0) if self.pending else None
+
+    def applied(self, outcomes: Sequence[Settled]) -> None:
+        """The flush of ``due()`` committed: report each attempt by what the store did."""
+        flushed, self.pending = self.pending[: len(outcomes)], self.pending[len(outcomes) :]
+        self._wait, self._retry_at = WRITE_RETRY_FIRST_SECS, 0.0
+        for item, settled in zip(flushed, outcomes, strict=True):
+            item.report(settled)
+
+    def failed(self, exc: BaseException) -> None:
+        """The flush of ``due()`` raised: back off, give up, or write one by one."""
+        close_old_connections()
+        if not isinstance(exc, StoreUnavailable) and len(self.pending) > 1:
+            self._one_by_one()
+        else:
+            self._back_off(exc)
+
+    def flush_all(self) -> None:
+        """Flush until nothing is queued, sleeping through backoffs (at shutdown)."""
+        while self.pending:
+            self.sleep(max((self.next_due() or 0.0) - self.clock(), 0.0))
+            decided = self.due()
             try:
-                return self.store.task_settle([decision])[0]
+                outcomes = self.store.task_settle(decided)
+            except Exception as exc:
+                self.failed(exc)
+            else:
+                self.applied(outcomes)
+
+    def _back_off(self, exc: BaseException) -> None:
+        retry = isinstance(exc, StoreUnavailable)
+        now, kept = self.clock(), []
+        for item in self.pending:
+            if not retry or now + self._wait >= item.give_up:
+                self._write_failed(item, exc)
+                continue
+            kept.append(item)
+            logs.task_event(
+                "write_retry",
+                item.attempt.claimed,
+                logging.WARNING,
+                op=item.decision.op,
+                retry_in=self._wait,
+                error=describe(exc),
+            )
+        self.pending = kept
+        self._retry_at = now + self._wait
+        self._wait = min(self._wait * 2, WRITE_RETRY_MAX_SECS)
+
+    def _one_by_one(self) -> None:
+        """Write each queued decision alone: only the ones the store refuses are lost."""
+        queued, self.pending = self.pending, []
+        for item in queued:
+            try:
+                (settled,) = self.store.task_settle([item.decision])
+            except StoreUnavailable:
+                self.pending.append(item)
             except Exception as exc:
                 close_old_connections()
-                retry = isinstance(exc, StoreUnavailable)
-                if not retry or self.clock() + wait >= give_up:
-                    self._done(attempt, "lost")
-                    logs.task_event(
-                        "write_failed",
-                        attempt.claimed,
-                        logging.ERROR,
-                        op=decision.op,
-                        error=describe(exc),
-                    )
-                    return None
-                logs.task_event(
-                    "write_retry",
-                    attempt.claimed,
-                    logging.WARNING,
-                    op=decision.op,
-                    retry_in=wait,
-                    error=describe(exc),
-                )
-                self.sleep(wait)
-                wait = min(wait * 2, WRITE_RETRY_MAX_SECS)
+                self._write_failed(item, exc)
+            else:
+                item.report(settled)
+
+    def _write_failed(self, item: Pending, exc: BaseException) -> None:
+        self._done(item.attempt, "lost")
+        logs.task_event(
+            "write_failed",
+            item.attempt.claimed,
+            logging.ERROR,
+            op=item.decision.op,
+            error=describe(exc),
+        )
 
     def _acked(self, attempt: Attempt, decision: Decision, result: Any = None) -> None:
         self._done(attempt, "acked")
-        logs.task_event("acked", attempt.claimed)
+        logs.task_event("acked", attempt.claimed, self.worker.task_log_level)
         self._send(signals.task_processed, attempt, result=result)
         self.failpoints.fire("after_ack")
 
     def _retried(self, attempt: Attempt, decision: Any, error: str = "", **_: Any) -> None:
         self._done(attempt, "retried")
-        logs.task_event("retry", attempt.claimed, error=error, retry_in=round(decision.delay, 3))
+        logs.task_event(
+            "retry",
+            attempt.claimed,
+            self.worker.task_log_level,
+            error=error,
+            retry_in=round(decision.delay, 3),
+        )
         self._send(signals.task_released, attempt, error=error, retry_delay=decision.delay)
 
     def _buried(

@@ -20,7 +20,7 @@ from django.db import DatabaseError, connection, connections, transaction
 from rivet.decisions import failed
 from rivet.errors import IdempotencyMismatch, StoreError
 from rivet.models import FencedWrite
-from rivet.stores.postgres import BULK_CHUNK, QUERIES, PostgresStore
+from rivet.stores.postgres import BULK_CHUNK, QUERIES, SETTLE_COLUMNS, PostgresStore
 from rivet.validation import build_spec
 from rivet.values import Lease, Settled, TaskSpec
 
@@ -249,10 +249,12 @@ def test_store_error_inside_the_callers_transaction_reaches_the_caller(
 
 @pytest.mark.django_db
 def test_claim_reads_the_partial_claim_index(queue: str) -> None:
-    params = {"queue": queue, "limit": 4, "owner": "w", "ttl": 30.0, "seen": []}
+    params = {"queue": queue, "limit": 4, "owner": "w", "ttl": 30.0, "channel": "c", "seen": []}
+    params |= {"cancelled_error": "c", "worker_lost_error": "w", "errors_kept": 10}
+    params |= {f"{column}s": [] for column in SETTLE_COLUMNS}
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute("EXPLAIN " + QUERIES["claim"], params)
+        cursor.execute("EXPLAIN " + QUERIES["settle_claim"], params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "rivet_task_claim_idx" in plan, plan
     assert "LockRows" in plan, plan

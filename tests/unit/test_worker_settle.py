@@ -128,6 +128,7 @@ def test_an_expired_attempt_whose_task_was_claimed_again_records_the_fence(jobs)
     (again,) = store.task_claim(queues=["q"], owner="other", limit=1, lease_ttl=2).claimed
     assert again.epoch == claimed.epoch + 1
     settler.settle_stopped(attempt)
+    settler.flush_all()  # a decision is queued; the loop (here, the test) writes it
     assert settler.counts["fenced"] == 1
     assert store.fenced_count("q") == 1
     assert store.task_get(claimed.task_id).lease_epoch == again.epoch  # untouched
@@ -139,6 +140,7 @@ def test_an_expired_attempt_still_holding_its_lease_gives_the_task_back_at_once(
     store, clock = MemoryStore(clock=FakeClock()), Clock()
     claimed, attempt, settler = expired_attempt(store, jobs, clock)
     settler.settle_stopped(attempt)
+    settler.flush_all()  # a decision is queued; the loop (here, the test) writes it
     task = store.task_get(claimed.task_id)
     assert (task.state, task.attempts, task.last_error) == ("pending", 1, EXPIRED_ERROR)
     assert store.queue_stats("q").ready == 1
@@ -152,4 +154,5 @@ def test_an_expired_attempt_waits_out_a_database_restart_to_record_its_fence(job
     store.task_claim(queues=["q"], owner="other", limit=1, lease_ttl=2)
     settler.sleep = lambda secs: setattr(clock, "now", clock.now + secs)
     settler.settle_stopped(attempt)
+    settler.flush_all()  # a decision is queued; the loop (here, the test) writes it
     assert (store.calls, store.fenced_count("q"), settler.counts["fenced"]) == (4, 1, 1)

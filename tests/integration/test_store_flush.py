@@ -1,0 +1,105 @@
+"""A flush on the real SQL stores: one statement on PostgreSQL, all or nothing on both.
+
+The generic semantics of ``task_settle_and_claim`` (fencing per row, the claim beside it) are
+in rivet.conformance.settle; here is what only a real database shows: how many statements a
+flush sends, and that a batch the database refuses leaves no row changed and no fence recorded.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from django.db import connections
+
+from rivet.decisions import failed, lost, succeeded
+from rivet.errors import StoreError
+from rivet.stores.postgres import PostgresStore
+from rivet.stores.sqlite import SqliteStore
+from rivet.validation import build_spec
+from rivet.values import Ack, Lease, Settled
+
+
+def fill(store, queue: str, count: int) -> list[int]:
+    specs = [build_spec(queue=queue, kind="flush.noop") for _ in range(count)]
+    return [result.task_id for result in store.task_enqueue_many(specs)]
+
+
+def flush(store, decisions, queue: str, limit: int):
+    return store.task_settle_and_claim(
+        decisions, queues=[queue], owner="w1", limit=limit, lease_ttl=30
+    )
+
+
+class Statements:
+    """Counts the statements Django sends on one alias."""
+
+    def __init__(self) -> None:
+        self.sql: list[str] = []
+
+    def __call__(self, execute, sql, params, many, context):
+        self.sql.append(sql)
+        return execute(sql, params, many, context)
+
+
+@pytest.fixture
+def queue() -> str:
+    return f"fl-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def postgres() -> Iterator[PostgresStore]:
+    store = PostgresStore(using="default")
+    yield store
+    store.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_postgres_flush_is_one_statement_however_many_rows(postgres, queue):
+    fill(postgres, queue, 20)
+    first = flush(postgres, [], queue, limit=8).batch.claimed
+    stale = first[0]
+    decisions = [succeeded(c, {"n": c.task_id}) for c in first[1:]]
+    decisions.append(Ack(lease=Lease(task_id=stale.task_id, epoch=stale.epoch + 1, owner="x")))
+    decisions.append(lost(stale))
+    counter = Statements()
+    with connections["default"].execute_wrapper(counter):
+        flushed = flush(postgres, decisions, queue, limit=8)
+    assert len(counter.sql) == 1, counter.sql
+    assert flushed.settled == [Settled.ACKED] * 7 + [Settled.FENCED, Settled.FENCED]
+    assert len(flushed.batch.claimed) == 8
+    assert postgres.fenced_count(queue) == 2
+    assert not connections["default"].in_atomic_block
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_postgres_batch_the_database_refuses_changes_nothing(postgres, queue):
+    fill(postgres, queue, 3)
+    claimed = flush(postgres, [], queue, limit=3).batch.claimed
+    bad = Ack(lease=Lease(task_id=claimed[2].task_id, epoch=2**70, owner="w1"))
+    batch = [succeeded(claimed[0], None), failed(claimed[1], "E", 0.0), bad]
+    with pytest.raises(StoreError):
+        flush(postgres, batch, queue, limit=5)
+    assert {postgres.task_get(c.task_id).attempts for c in claimed} == {1}
+    assert {postgres.task_get(c.task_id).state for c in claimed} == {"pending"}
+    assert postgres.fenced_count(queue) == 0
+    after = flush(postgres, batch[:2], queue, limit=5)
+    assert after.settled == [Settled.ACKED, Settled.RETRIED]
+
+
+@pytest.mark.django_db(databases=["default", "sqlite"], transaction=True)
+def test_a_sqlite_batch_the_database_refuses_changes_nothing(queue):
+    store = SqliteStore(using="sqlite")
+    fill(store, queue, 3)
+    claimed = flush(store, [], queue, limit=3).batch.claimed
+    stale = Ack(lease=Lease(task_id=claimed[0].task_id, epoch=claimed[0].epoch + 5))
+    bad = Ack(lease=Lease(task_id=claimed[2].task_id, epoch=2**70))
+    batch = [stale, succeeded(claimed[1], None), bad]
+    with pytest.raises((StoreError, OverflowError)):
+        flush(store, batch, queue, limit=5)
+    assert {store.task_get(c.task_id).state for c in claimed} == {"pending"}
+    assert store.fenced_count(queue) == 0  # the stale row's fence rolled back with the rest
+    after = flush(store, batch[:2], queue, limit=5)
+    assert after.settled == [Settled.FENCED, Settled.ACKED]
+    assert store.fenced_count(queue) == 1

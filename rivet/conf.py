@@ -56,7 +56,9 @@ class RivetSettings:
     def __getattr__(self, name: str) -> Any:
         if name not in DEFAULTS:
             raise AttributeError(f"unknown rivet setting {name!r}; known: {', '.join(DEFAULTS)}")
-        return self._user().get(name, DEFAULTS[name])
+        # No copy of the dict: an enqueue reads several settings, each on every call.
+        user = getattr(settings, "RIVET", None) or {}
+        return user.get(name, DEFAULTS[name])
 
 
 rivet_settings = RivetSettings()

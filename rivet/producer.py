@@ -15,12 +15,11 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput
 from rivet.jobs import registry
 from rivet.stores import resolve_store
 from rivet.stores.base import Store
-from rivet.validation import build_spec
+from rivet.validation import Limits, build_spec
 from rivet.values import CancelOutcome, EnqueueResult, TaskRecord, TaskSpec
 
 __all__ = ["cancel", "enqueue", "enqueue_many", "get_task", "resolve_store", "task_spec"]
@@ -82,7 +81,8 @@ def enqueue_many(
     Each item is a dict of enqueue's arguments (``kind`` required) or a ``(kind, payload)``
     tuple. Every item is validated before anything is written; results keep the given order.
     """
-    specs = [_item_spec(index, item) for index, item in enumerate(items)]
+    limits = Limits.read()
+    specs = [_item_spec(index, item, limits) for index, item in enumerate(items)]
     if not specs:
         return []
     return resolve_store(using).task_enqueue_many(specs)
@@ -111,39 +111,45 @@ def get_task(task_id: int, *, using: str | Store | None = None) -> TaskRecord | 
     return resolve_store(using).task_get(task_id)
 
 
-def task_spec(kind: str, payload: Any = None, **options: Any) -> TaskSpec:
+def task_spec(
+    kind: str, payload: Any = None, *, limits: Limits | None = None, **options: Any
+) -> TaskSpec:
     """Validate an enqueue and fill its defaults from the registered job, then settings."""
+    limits = limits or Limits.read()
     definition = registry.find(kind) if isinstance(kind, str) else None
-    queue = _first(options.get("queue"), definition and definition.queue, rivet_settings.QUEUE)
-    priority = _first(options.get("priority"), definition and definition.priority, 0)
-    max_attempts = _first(options.get("max_attempts"), definition and definition.max_attempts)
-    unique_key = options.get("unique_key")
-    if unique_key is None and definition is not None:
-        unique_key = definition.unique_key(payload)
+    queue, priority = options.get("queue"), options.get("priority")
+    max_attempts, unique_key = options.get("max_attempts"), options.get("unique_key")
+    if definition is not None:
+        queue = definition.queue if queue is None else queue
+        priority = definition.priority if priority is None else priority
+        max_attempts = definition.max_attempts if max_attempts is None else max_attempts
+        if unique_key is None:
+            unique_key = definition.unique_key(payload)
     return build_spec(
-        queue=queue,
+        limits=limits,
+        queue=limits.queue if queue is None else queue,
         kind=kind,
         payload=payload,
         idem_key=options.get("idem_key"),
         unique_key=unique_key,
         delay=options.get("delay"),
         run_at=options.get("run_at"),
-        priority=priority,
+        priority=0 if priority is None else priority,
         max_attempts=max_attempts,
     )
 
 
-def _item_spec(index: int, item: Mapping[str, Any] | tuple) -> TaskSpec:
+def _item_spec(index: int, item: Mapping[str, Any] | tuple, limits: Limits) -> TaskSpec:
     if isinstance(item, tuple):
         if len(item) not in (1, 2):
             raise InvalidInput(f"item {index}: a tuple must be (kind, payload), got {item!r}")
-        return task_spec(*item)
+        return task_spec(*item, limits=limits)
     if not isinstance(item, Mapping):
         raise InvalidInput(
             f"item {index}: expected a dict or a (kind, payload) tuple, got {type(item).__name__}"
         )
-    unknown = sorted(set(item) - ITEM_KEYS)
-    if unknown:
+    if item.keys() - ITEM_KEYS:
+        unknown = sorted(item.keys() - ITEM_KEYS)
         raise InvalidInput(
             f"item {index}: unknown keys {', '.join(unknown)}; "
             f"known: {', '.join(sorted(ITEM_KEYS))}"
@@ -151,9 +157,5 @@ def _item_spec(index: int, item: Mapping[str, Any] | tuple) -> TaskSpec:
     if "kind" not in item:
         raise InvalidInput(f"item {index}: 'kind' is required")
     options = dict(item)
-    return task_spec(options.pop("kind"), options.pop("payload", None), **options)
+    return task_spec(options.pop("kind"), options.pop("payload", None), limits=limits, **options)
 
-
-def _first(*values: Any) -> Any:
-    """The first value that is not None (a job's default of 0 is a real value)."""
-    return next((value for value in values if value is not None), None)

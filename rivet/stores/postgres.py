@@ -24,14 +24,14 @@ from psycopg import sql
 
 from rivet import logs
 from rivet.conf import rivet_settings
-from rivet.stores.sql import SqlStore
+from rivet.stores.sql import SqlStore, same_work
 from rivet.stores.sqlfile import load_queries
 from rivet.values import EnqueueResult, TaskSpec
 
 QUERIES = load_queries(Path(__file__).with_name("postgres.sql"))
 
-#: Rows per INSERT of a bulk enqueue (each is one statement of array parameters).
-BULK_CHUNK = 500
+#: Rows per COPY of a bulk enqueue (each chunk: one COPY, then one INSERT from the stage).
+BULK_CHUNK = 10_000
 SETTLE_COLUMNS = ("task_id", "epoch", "owner", "op", "state", "result", "error", "delay")
 
 
@@ -80,7 +80,16 @@ class PostgresStore(SqlStore):
         applied = self._rows(cursor, "settle", params)
         return {row["position"] - 1: row["cancelled"] for row in applied}
 
-    # -- bulk enqueue ------------------------------------------------------------------------
+    # -- enqueue -----------------------------------------------------------------------------
+
+    def task_enqueue(self, spec: TaskSpec) -> EnqueueResult:
+        # Outside the caller's transaction the INSERT (and its NOTIFY) commits by itself: one
+        # round trip instead of BEGIN, INSERT, COMMIT. A conflict is then read back by a
+        # second statement, which sees the committed row it conflicted with (the retry loop
+        # of _enqueue_one covers a row that vanished in between). Inside the caller's
+        # transaction, a savepoint keeps a refused statement from aborting it.
+        with self._translated("task_enqueue"), self._one_statement() as cursor:
+            return self._enqueue_one(cursor, spec)
 
     def task_enqueue_many(self, specs: Sequence[TaskSpec]) -> list[EnqueueResult]:
         results: list[EnqueueResult] = []
@@ -90,25 +99,67 @@ class PostgresStore(SqlStore):
         return results
 
     def _enqueue_chunk(self, cursor: Any, specs: Sequence[TaskSpec]) -> list[EnqueueResult]:
-        task_ids = [row["id"] for row in self._rows(cursor, "reserve_ids", {"count": len(specs)})]
-        rows = [self._spec_params(spec) for spec in specs]
-        params = {
-            "ids": task_ids,
-            **{
-                f"{column}s": [row[column] for row in rows]
-                for column in ("queue", "kind", "payload", "idem_key", "unique_key", "run_at")
-            },
-            "max_attempts": [row["max_attempts"] for row in rows],
-            "delays": [row["delay"] for row in rows],
-            "priorities": [row["priority"] for row in rows],
-        }
-        inserted = {row["id"] for row in self._rows(cursor, "enqueue_many", params)}
-        return [
-            EnqueueResult(task_id=task_id)
-            if task_id in inserted
-            else self._find_existing(cursor, spec) or self._enqueue_one(cursor, spec)
-            for task_id, spec in zip(task_ids, specs, strict=True)
-        ]
+        """COPY a chunk into the staging table, insert it in one statement, resolve the rest."""
+        cursor.execute(self.queries["stage_open"])
+        with cursor.copy(self.queries["stage_copy"]) as copy:
+            for position, spec in enumerate(specs):
+                copy.write_row(
+                    (
+                        position,
+                        spec.queue,
+                        spec.kind,
+                        spec.payload_param,
+                        spec.idem_key,
+                        spec.unique_key,
+                        spec.max_attempts,
+                        spec.run_at,
+                        float(spec.delay_secs),
+                        spec.priority,
+                    )
+                )
+        row = self._rows(cursor, "stage_insert", {})[0]
+        results = [EnqueueResult(task_id=task_id) for task_id in row["ids"]]
+        skipped = [specs[position] for position in row["skipped"]]
+        for position, result in zip(row["skipped"], self._existing(cursor, skipped), strict=True):
+            results[position] = result
+        return results
+
+    def _existing(self, cursor: Any, specs: list[TaskSpec]) -> list[EnqueueResult]:
+        """The tasks keys already name, for specs a bulk insert skipped; one read per key kind.
+
+        The same rules as ``_find_existing`` (idempotency key first, then the pending unique
+        job), for a whole chunk at once; a spec whose row vanished is enqueued again alone.
+        """
+        if not specs:
+            return []
+        keys = [spec.idem_key for spec in specs if spec.idem_key is not None]
+        by_key = {}
+        if keys:
+            rows = self._rows(cursor, "find_by_idem_keys", {"idem_keys": keys})
+            by_key = {row["idem_key"]: row for row in rows}
+        uniques = [s for s in specs if s.idem_key not in by_key and s.unique_key is not None]
+        by_unique = {}
+        if uniques:
+            params = {
+                "kinds": [spec.kind for spec in uniques],
+                "unique_keys": [spec.unique_key for spec in uniques],
+            }
+            rows = self._rows(cursor, "find_unique_pending_many", params)
+            by_unique = {(row["kind"], row["unique_key"]): row["id"] for row in rows}
+        return [self._resolve(cursor, spec, by_key, by_unique) for spec in specs]
+
+    def _resolve(
+        self,
+        cursor: Any,
+        spec: TaskSpec,
+        by_key: dict[str, dict[str, Any]],
+        by_unique: dict[tuple[str, str], int],
+    ) -> EnqueueResult:
+        if spec.idem_key is not None and spec.idem_key in by_key:
+            return same_work(spec, by_key[spec.idem_key])
+        if spec.unique_key is not None and (spec.kind, spec.unique_key) in by_unique:
+            return EnqueueResult(task_id=by_unique[(spec.kind, spec.unique_key)], duplicate=True)
+        return self._enqueue_one(cursor, spec)
 
     # -- wake-up -----------------------------------------------------------------------------
 

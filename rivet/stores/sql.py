@@ -65,6 +65,14 @@ def rows_of(cursor: Any) -> list[dict[str, Any]]:
     return [dict(zip(names, row, strict=True)) for row in rows]
 
 
+def same_work(spec: TaskSpec, row: dict[str, Any]) -> EnqueueResult:
+    """The duplicate a key used before names, or IdempotencyMismatch when the work differs."""
+    work = (row["queue"], row["kind"], json_value(row["payload"]))
+    if work != (spec.queue, spec.kind, json.loads(spec.payload_json)):
+        raise IdempotencyMismatch(spec.idem_key or "", row["id"])
+    return EnqueueResult(task_id=row["id"], duplicate=True)
+
+
 def settle_row(decision: Decision) -> dict[str, Any]:
     """One decision as the columns a settle statement takes (state None: a fence only)."""
     lease = decision.lease
@@ -231,10 +239,7 @@ class SqlStore(Store):
         """The task a key already names (idem_key first, then the pending unique job)."""
         if spec.idem_key is not None:
             for row in self._rows(cursor, "find_by_idem_key", {"idem_key": spec.idem_key}):
-                work = (row["queue"], row["kind"], json_value(row["payload"]))
-                if work != (spec.queue, spec.kind, json.loads(spec.payload_json)):
-                    raise IdempotencyMismatch(spec.idem_key, row["id"])
-                return EnqueueResult(task_id=row["id"], duplicate=True)
+                return same_work(spec, row)
         if spec.unique_key is not None:
             params = {"kind": spec.kind, "unique_key": spec.unique_key}
             for row in self._rows(cursor, "find_unique_pending", params):

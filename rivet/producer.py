@@ -158,4 +158,3 @@ def _item_spec(index: int, item: Mapping[str, Any] | tuple, limits: Limits) -> T
         raise InvalidInput(f"item {index}: 'kind' is required")
     options = dict(item)
     return task_spec(options.pop("kind"), options.pop("payload", None), limits=limits, **options)
-

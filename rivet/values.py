@@ -257,3 +257,11 @@ class ClaimBatch:
 
     claimed: list[Claimed] = field(default_factory=list)
     buried: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pruned:
+    """Rows a retention prune deleted (or, in a dry run, would delete)."""
+
+    tasks: int = 0
+    fenced: int = 0

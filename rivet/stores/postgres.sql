@@ -314,6 +314,50 @@ WHERE queue = %(queue)s AND state = 'dead'
         OR updated_at <= now() - make_interval(secs => %(older_than)s::float8)
     )
 
+-- name: task_prune
+-- Delete up to limit done tasks last updated older_than seconds ago (of a queue, if given).
+-- One short statement; rows another transaction holds are skipped, not waited for.
+DELETE FROM rivet_task
+WHERE id IN (
+    SELECT id
+    FROM rivet_task
+    WHERE state = 'done'
+        AND updated_at <= now() - make_interval(secs => %(older_than)s::float8)
+        AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+
+-- name: fenced_prune
+-- Delete up to limit fenced-write records written older_than seconds ago (of a queue, if given).
+DELETE FROM rivet_fenced_write
+WHERE id IN (
+    SELECT id
+    FROM rivet_fenced_write
+    WHERE created_at <= now() - make_interval(secs => %(older_than)s::float8)
+        AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+
+-- name: prunable
+-- How many done tasks and fenced-write records a prune with these arguments would delete now.
+SELECT
+    (
+        SELECT count(*)
+        FROM rivet_task
+        WHERE state = 'done'
+            AND updated_at <= now() - make_interval(secs => %(older_than)s::float8)
+            AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+    ) AS tasks,
+    (
+        SELECT count(*)
+        FROM rivet_fenced_write
+        WHERE created_at <= now() - make_interval(secs => %(older_than)s::float8)
+            AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+    ) AS fenced
+
 -- name: listen
 -- Subscribe the wake-up connection to the notify channel ({channel} is a quoted identifier).
 LISTEN {channel}

@@ -35,6 +35,7 @@ from rivet.values import (
     Fence,
     Held,
     Lease,
+    Pruned,
     QueueStats,
     Retry,
     Settled,
@@ -392,3 +393,23 @@ class SqlStore(Store):
         with self._translated("dead_purge"), self._writing() as cursor:
             cursor.execute(self.queries["dead_purge"], {**self._common_params(), **params})
             return cursor.rowcount
+
+    # -- retention ---------------------------------------------------------------------------
+
+    def _prune(self, op: str, older_than_secs: float, limit: int, queue: str | None) -> int:
+        params = {"older_than": float(older_than_secs), "limit": int(limit), "queue": queue}
+        with self._translated(op), self._one_statement() as cursor:
+            cursor.execute(self.queries[op], {**self._common_params(), **params})
+            return cursor.rowcount
+
+    def task_prune(self, older_than_secs: float, limit: int, queue: str | None = None) -> int:
+        return self._prune("task_prune", older_than_secs, limit, queue)
+
+    def fenced_prune(self, older_than_secs: float, limit: int, queue: str | None = None) -> int:
+        return self._prune("fenced_prune", older_than_secs, limit, queue)
+
+    def prunable(self, older_than_secs: float, queue: str | None = None) -> Pruned:
+        params = {"older_than": float(older_than_secs), "queue": queue}
+        with self._translated("prunable"), self._reading() as cursor:
+            row = self._rows(cursor, "prunable", params)[0]
+        return Pruned(tasks=row["tasks"], fenced=row["fenced"])

@@ -149,9 +149,7 @@ def test_awkward_payloads_survive_the_copy(store, queue) -> None:
     assert [store.task_get(r.task_id).payload for r in results] == payloads
 
 
-def test_two_bulk_calls_in_one_transaction_stage_separately_and_roll_back(
-    store, queue
-) -> None:
+def test_two_bulk_calls_in_one_transaction_stage_separately_and_roll_back(store, queue) -> None:
     with pytest.raises(Rollback), transaction.atomic():
         first = store.task_enqueue_many([spec(queue, payload=n) for n in range(3)])
         second = store.task_enqueue_many([spec(queue, payload=n) for n in range(3, 5)])

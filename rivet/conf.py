@@ -37,6 +37,11 @@ DEFAULTS: dict[str, Any] = {
     # Modules imported at worker start so their @rivet.job functions register.
     "JOB_MODULES": [],
     "NOTIFY_CHANNEL": "rivet_task",
+    # Retention: workers delete done tasks and fenced-write records older than this duration
+    # ("7d", "12h" or seconds); None keeps them forever. Pruning releases idempotency keys.
+    "RETENTION": None,
+    "PRUNE_EVERY_SECS": 300.0,
+    "PRUNE_BATCH_SIZE": 1000,
     # Most tasks one POST to the HTTP API's tasks/bulk/ may carry.
     "API_BULK_MAX": 1000,
     # A bearer token that may read rivet/metrics/ without a user (None: users only).

@@ -56,6 +56,7 @@ from rivet.worker.attempt import Attempt, AttemptState, StopKind
 from rivet.worker.guard import Guard
 from rivet.worker.options import checked
 from rivet.worker.process import default_owner
+from rivet.worker.prune import Pruner
 from rivet.worker.settle import Outcome, Settler, send_signal
 
 EXIT_OK = 0
@@ -109,6 +110,7 @@ class Worker:
         clock: Callable[[], float] = time.monotonic,
         failpoints: Failpoints | None = None,
         metrics: bool = False,
+        pruner: Pruner | None = None,
     ) -> None:
         self.store = store
         self.queues = [check_name("queue", q) for q in queues]
@@ -126,6 +128,7 @@ class Worker:
         self.registry = registry
         self.clock = clock
         self.failpoints = failpoints or active()
+        self.pruner = pruner  # retention: prunes on a thread of its own (rivet.worker.prune)
         if not self.queues:
             raise InvalidInput("a worker needs at least one queue")
         self.guard = Guard(store=store, lease_ttl=self.lease_ttl, clock=clock, notify=self._notify)
@@ -172,6 +175,8 @@ class Worker:
             pool_size=self.pool_size,
         )
         self.guard.start()
+        if self.pruner is not None:
+            self.pruner.start()
         listener = self._start_listener()
         try:
             self._loop()
@@ -182,6 +187,8 @@ class Worker:
             if listener is not None:
                 listener.join(timeout=LISTEN_SLICE_SECS * 4)
             self.guard.close()
+            if self.pruner is not None:
+                self.pruner.close()
             connections.close_all()
         code = EXIT_ABANDONED if (stranded or self._gave_up) else self._exit_code
         stats = WorkerStats(**self._counts, exit_code=code)

@@ -30,8 +30,11 @@ from rivet.values import EnqueueResult, TaskSpec
 
 QUERIES = load_queries(Path(__file__).with_name("postgres.sql"))
 
-#: Rows per COPY of a bulk enqueue (each chunk: one COPY, then one INSERT from the stage).
+#: Rows per chunk of a bulk enqueue (a chunk: one COPY, then one INSERT from the stage).
 BULK_CHUNK = 10_000
+#: Smaller chunks go as one INSERT over arrays: no temporary table for the session to create
+#: (a web request on a fresh connection enqueueing three tasks), one round trip.
+COPY_MIN_ROWS = 200
 SETTLE_COLUMNS = ("task_id", "epoch", "owner", "op", "state", "result", "error", "delay")
 
 
@@ -99,7 +102,32 @@ class PostgresStore(SqlStore):
         return results
 
     def _enqueue_chunk(self, cursor: Any, specs: Sequence[TaskSpec]) -> list[EnqueueResult]:
-        """COPY a chunk into the staging table, insert it in one statement, resolve the rest."""
+        """Insert a chunk in one statement, then resolve the rows a key already had."""
+        if len(specs) >= COPY_MIN_ROWS:
+            row = self._insert_staged(cursor, specs)
+        else:
+            row = self._rows(cursor, "enqueue_arrays", self._arrays(specs))[0]
+        results = [EnqueueResult(task_id=task_id) for task_id in row["ids"]]
+        skipped = [specs[position] for position in row["skipped"]]
+        for position, result in zip(row["skipped"], self._existing(cursor, skipped), strict=True):
+            results[position] = result
+        return results
+
+    def _arrays(self, specs: Sequence[TaskSpec]) -> dict[str, list[Any]]:
+        return {
+            "queues": [spec.queue for spec in specs],
+            "kinds": [spec.kind for spec in specs],
+            "payloads": [spec.payload_param for spec in specs],
+            "idem_keys": [spec.idem_key for spec in specs],
+            "unique_keys": [spec.unique_key for spec in specs],
+            "max_attempts": [spec.max_attempts for spec in specs],
+            "run_ats": [spec.run_at for spec in specs],
+            "delays": [float(spec.delay_secs) for spec in specs],
+            "priorities": [spec.priority for spec in specs],
+        }
+
+    def _insert_staged(self, cursor: Any, specs: Sequence[TaskSpec]) -> dict[str, Any]:
+        """COPY a chunk into the session's staging table, then insert it in one statement."""
         cursor.execute(self.queries["stage_open"])
         with cursor.copy(self.queries["stage_copy"]) as copy:
             for position, spec in enumerate(specs):
@@ -117,12 +145,7 @@ class PostgresStore(SqlStore):
                         spec.priority,
                     )
                 )
-        row = self._rows(cursor, "stage_insert", {})[0]
-        results = [EnqueueResult(task_id=task_id) for task_id in row["ids"]]
-        skipped = [specs[position] for position in row["skipped"]]
-        for position, result in zip(row["skipped"], self._existing(cursor, skipped), strict=True):
-            results[position] = result
-        return results
+        return self._rows(cursor, "stage_insert", {})[0]
 
     def _existing(self, cursor: Any, specs: list[TaskSpec]) -> list[EnqueueResult]:
         """The tasks keys already name, for specs a bulk insert skipped; one read per key kind.

@@ -21,6 +21,46 @@ WITH inserted AS (
 )
 SELECT id, pg_notify(%(channel)s, queue)::text AS woken FROM inserted
 
+-- name: enqueue_arrays
+-- Insert a small batch from arrays in the order given, skipping rows a key already has; wake
+-- listeners. Returns every id in order and the 0-based positions that were not inserted.
+WITH batch AS MATERIALIZED (
+    SELECT nextval(pg_get_serial_sequence('rivet_task', 'id')) AS id, b.*
+    FROM unnest(
+        %(queues)s::text[], %(kinds)s::text[], %(payloads)s::text[], %(idem_keys)s::text[],
+        %(unique_keys)s::text[], %(max_attempts)s::integer[], %(run_ats)s::timestamptz[],
+        %(delays)s::float8[], %(priorities)s::smallint[]
+    ) WITH ORDINALITY AS b (
+        queue, kind, payload, idem_key, unique_key, max_attempts, run_at, delay, priority,
+        position
+    )
+),
+inserted AS (
+    INSERT INTO rivet_task (
+        id, queue, kind, payload, idem_key, unique_key, state, attempts, max_attempts,
+        lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error
+    )
+    SELECT
+        b.id, b.queue, b.kind, b.payload::jsonb, b.idem_key, b.unique_key, 'pending', 0,
+        b.max_attempts, 0, NULL, coalesce(b.run_at, now() + make_interval(secs => b.delay)),
+        b.priority, now(), now(), ''
+    FROM batch AS b
+    ORDER BY b.position
+    ON CONFLICT DO NOTHING
+    RETURNING id, queue
+)
+SELECT
+    (SELECT array_agg(id ORDER BY position) FROM batch) AS ids,
+    (
+        SELECT coalesce(array_agg(b.position - 1 ORDER BY b.position), '{}')
+        FROM batch AS b
+        WHERE NOT EXISTS (SELECT 1 FROM inserted WHERE inserted.id = b.id)
+    ) AS skipped,
+    (
+        SELECT count(pg_notify(%(channel)s, woken.queue))
+        FROM (SELECT DISTINCT queue FROM inserted) AS woken
+    ) AS woken
+
 -- name: stage_open
 -- Make this session's staging table for a bulk enqueue, empty (a temporary table, rows gone at commit).
 CREATE TEMPORARY TABLE IF NOT EXISTS rivet_enqueue_stage (

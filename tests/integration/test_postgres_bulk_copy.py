@@ -1,4 +1,5 @@
-"""The PostgreSQL bulk enqueue (COPY into a staging table, then one INSERT) keeps the key rules.
+"""The PostgreSQL bulk enqueue keeps the key rules on both of its paths: COPY into a staging
+table then one INSERT (chunks of COPY_MIN_ROWS or more), and one INSERT over arrays (smaller).
 
 An identical re-enqueue under a key returns the existing task as a duplicate; different work
 under a used idempotency key is refused, and then nothing of the whole call is written, across
@@ -26,6 +27,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 class Rollback(Exception):
     """Raised inside transaction.atomic() to roll it back."""
+
+
+@pytest.fixture(autouse=True, params=["copy", "arrays"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs through both bulk paths."""
+    monkeypatch.setattr(postgres, "COPY_MIN_ROWS", 1 if request.param == "copy" else 10**9)
+    return request.param
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from rivet.conformance.harness import (
     Harness,
@@ -23,7 +24,7 @@ from rivet.values import Lease, Pruned
 RETENTION = 3600.0
 
 
-def _done(h: Harness, queue: str, **fields: object) -> int:
+def _done(h: Harness, queue: str, **fields: Any) -> int:
     """Enqueue a task into an otherwise idle queue, claim it and ack it; return its id."""
     task_id = enqueue(h, queue, **fields)
     leased = claim_one(h, queue)

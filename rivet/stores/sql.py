@@ -60,10 +60,12 @@ def json_value(text: str | None) -> Any:
 
 
 def rows_of(cursor: Any) -> list[dict[str, Any]]:
-    """Every row of the last statement as {column: value}."""
-    rows = cursor.fetchall()
-    names = [column[0] for column in cursor.description or ()]
-    return [dict(zip(names, row, strict=True)) for row in rows]
+    """Every row of the last statement as {column: value}; none for a statement without rows."""
+    description = cursor.description  # built anew on each access: read it once
+    if not description:
+        return []
+    names = [column[0] for column in description]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
 def same_work(spec: TaskSpec, row: dict[str, Any]) -> EnqueueResult:
@@ -188,7 +190,7 @@ class SqlStore(Store):
 
     def _rows(self, cursor: Any, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         cursor.execute(self.queries[query], {**self._common_params(), **params})
-        return rows_of(cursor) if cursor.description else []
+        return rows_of(cursor)
 
     def _record(self, row: dict[str, Any]) -> TaskRecord:
         fields = {**row, "payload": json_value(row["payload"]), "result": json_value(row["result"])}

@@ -39,6 +39,11 @@ DEFAULTS: dict[str, Any] = {
     # Modules imported at worker start so their @rivet.job functions register.
     "JOB_MODULES": [],
     "NOTIFY_CHANNEL": "rivet_task",
+    # Retention: workers delete done tasks and fenced-write records older than this duration
+    # ("7d", "12h" or seconds); None keeps them forever. Pruning releases idempotency keys.
+    "RETENTION": None,
+    "PRUNE_EVERY_SECS": 300.0,
+    "PRUNE_BATCH_SIZE": 1000,
     # Most tasks one POST to the HTTP API's tasks/bulk/ may carry.
     "API_BULK_MAX": 1000,
     # A bearer token that may read rivet/metrics/ without a user (None: users only).
@@ -58,7 +63,9 @@ class RivetSettings:
     def __getattr__(self, name: str) -> Any:
         if name not in DEFAULTS:
             raise AttributeError(f"unknown rivet setting {name!r}; known: {', '.join(DEFAULTS)}")
-        return self._user().get(name, DEFAULTS[name])
+        # No copy of the dict: an enqueue reads several settings, each on every call.
+        user = getattr(settings, "RIVET", None) or {}
+        return user.get(name, DEFAULTS[name])
 
 
 rivet_settings = RivetSettings()

@@ -12,11 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput, LeaseLost, UnknownJob
 from rivet.stores import resolve_store
 from rivet.stores.base import Store
-from rivet.validation import build_spec, check_name
+from rivet.validation import Limits, build_spec, check_name
 from rivet.values import Claimed, TaskSpec
 
 __all__ = [
@@ -231,8 +230,14 @@ ENQUEUE_OPTIONS = frozenset(
 )
 
 
-def task_spec(kind: str, payload: Any = None, **options: Any) -> TaskSpec:
-    """Validate an enqueue and fill its defaults from the registered job, then settings."""
+def task_spec(
+    kind: str, payload: Any = None, *, limits: Limits | None = None, **options: Any
+) -> TaskSpec:
+    """Validate an enqueue and fill its defaults from the registered job, then settings.
+
+    ``limits`` are the settings read once by the caller (once per bulk call).
+    """
+    limits = limits or Limits.read()
     unknown = sorted(set(options) - ENQUEUE_OPTIONS)
     if unknown:
         raise TypeError(
@@ -240,13 +245,14 @@ def task_spec(kind: str, payload: Any = None, **options: Any) -> TaskSpec:
             f"known: {', '.join(sorted(ENQUEUE_OPTIONS))}"
         )
     definition = registry.find(kind) if isinstance(kind, str) else None
-    queue = _first(options.get("queue"), definition and definition.queue, rivet_settings.QUEUE)
+    queue = _first(options.get("queue"), definition and definition.queue, limits.queue)
     priority = _first(options.get("priority"), definition and definition.priority, 0)
     max_attempts = _first(options.get("max_attempts"), definition and definition.max_attempts)
     unique_key = options.get("unique_key")
     if unique_key is None and definition is not None:
         unique_key = definition.unique_key(payload)
     return build_spec(
+        limits=limits,
         queue=queue,
         kind=kind,
         payload=payload,

@@ -20,6 +20,7 @@ from rivet.errors import InvalidInput
 from rivet.jobs import ENQUEUE_OPTIONS, task_spec
 from rivet.stores import resolve_store
 from rivet.stores.base import Store
+from rivet.validation import Limits
 from rivet.values import CancelOutcome, EnqueueResult, TaskRecord, TaskSpec
 
 __all__ = ["cancel", "enqueue", "enqueue_many", "get_task", "resolve_store", "task_spec"]
@@ -69,7 +70,8 @@ def enqueue_many(
     Each item is a dict of enqueue's arguments (``kind`` required) or a ``(kind, payload)``
     tuple. Every item is validated before anything is written; results keep the given order.
     """
-    specs = [_item_spec(index, item) for index, item in enumerate(items)]
+    limits = Limits.read()
+    specs = [_item_spec(index, item, limits) for index, item in enumerate(items)]
     if not specs:
         return []
     return resolve_store(using).task_enqueue_many(specs)
@@ -98,17 +100,17 @@ def get_task(task_id: int, *, using: str | Store | None = None) -> TaskRecord | 
     return resolve_store(using).task_get(task_id)
 
 
-def _item_spec(index: int, item: Mapping[str, Any] | tuple) -> TaskSpec:
+def _item_spec(index: int, item: Mapping[str, Any] | tuple, limits: Limits) -> TaskSpec:
     if isinstance(item, tuple):
         if len(item) not in (1, 2):
             raise InvalidInput(f"item {index}: a tuple must be (kind, payload), got {item!r}")
-        return task_spec(*item)
+        return task_spec(*item, limits=limits)
     if not isinstance(item, Mapping):
         raise InvalidInput(
             f"item {index}: expected a dict or a (kind, payload) tuple, got {type(item).__name__}"
         )
-    unknown = sorted(set(item) - ITEM_KEYS)
-    if unknown:
+    if item.keys() - ITEM_KEYS:
+        unknown = sorted(item.keys() - ITEM_KEYS)
         raise InvalidInput(
             f"item {index}: unknown keys {', '.join(unknown)}; "
             f"known: {', '.join(sorted(ITEM_KEYS))}"
@@ -116,4 +118,4 @@ def _item_spec(index: int, item: Mapping[str, Any] | tuple) -> TaskSpec:
     if "kind" not in item:
         raise InvalidInput(f"item {index}: 'kind' is required")
     options = dict(item)
-    return task_spec(options.pop("kind"), options.pop("payload", None), **options)
+    return task_spec(options.pop("kind"), options.pop("payload", None), limits=limits, **options)

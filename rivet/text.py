@@ -24,6 +24,9 @@ def unstorable(text: str, *, json_text: bool = False) -> str | None:
 
     ``json_text``: ``text`` is encoded JSON, where a NUL appears as the escape ``\\u0000``.
     """
+    # The common case, cheaply: ASCII holds no surrogate, and no NUL unless it spells one.
+    if text.isascii() and ("\\u0000" not in text if json_text else _NUL not in text):
+        return None
     nul = _JSON_NUL.search(text) if json_text else (_NUL in text or None)
     if nul:
         return "contains a NUL character (\\u0000), which PostgreSQL cannot store"

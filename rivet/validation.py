@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,27 +20,60 @@ PRIORITY_MIN, PRIORITY_MAX = -100, 100
 MAX_ATTEMPTS_LIMIT = 1000
 # Ten years: beyond it a delay is a mistake, and the databases' interval types overflow.
 MAX_DELAY_SECS = 10 * 365 * 24 * 3600
+# One encoder for every payload: json.dumps with options would build a new one per call.
+_PAYLOAD_ENCODER = json.JSONEncoder(
+    allow_nan=False, separators=(",", ":"), sort_keys=True, ensure_ascii=False
+)
 
 
-def check_name(what: str, value: Any) -> str:
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """The settings an enqueue is checked against, read once per call (once per bulk)."""
+
+    queue: str
+    max_attempts: int
+    name: int
+    key: int
+    payload: int
+
+    @classmethod
+    def read(cls) -> Limits:
+        s = rivet_settings
+        return cls(
+            queue=s.QUEUE,
+            max_attempts=s.MAX_ATTEMPTS,
+            name=s.MAX_NAME_LENGTH,
+            key=s.MAX_IDEM_KEY_LENGTH,
+            payload=s.MAX_PAYLOAD_BYTES,
+        )
+
+
+def check_name(what: str, value: Any, limit: int | None = None) -> str:
     """A queue or kind name: 1..MAX_NAME_LENGTH of ASCII letters, digits and ``_ . : -``."""
-    limit = rivet_settings.MAX_NAME_LENGTH
     if not isinstance(value, str) or not value:
         raise InvalidName(f"{what} must be a non-empty string, got {value!r}", field=what)
-    if len(value) > limit:
-        raise InvalidName(
-            f"{what} {value[:20]!r}... is {len(value)} characters; at most {limit}", field=what
-        )
-    if not NAME_RE.fullmatch(value):
-        raise InvalidName(
-            f"{what} {value!r} may use only ASCII letters (a-z, A-Z), digits and '_.:-', "
-            "and must start with a letter or digit",
-            field=what,
-        )
+    problem = _name_problem(value, rivet_settings.MAX_NAME_LENGTH if limit is None else limit)
+    if problem:
+        raise InvalidName(f"{what} {problem}", field=what)
     return value
 
 
-def check_key(what: str, value: Any, *, allow_empty: bool = False) -> str | None:
+@functools.lru_cache(maxsize=4096)
+def _name_problem(value: str, limit: int) -> str | None:
+    """What is wrong with a name, or None; remembered, as a producer repeats a few names."""
+    if len(value) > limit:
+        return f"{value[:20]!r}... is {len(value)} characters; at most {limit}"
+    if not NAME_RE.fullmatch(value):
+        return (
+            f"{value!r} may use only ASCII letters (a-z, A-Z), digits and '_.:-', "
+            "and must start with a letter or digit"
+        )
+    return None
+
+
+def check_key(
+    what: str, value: Any, *, allow_empty: bool = False, limit: int | None = None
+) -> str | None:
     """An idempotency or unique key: None, or up to MAX_IDEM_KEY_LENGTH printable characters.
 
     The empty string is allowed only where it means something: a unique key of ``""`` is
@@ -46,7 +81,7 @@ def check_key(what: str, value: Any, *, allow_empty: bool = False) -> str | None
     """
     if value is None:
         return None
-    limit = rivet_settings.MAX_IDEM_KEY_LENGTH
+    limit = rivet_settings.MAX_IDEM_KEY_LENGTH if limit is None else limit
     empty_refused = not value and not allow_empty
     if not isinstance(value, str) or empty_refused or not value.isprintable():
         raise InvalidInput(
@@ -57,18 +92,17 @@ def check_key(what: str, value: Any, *, allow_empty: bool = False) -> str | None
     return value
 
 
-def encode_payload(payload: Any) -> str:
+def encode_payload(payload: Any, limit: int | None = None) -> str:
     """The payload as JSON text, refused if not JSON or over MAX_PAYLOAD_BYTES of UTF-8."""
     try:
-        text = json.dumps(
-            payload, allow_nan=False, separators=(",", ":"), sort_keys=True, ensure_ascii=False
-        )
+        text = _PAYLOAD_ENCODER.encode(payload)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"payload must be JSON-serialisable: {exc}", field="payload") from exc
     reason = unstorable(text, json_text=True)
     if reason:
         raise InvalidInput(f"payload {reason}", field="payload")
-    size, limit = len(text.encode()), rivet_settings.MAX_PAYLOAD_BYTES
+    limit = rivet_settings.MAX_PAYLOAD_BYTES if limit is None else limit
+    size = len(text) if text.isascii() else len(text.encode())
     if size > limit:
         raise PayloadTooLarge(
             f"payload is {size} bytes encoded; the limit is {limit} bytes", field="payload"
@@ -107,9 +141,37 @@ def build_spec(
     run_at: datetime | None = None,
     priority: int = 0,
     max_attempts: int | None = None,
+    limits: Limits | None = None,
 ) -> TaskSpec:
-    """Validate every input of an enqueue and return the TaskSpec the stores take."""
-    delay = 0.0 if delay is None else delay
+    """Validate every input of an enqueue and return the TaskSpec the stores take.
+
+    ``limits``: the settings to check against, when the caller read them already.
+    """
+    limits = limits or Limits.read()
+    delay = 0.0 if delay is None else _delay_secs(delay)
+    if run_at is not None and (not isinstance(run_at, datetime) or run_at.tzinfo is None):
+        raise InvalidInput(
+            f"run_at must be a timezone-aware datetime, got {run_at!r}", field="run_at"
+        )
+    if run_at is not None and delay:
+        raise InvalidInput("give delay or run_at, not both", field="delay")
+    payload_json = encode_payload(payload, limits.payload)
+    attempts = limits.max_attempts if max_attempts is None else max_attempts
+    return TaskSpec(
+        queue=check_name("queue", queue, limits.name),
+        kind=check_name("kind", kind, limits.name),
+        payload=payload,
+        payload_json=payload_json,
+        idem_key=check_key("idem_key", idem_key, limit=limits.key),
+        unique_key=check_key("unique_key", unique_key, allow_empty=True, limit=limits.key),
+        delay_secs=float(delay),
+        run_at=run_at,
+        priority=_check_int("priority", priority, PRIORITY_MIN, PRIORITY_MAX),
+        max_attempts=_check_int("max_attempts", attempts, 1, MAX_ATTEMPTS_LIMIT),
+    )
+
+
+def _delay_secs(delay: Any) -> float:
     if hasattr(delay, "total_seconds"):
         delay = delay.total_seconds()
     if isinstance(delay, bool) or not isinstance(delay, int | float) or not math.isfinite(delay):
@@ -119,26 +181,7 @@ def build_spec(
             f"delay must be between 0 and {MAX_DELAY_SECS} seconds (ten years), got {delay}",
             field="delay",
         )
-    if run_at is not None and (not isinstance(run_at, datetime) or run_at.tzinfo is None):
-        raise InvalidInput(
-            f"run_at must be a timezone-aware datetime, got {run_at!r}", field="run_at"
-        )
-    if run_at is not None and delay:
-        raise InvalidInput("give delay or run_at, not both", field="delay")
-    payload_json = encode_payload(payload)
-    attempts = rivet_settings.MAX_ATTEMPTS if max_attempts is None else max_attempts
-    return TaskSpec(
-        queue=check_name("queue", queue),
-        kind=check_name("kind", kind),
-        payload=payload,
-        payload_json=payload_json,
-        idem_key=check_key("idem_key", idem_key),
-        unique_key=check_key("unique_key", unique_key, allow_empty=True),
-        delay_secs=float(delay),
-        run_at=run_at,
-        priority=_check_int("priority", priority, PRIORITY_MIN, PRIORITY_MAX),
-        max_attempts=_check_int("max_attempts", attempts, 1, MAX_ATTEMPTS_LIMIT),
-    )
+    return delay
 
 
 def clip_error(text: str) -> str:

@@ -270,3 +270,11 @@ class Flushed:
     settled: list[Settled] = field(default_factory=list)
     batch: ClaimBatch = field(default_factory=ClaimBatch)
     claim_error: Exception | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pruned:
+    """Rows a retention prune deleted (or, in a dry run, would delete)."""
+
+    tasks: int = 0
+    fenced: int = 0

@@ -23,7 +23,14 @@ over ``names_for(capabilities)`` and build a fresh store per test instead (rivet
 does this in tests/integration/test_conformance.py).
 """
 
-from rivet.conformance import dead_letters, enqueue, history, leases, settle  # noqa: F401 - they register
+from rivet.conformance import (  # noqa: F401 - they register
+    dead_letters,
+    enqueue,
+    history,
+    leases,
+    retention,
+    settle,
+)
 from rivet.conformance.harness import CHECKS, LONG_TTL, NEEDS, TTL, Harness, checks_for, names_for
 
 __all__ = ["CHECKS", "LONG_TTL", "NEEDS", "TTL", "Harness", "checks_for", "names_for"]

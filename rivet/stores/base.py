@@ -17,6 +17,9 @@ Rules every implementation keeps (``rivet.conformance`` checks each one):
   a fenced write and reported as FENCED, and the other rows of the batch still apply.
   ``task_settle_and_claim`` settles a batch and claims the next tasks together (on PostgreSQL
   in one statement); nothing of a batch is applied unless all of it is.
+- Retention deletes only done tasks (``task_prune``) and fenced-write records
+  (``fenced_prune``) last written ``older_than_secs`` ago or earlier, at most ``limit`` rows
+  per call, each call one short statement. Deleting a done task releases its keys.
 - A task an operator cancelled while leased (``task_cancel``) is never acked or retried:
   whatever decision its worker sends, it is buried as cancelled (CANCELLED).
 """
@@ -138,6 +141,18 @@ class Store(ABC):
     @abstractmethod
     def _purge_dead(self, queue: str, older_than: float | None, ids: list[int] | None) -> int:
         """dead_purge with its arguments checked: seconds as a float, ids as a list."""
+
+    @abstractmethod
+    def task_prune(self, older_than_secs: float, limit: int, queue: str | None = None) -> int:
+        """Delete up to ``limit`` done tasks last updated ``older_than_secs`` ago or earlier."""
+
+    @abstractmethod
+    def fenced_prune(self, older_than_secs: float, limit: int, queue: str | None = None) -> int:
+        """Delete up to ``limit`` fenced-write records written ``older_than_secs`` ago or more."""
+
+    @abstractmethod
+    def prunable(self, older_than_secs: float, queue: str | None = None) -> v.Pruned:
+        """How many done tasks and fenced-write records a prune would delete now."""
 
     @abstractmethod
     def fenced_count(self, queue: str | None = None, op: str | None = None) -> int:

@@ -64,7 +64,7 @@ class MemoryStore(Store):
         self._lock = threading.RLock()
         self._tasks: dict[int, v.TaskRecord] = {}
         self._ids = itertools.count(1)
-        self._fences: list[tuple[int, str, str]] = []  # (task_id, queue, op)
+        self._fences: list[tuple[int, str, str, datetime]] = []  # (task_id, queue, op, at)
         self._wakeup = threading.Condition(self._lock)
 
     @classmethod
@@ -232,7 +232,7 @@ class MemoryStore(Store):
 
     def _fence(self, lease: v.Lease, op: str) -> None:
         task = self._tasks.get(lease.task_id)
-        self._fences.append((lease.task_id, task.queue if task else "", op))
+        self._fences.append((lease.task_id, task.queue if task else "", op, self.clock()))
 
     def task_settle(self, decisions: Sequence[v.Decision]) -> list[v.Settled]:
         with self._lock:
@@ -379,6 +379,40 @@ class MemoryStore(Store):
             for task_id in doomed:
                 del self._tasks[task_id]
             return len(doomed)
+
+    # -- retention ---------------------------------------------------------------------------
+
+    def _old_done(self, older_than_secs: float, queue: str | None) -> list[int]:
+        cutoff = self.clock() - timedelta(seconds=older_than_secs)
+        return [
+            t.id
+            for t in self._tasks.values()
+            if t.state == "done" and t.updated_at <= cutoff and queue in (None, t.queue)
+        ]
+
+    def _old_fences(self, older_than_secs: float, queue: str | None) -> list[int]:
+        cutoff = self.clock() - timedelta(seconds=older_than_secs)
+        return [i for i, f in enumerate(self._fences) if f[3] <= cutoff and queue in (None, f[1])]
+
+    def task_prune(self, older_than_secs: float, limit: int, queue: str | None = None) -> int:
+        with self._lock:
+            doomed = self._old_done(older_than_secs, queue)[: max(limit, 0)]
+            for task_id in doomed:
+                del self._tasks[task_id]
+            return len(doomed)
+
+    def fenced_prune(self, older_than_secs: float, limit: int, queue: str | None = None) -> int:
+        with self._lock:
+            doomed = set(self._old_fences(older_than_secs, queue)[: max(limit, 0)])
+            self._fences = [f for i, f in enumerate(self._fences) if i not in doomed]
+            return len(doomed)
+
+    def prunable(self, older_than_secs: float, queue: str | None = None) -> v.Pruned:
+        with self._lock:
+            return v.Pruned(
+                tasks=len(self._old_done(older_than_secs, queue)),
+                fenced=len(self._old_fences(older_than_secs, queue)),
+            )
 
     def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
         with self._wakeup:

@@ -21,35 +21,111 @@ WITH inserted AS (
 )
 SELECT id, pg_notify(%(channel)s, queue)::text AS woken FROM inserted
 
--- name: reserve_ids
--- Take ids for a bulk enqueue up front, so each inserted row is matched to its spec exactly.
-SELECT nextval(pg_get_serial_sequence('rivet_task', 'id')) AS id FROM generate_series(1, %(count)s)
+-- name: enqueue_arrays
+-- Insert a small batch from arrays in the order given, skipping rows a key already has; wake
+-- listeners. Returns every id in order and the 0-based positions that were not inserted.
+WITH batch AS MATERIALIZED (
+    SELECT nextval(pg_get_serial_sequence('rivet_task', 'id')) AS id, b.*
+    FROM unnest(
+        %(queues)s::text[], %(kinds)s::text[], %(payloads)s::text[], %(idem_keys)s::text[],
+        %(unique_keys)s::text[], %(max_attempts)s::integer[], %(run_ats)s::timestamptz[],
+        %(delays)s::float8[], %(priorities)s::smallint[]
+    ) WITH ORDINALITY AS b (
+        queue, kind, payload, idem_key, unique_key, max_attempts, run_at, delay, priority,
+        position
+    )
+),
+inserted AS (
+    INSERT INTO rivet_task (
+        id, queue, kind, payload, idem_key, unique_key, state, attempts, max_attempts,
+        lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error
+    )
+    SELECT
+        b.id, b.queue, b.kind, b.payload::jsonb, b.idem_key, b.unique_key, 'pending', 0,
+        b.max_attempts, 0, NULL, coalesce(b.run_at, now() + make_interval(secs => b.delay)),
+        b.priority, now(), now(), ''
+    FROM batch AS b
+    ORDER BY b.position
+    ON CONFLICT DO NOTHING
+    RETURNING id, queue
+)
+SELECT
+    (SELECT array_agg(id ORDER BY position) FROM batch) AS ids,
+    (
+        SELECT coalesce(array_agg(b.position - 1 ORDER BY b.position), '{}')
+        FROM batch AS b
+        WHERE NOT EXISTS (SELECT 1 FROM inserted WHERE inserted.id = b.id)
+    ) AS skipped,
+    (
+        SELECT count(pg_notify(%(channel)s, woken.queue))
+        FROM (SELECT DISTINCT queue FROM inserted) AS woken
+    ) AS woken
 
--- name: enqueue_many
--- Insert a batch in the order given, skipping rows a key already has; wake listeners.
+-- name: stage_open
+-- Make this session's staging table for a bulk enqueue, empty (a temporary table, rows gone at commit).
+CREATE TEMPORARY TABLE IF NOT EXISTS rivet_enqueue_stage (
+    position integer NOT NULL,
+    id bigint NOT NULL DEFAULT nextval(pg_get_serial_sequence('rivet_task', 'id')),
+    queue text NOT NULL,
+    kind text NOT NULL,
+    payload jsonb,
+    idem_key text,
+    unique_key text,
+    max_attempts integer NOT NULL,
+    run_at timestamptz,
+    delay float8 NOT NULL,
+    priority smallint NOT NULL
+) ON COMMIT DELETE ROWS;
+DELETE FROM rivet_enqueue_stage
+
+-- name: stage_copy
+-- Stream a batch into the staging table (COPY); each row takes its task id from the sequence.
+COPY rivet_enqueue_stage (
+    position, queue, kind, payload, idem_key, unique_key, max_attempts, run_at, delay, priority
+) FROM STDIN
+
+-- name: stage_insert
+-- Insert the staged batch in the order given, skipping rows a key already has; wake listeners.
+-- Returns every staged id in order and the positions that were not inserted (a key had them).
 WITH inserted AS (
     INSERT INTO rivet_task (
         id, queue, kind, payload, idem_key, unique_key, state, attempts, max_attempts,
         lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error
     )
     SELECT
-        batch.id, batch.queue, batch.kind, batch.payload::jsonb, batch.idem_key,
-        batch.unique_key, 'pending', 0, batch.max_attempts, 0, NULL,
-        coalesce(batch.run_at, now() + make_interval(secs => batch.delay)),
-        batch.priority, now(), now(), ''
-    FROM unnest(
-        %(ids)s::bigint[], %(queues)s::text[], %(kinds)s::text[], %(payloads)s::text[],
-        %(idem_keys)s::text[], %(unique_keys)s::text[], %(max_attempts)s::integer[],
-        %(run_ats)s::timestamptz[], %(delays)s::float8[], %(priorities)s::smallint[]
-    ) WITH ORDINALITY AS batch (
-        id, queue, kind, payload, idem_key, unique_key, max_attempts, run_at, delay, priority,
-        position
-    )
-    ORDER BY batch.position
+        s.id, s.queue, s.kind, s.payload, s.idem_key, s.unique_key, 'pending', 0,
+        s.max_attempts, 0, NULL, coalesce(s.run_at, now() + make_interval(secs => s.delay)),
+        s.priority, now(), now(), ''
+    FROM rivet_enqueue_stage AS s
+    ORDER BY s.position
     ON CONFLICT DO NOTHING
     RETURNING id, queue
 )
-SELECT id, pg_notify(%(channel)s, queue)::text AS woken FROM inserted
+SELECT
+    (SELECT array_agg(id ORDER BY position) FROM rivet_enqueue_stage) AS ids,
+    (
+        SELECT coalesce(array_agg(s.position ORDER BY s.position), '{}')
+        FROM rivet_enqueue_stage AS s
+        WHERE NOT EXISTS (SELECT 1 FROM inserted WHERE inserted.id = s.id)
+    ) AS skipped,
+    (
+        SELECT count(pg_notify(%(channel)s, woken.queue))
+        FROM (SELECT DISTINCT queue FROM inserted) AS woken
+    ) AS woken
+
+-- name: find_by_idem_keys
+-- The tasks holding any of the idempotency keys, with the work each was enqueued for.
+SELECT id, idem_key, queue, kind, payload::text AS payload
+FROM rivet_task
+WHERE idem_key = ANY(%(idem_keys)s::text[])
+
+-- name: find_unique_pending_many
+-- The pending tasks of unique jobs, for parallel arrays of kinds and unique keys.
+SELECT t.id, t.kind, t.unique_key
+FROM rivet_task AS t
+JOIN unnest(%(kinds)s::text[], %(unique_keys)s::text[]) AS wanted (kind, unique_key)
+    ON t.kind = wanted.kind AND t.unique_key = wanted.unique_key
+WHERE t.state = 'pending'
 
 -- name: find_by_idem_key
 -- The task holding an idempotency key, with the work it was enqueued for.
@@ -283,6 +359,50 @@ WHERE queue = %(queue)s AND state = 'dead'
         %(older_than)s::float8 IS NULL
         OR updated_at <= now() - make_interval(secs => %(older_than)s::float8)
     )
+
+-- name: task_prune
+-- Delete up to limit done tasks last updated older_than seconds ago (of a queue, if given).
+-- One short statement; rows another transaction holds are skipped, not waited for.
+DELETE FROM rivet_task
+WHERE id IN (
+    SELECT id
+    FROM rivet_task
+    WHERE state = 'done'
+        AND updated_at <= now() - make_interval(secs => %(older_than)s::float8)
+        AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+
+-- name: fenced_prune
+-- Delete up to limit fenced-write records written older_than seconds ago (of a queue, if given).
+DELETE FROM rivet_fenced_write
+WHERE id IN (
+    SELECT id
+    FROM rivet_fenced_write
+    WHERE created_at <= now() - make_interval(secs => %(older_than)s::float8)
+        AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+
+-- name: prunable
+-- How many done tasks and fenced-write records a prune with these arguments would delete now.
+SELECT
+    (
+        SELECT count(*)
+        FROM rivet_task
+        WHERE state = 'done'
+            AND updated_at <= now() - make_interval(secs => %(older_than)s::float8)
+            AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+    ) AS tasks,
+    (
+        SELECT count(*)
+        FROM rivet_fenced_write
+        WHERE created_at <= now() - make_interval(secs => %(older_than)s::float8)
+            AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+    ) AS fenced
 
 -- name: listen
 -- Subscribe the wake-up connection to the notify channel ({channel} is a quoted identifier).

@@ -37,6 +37,7 @@ from rivet.values import (
     Flushed,
     Held,
     Lease,
+    Pruned,
     QueueStats,
     Retry,
     Settled,
@@ -61,10 +62,20 @@ def json_value(text: str | None) -> Any:
 
 
 def rows_of(cursor: Any) -> list[dict[str, Any]]:
-    """Every row of the last statement as {column: value}."""
-    rows = cursor.fetchall()
-    names = [column[0] for column in cursor.description or ()]
-    return [dict(zip(names, row, strict=True)) for row in rows]
+    """Every row of the last statement as {column: value}; none for a statement without rows."""
+    description = cursor.description  # built anew on each access: read it once
+    if not description:
+        return []
+    names = [column[0] for column in description]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def same_work(spec: TaskSpec, row: dict[str, Any]) -> EnqueueResult:
+    """The duplicate a key used before names, or IdempotencyMismatch when the work differs."""
+    work = (row["queue"], row["kind"], json_value(row["payload"]))
+    if work != (spec.queue, spec.kind, json.loads(spec.payload_json)):
+        raise IdempotencyMismatch(spec.idem_key or "", row["id"])
+    return EnqueueResult(task_id=row["id"], duplicate=True)
 
 
 def settle_row(decision: Decision) -> dict[str, Any]:
@@ -240,7 +251,7 @@ class SqlStore(Store):
 
     def _rows(self, cursor: Any, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         cursor.execute(self.queries[query], {**self._common_params(), **params})
-        return rows_of(cursor) if cursor.description else []
+        return rows_of(cursor)
 
     def _record(self, row: dict[str, Any]) -> TaskRecord:
         fields = {**row, "payload": json_value(row["payload"]), "result": json_value(row["result"])}
@@ -292,10 +303,7 @@ class SqlStore(Store):
         """The task a key already names (idem_key first, then the pending unique job)."""
         if spec.idem_key is not None:
             for row in self._rows(cursor, "find_by_idem_key", {"idem_key": spec.idem_key}):
-                work = (row["queue"], row["kind"], json_value(row["payload"]))
-                if work != (spec.queue, spec.kind, json.loads(spec.payload_json)):
-                    raise IdempotencyMismatch(spec.idem_key, row["id"])
-                return EnqueueResult(task_id=row["id"], duplicate=True)
+                return same_work(spec, row)
         if spec.unique_key is not None:
             params = {"kind": spec.kind, "unique_key": spec.unique_key}
             for row in self._rows(cursor, "find_unique_pending", params):
@@ -455,3 +463,23 @@ class SqlStore(Store):
         with self._translated("dead_purge"), self._writing() as cursor:
             cursor.execute(self.queries["dead_purge"], {**self._common_params(), **params})
             return cursor.rowcount
+
+    # -- retention ---------------------------------------------------------------------------
+
+    def _prune(self, op: str, older_than_secs: float, limit: int, queue: str | None) -> int:
+        params = {"older_than": float(older_than_secs), "limit": int(limit), "queue": queue}
+        with self._translated(op), self._one_statement() as cursor:
+            cursor.execute(self.queries[op], {**self._common_params(), **params})
+            return cursor.rowcount
+
+    def task_prune(self, older_than_secs: float, limit: int, queue: str | None = None) -> int:
+        return self._prune("task_prune", older_than_secs, limit, queue)
+
+    def fenced_prune(self, older_than_secs: float, limit: int, queue: str | None = None) -> int:
+        return self._prune("fenced_prune", older_than_secs, limit, queue)
+
+    def prunable(self, older_than_secs: float, queue: str | None = None) -> Pruned:
+        params = {"older_than": float(older_than_secs), "queue": queue}
+        with self._translated("prunable"), self._reading() as cursor:
+            row = self._rows(cursor, "prunable", params)[0]
+        return Pruned(tasks=row["tasks"], fenced=row["fenced"])

@@ -221,3 +221,36 @@ WHERE queue = :queue AND state = 'dead'
       '%Y-%m-%d %H:%M:%f', 'now', printf('%+.6f seconds', -:older_than)
   ));
 
+
+-- name: task_prune
+-- Delete up to :limit done tasks last updated :older_than seconds ago (of :queue, if given).
+DELETE FROM rivet_task
+WHERE id IN (
+    SELECT id FROM rivet_task
+    WHERE state = 'done'
+      AND updated_at <= strftime('%Y-%m-%d %H:%M:%f', 'now', printf('%+.6f seconds', -:older_than))
+      AND (:queue IS NULL OR queue = :queue)
+    LIMIT :limit
+);
+
+-- name: fenced_prune
+-- Delete up to :limit fenced-write records written :older_than seconds ago (of :queue, if given).
+DELETE FROM rivet_fenced_write
+WHERE id IN (
+    SELECT id FROM rivet_fenced_write
+    WHERE created_at <= strftime('%Y-%m-%d %H:%M:%f', 'now', printf('%+.6f seconds', -:older_than))
+      AND (:queue IS NULL OR queue = :queue)
+    ORDER BY id
+    LIMIT :limit
+);
+
+-- name: prunable
+-- How many done tasks and fenced-write records a prune with these arguments would delete now.
+SELECT
+    (SELECT COUNT(*) FROM rivet_task
+     WHERE state = 'done'
+       AND updated_at <= strftime('%Y-%m-%d %H:%M:%f', 'now', printf('%+.6f seconds', -:older_than))
+       AND (:queue IS NULL OR queue = :queue)) AS tasks,
+    (SELECT COUNT(*) FROM rivet_fenced_write
+     WHERE created_at <= strftime('%Y-%m-%d %H:%M:%f', 'now', printf('%+.6f seconds', -:older_than))
+       AND (:queue IS NULL OR queue = :queue)) AS fenced;

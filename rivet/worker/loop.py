@@ -60,6 +60,7 @@ from rivet.worker.metrics import NO_METRICS, WorkerMetrics
 from rivet.worker.options import checked
 from rivet.worker.pool import HandlerPool
 from rivet.worker.process import default_owner
+from rivet.worker.prune import Pruner
 from rivet.worker.settle import Outcome, Settler, send_signal
 
 EXIT_OK = 0
@@ -114,6 +115,7 @@ class Worker:
         failpoints: Failpoints | None = None,
         metrics: bool = False,
         task_log_level: str = "info",
+        pruner: Pruner | None = None,
     ) -> None:
         self.store = store
         self.queues = [check_name("queue", q) for q in queues]
@@ -133,6 +135,7 @@ class Worker:
         self.failpoints = failpoints or active()
         #: The level of routine per-task lines (claimed, acked, retry).
         self.task_log_level = logs.LEVELS[checked("task_log_level", task_log_level)]
+        self.pruner = pruner  # retention: prunes on a thread of its own (rivet.worker.prune)
         if not self.queues:
             raise InvalidInput("a worker needs at least one queue")
         self.guard = Guard(store=store, lease_ttl=self.lease_ttl, clock=clock, notify=self._notify)
@@ -182,6 +185,8 @@ class Worker:
         )
         self.guard.start()
         self.handlers.start()
+        if self.pruner is not None:
+            self.pruner.start()
         listener = self._start_listener()
         try:
             self._loop()
@@ -193,6 +198,8 @@ class Worker:
             if listener is not None:
                 listener.join(timeout=LISTEN_SLICE_SECS * 4)
             self.guard.close()
+            if self.pruner is not None:
+                self.pruner.close()
             connections.close_all()
         code = EXIT_ABANDONED if (stranded or self._gave_up) else self._exit_code
         stats = WorkerStats(**self._counts, exit_code=code)

@@ -8,6 +8,7 @@ serves the system checks (``rivet.checks``) and the Worker's keyword arguments (
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,13 @@ MAX_OWNER_LENGTH = 200  # rivet_task.lease_owner
 # Bounds a typo cannot cross: each is far beyond any sensible value, and named in the message.
 MAX_CONCURRENCY = 1024
 MAX_POOL_SIZE = 1024
+MAX_PRUNE_BATCH = 100_000
 DAY = 86400.0
+#: Units a duration may carry: 90s, 15m, 12h, 7d, 2w (a bare number is seconds).
+DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": DAY, "w": 7 * DAY}
+DURATION_RE = re.compile(r"^\s*(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>[smhdw]?)\s*$")
+#: The longest retention a duration may name: ten years.
+MAX_DURATION = 3650 * DAY
 
 
 class Expected(ValueError):
@@ -101,6 +108,23 @@ def port_number(text: Any) -> int:
     if not 1 <= value <= 65535:
         raise Expected("a TCP port number, 1..65535")
     return value
+
+
+def duration(text: Any) -> float:
+    """Seconds from ``7d``, ``12h``, ``30m``, ``90s`` or a bare number of seconds; > 0."""
+    expected = "a duration such as 7d, 12h, 30m or 90s (or a number of seconds), above 0"
+    if isinstance(text, bool):
+        raise Expected(expected)
+    if isinstance(text, int | float):
+        secs = float(text)
+    else:
+        match = DURATION_RE.match(str(text))
+        if match is None:
+            raise Expected(expected)
+        secs = float(match["number"]) * DURATION_UNITS[match["unit"] or "s"]
+    if not 0 < secs <= MAX_DURATION:
+        raise Expected(f"{expected} and at most {MAX_DURATION / DAY:g}d")
+    return secs
 
 
 def log_format(text: Any) -> str:
@@ -226,6 +250,35 @@ OPTIONS = (
         setting="CONNECT_TIMEOUT_SECS",
         parse=positive_secs(300.0),
         help="at start, how long to wait for the database to answer before exiting 1",
+    ),
+    Option(
+        dest="retention",
+        flag="--retention",
+        env="RIVET_RETENTION",
+        setting="RETENTION",
+        parse=duration,
+        metavar="DURATION",
+        help=(
+            "delete done tasks and fenced-write records older than this (7d, 12h, ...); "
+            "off by default. Pruning a done task releases its idempotency key"
+        ),
+    ),
+    Option(
+        dest="prune_every",
+        flag="--prune-every-secs",
+        env="RIVET_PRUNE_EVERY_SECS",
+        setting="PRUNE_EVERY_SECS",
+        parse=positive_secs(DAY),
+        help="with a retention: seconds between prunes (one at start)",
+    ),
+    Option(
+        dest="prune_batch_size",
+        flag="--prune-batch-size",
+        env="RIVET_PRUNE_BATCH_SIZE",
+        setting="PRUNE_BATCH_SIZE",
+        parse=integer_between(1, MAX_PRUNE_BATCH),
+        metavar="N",
+        help="with a retention: most rows one prune statement deletes (its own transaction)",
     ),
     Option(
         dest="max_jobs",

@@ -36,14 +36,20 @@ def shift_sql(vendor: str) -> str:
     return f"UPDATE rivet_task SET {assignments}"
 
 
+def shift_fences_sql(vendor: str) -> str:
+    shifted = SHIFTED_TIMESTAMP_SQL[vendor].format(column="created_at")
+    return f"UPDATE rivet_fenced_write SET created_at = {shifted}"
+
+
 def shift_timestamps(alias: str):
-    """An ``advance(secs)`` for a SQL store: every rivet_task timestamp moves secs earlier."""
+    """An ``advance(secs)`` for a SQL store: every rivet_task and rivet_fenced_write timestamp
+    moves secs earlier."""
 
     def advance(secs: float) -> None:
         connection = connections[alias]
-        sql = shift_sql(connection.vendor)
         with connection.cursor() as cursor:
-            cursor.execute(sql, {"secs": float(secs)})
+            cursor.execute(shift_sql(connection.vendor), {"secs": float(secs)})
+            cursor.execute(shift_fences_sql(connection.vendor), {"secs": float(secs)})
 
     return advance
 

@@ -15,7 +15,7 @@ from rivet.errors import StoreUnavailable
 from rivet.jobs import JobRegistry, job
 from rivet.stores.memory import FakeClock, MemoryStore
 from rivet.worker.pool import HandlerPool
-from tests.unit.test_worker_unit import Background, enqueue, make_worker, wait_until
+from tests.unit.worker_kit import Background, enqueue, make_worker, wait_until
 
 
 class RecordingStore(MemoryStore):

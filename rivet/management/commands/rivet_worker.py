@@ -22,10 +22,12 @@ from rivet.extras import require
 from rivet.failpoints import Failpoints, install
 from rivet.management.base import EXIT_UNAVAILABLE, RivetCommand
 from rivet.retry import RetryPolicy
+from rivet.stores.base import Store
 from rivet.worker import EXIT_STORE_ERROR, Worker
 from rivet.worker.options import OPTIONS, resolve
 from rivet.worker.pool import configure_pool
 from rivet.worker.process import install_signal_handlers
+from rivet.worker.prune import Pruner
 
 
 class Command(RivetCommand):
@@ -142,5 +144,21 @@ def build_worker(
         once=once,
         failpoints=failpoints,
         metrics=metrics,
+        pruner=build_pruner(store, values),
         **values,
+    )
+
+
+def build_pruner(store: Store, values: dict) -> Pruner | None:
+    """The retention thread, when a retention is set (--retention / RIVET['RETENTION'])."""
+    retention = values.pop("retention")
+    every, batch_size = values.pop("prune_every"), values.pop("prune_batch_size")
+    if retention is None:
+        return None
+    return Pruner(
+        store=store,
+        older_than=retention,
+        every=every,
+        batch_size=batch_size,
+        owner=values.get("owner") or "",
     )

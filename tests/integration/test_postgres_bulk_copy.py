@@ -1,0 +1,190 @@
+"""The PostgreSQL bulk enqueue keeps the key rules on both of its paths: COPY into a staging
+table then one INSERT (chunks of COPY_MIN_ROWS or more), and one INSERT over arrays (smaller).
+
+An identical re-enqueue under a key returns the existing task as a duplicate; different work
+under a used idempotency key is refused, and then nothing of the whole call is written, across
+chunks too; the staging table never carries rows from one call into the next.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.db import connections, transaction
+
+from rivet.errors import IdempotencyMismatch
+from rivet.stores import postgres
+from rivet.stores.postgres import PostgresStore
+from rivet.validation import build_spec
+from rivet.values import TaskSpec
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Rollback(Exception):
+    """Raised inside transaction.atomic() to roll it back."""
+
+
+@pytest.fixture(autouse=True, params=["copy", "arrays"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs through both bulk paths."""
+    monkeypatch.setattr(postgres, "COPY_MIN_ROWS", 1 if request.param == "copy" else 10**9)
+    return request.param
+
+
+@pytest.fixture
+def store() -> Iterator[PostgresStore]:
+    store = PostgresStore(using="default")
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def queue() -> str:
+    return f"copy-{uuid.uuid4().hex[:12]}"
+
+
+def spec(queue: str, kind: str = "pg.noop", **fields: Any) -> TaskSpec:
+    return build_spec(queue=queue, kind=kind, **fields)
+
+
+def on_other_connection(work: Callable[[], Any]) -> Any:
+    """Run ``work`` on a thread of its own, hence on a database connection of its own."""
+    outcome: list[Any] = []
+    thread = threading.Thread(target=lambda: (outcome.append(work()), connections.close_all()))
+    thread.start()
+    thread.join(timeout=60)
+    assert outcome, "the work on the other connection failed or did not finish"
+    return outcome[0]
+
+
+def test_keyed_duplicates_inside_one_batch_share_the_first_task(store, queue) -> None:
+    specs = [
+        spec(queue, payload={"n": 1}, idem_key=f"{queue}:a"),
+        spec(queue, payload={"n": 2}),
+        spec(queue, payload={"n": 1}, idem_key=f"{queue}:a"),
+        spec(queue, kind="pg.unique", unique_key="u"),
+        spec(queue, kind="pg.unique", payload={"other": True}, unique_key="u"),
+    ]
+    results = store.task_enqueue_many(specs)
+    assert [r.duplicate for r in results] == [False, False, True, False, True]
+    assert results[2].task_id == results[0].task_id
+    assert results[4].task_id == results[3].task_id
+    assert [t.id for t in store.task_list(queue=queue)] == [
+        results[0].task_id,
+        results[1].task_id,
+        results[3].task_id,
+    ]
+
+
+def test_a_mismatch_inside_one_batch_writes_nothing(store, queue) -> None:
+    specs = [
+        spec(queue, payload={"n": 0}),
+        spec(queue, payload={"n": 1}, idem_key=f"{queue}:a"),
+        spec(queue, payload={"n": 2}, idem_key=f"{queue}:a"),
+    ]
+    with pytest.raises(IdempotencyMismatch) as refused:
+        store.task_enqueue_many(specs)
+    assert refused.value.idem_key == f"{queue}:a"
+    assert store.task_list(queue=queue) == []
+
+
+def test_keys_used_before_the_batch_are_duplicates_or_refused(store, queue) -> None:
+    old = store.task_enqueue(spec(queue, payload={"n": "old"}, idem_key=f"{queue}:old"))
+    pending = store.task_enqueue(spec(queue, kind="pg.unique", unique_key="nightly"))
+    again = store.task_enqueue_many(
+        [
+            spec(queue, payload={"n": "new"}),
+            spec(queue, payload={"n": "old"}, idem_key=f"{queue}:old"),
+            spec(queue, kind="pg.unique", payload=3, unique_key="nightly"),
+        ]
+    )
+    assert [(r.task_id, r.duplicate) for r in again[1:]] == [
+        (old.task_id, True),
+        (pending.task_id, True),
+    ]
+    assert again[0].duplicate is False
+    before = [t.id for t in store.task_list(queue=queue)]
+    with pytest.raises(IdempotencyMismatch) as refused:
+        store.task_enqueue_many(
+            [
+                spec(queue, payload={"n": "fresh"}, idem_key=f"{queue}:fresh"),
+                spec(queue, payload={"n": "changed"}, idem_key=f"{queue}:old"),
+            ]
+        )
+    assert refused.value.existing_id == old.task_id
+    assert [t.id for t in store.task_list(queue=queue)] == before
+    fresh = store.task_enqueue(spec(queue, payload={"n": "fresh"}, idem_key=f"{queue}:fresh"))
+    assert fresh.duplicate is False, "the key of the refused batch must be free"
+
+
+def test_a_mismatch_in_a_later_chunk_undoes_the_earlier_chunks(store, queue, monkeypatch) -> None:
+    monkeypatch.setattr(postgres, "BULK_CHUNK", 4)
+    store.task_enqueue(spec(queue, payload="first", idem_key=f"{queue}:k"))
+    specs = [spec(queue, payload=n, idem_key=f"{queue}:{n}") for n in range(9)]
+    specs.append(spec(queue, payload="second", idem_key=f"{queue}:k"))
+    with pytest.raises(IdempotencyMismatch):
+        store.task_enqueue_many(specs)
+    assert [t.payload for t in store.task_list(queue=queue)] == ["first"]
+
+
+def test_chunks_keep_order_and_keys_across_their_borders(store, queue, monkeypatch) -> None:
+    monkeypatch.setattr(postgres, "BULK_CHUNK", 3)
+    specs = [spec(queue, payload={"n": n}, idem_key=f"{queue}:{n % 4}") for n in range(10)]
+    results = store.task_enqueue_many(specs[:4])
+    assert [r.duplicate for r in results] == [False] * 4
+    with pytest.raises(IdempotencyMismatch):
+        store.task_enqueue_many(specs)  # n=4 reuses key 0 with {"n": 4}
+    same = [spec(queue, payload={"n": n}, idem_key=f"{queue}:{n}") for n in range(4)] * 2
+    again = store.task_enqueue_many(same)
+    assert [r.task_id for r in again] == [r.task_id for r in results] * 2
+    assert all(r.duplicate for r in again)
+
+
+def test_awkward_payloads_survive_the_copy(store, queue) -> None:
+    payloads = [
+        None,
+        "tab\there, newline\nthere, backslash \\ and \\N",
+        {"unicode": "ünï ✓ 🚀", "quote": '"', "nested": [1.5, True, None, {"\\": "\\\\"}]},
+        12345678901234567890,
+        [],
+    ]
+    results = store.task_enqueue_many([spec(queue, payload=p) for p in payloads])
+    assert [store.task_get(r.task_id).payload for r in results] == payloads
+
+
+def test_two_bulk_calls_in_one_transaction_stage_separately_and_roll_back(store, queue) -> None:
+    with pytest.raises(Rollback), transaction.atomic():
+        first = store.task_enqueue_many([spec(queue, payload=n) for n in range(3)])
+        second = store.task_enqueue_many([spec(queue, payload=n) for n in range(3, 5)])
+        assert len({r.task_id for r in first + second}) == 5
+        assert [t.payload for t in store.task_list(queue=queue)] == [0, 1, 2, 3, 4]
+        raise Rollback
+    assert store.task_list(queue=queue) == []
+    with transaction.atomic():
+        kept = store.task_enqueue_many([spec(queue, payload=n) for n in range(2)])
+    assert [t.id for t in store.task_list(queue=queue)] == [r.task_id for r in kept]
+
+
+def test_a_refused_bulk_leaves_the_callers_transaction_usable(store, queue) -> None:
+    with transaction.atomic():
+        kept = store.task_enqueue(spec(queue, payload="a", idem_key=f"{queue}:a")).task_id
+        with pytest.raises(IdempotencyMismatch):
+            store.task_enqueue_many(
+                [spec(queue, payload="b"), spec(queue, payload="x", idem_key=f"{queue}:a")]
+            )
+        after = store.task_enqueue_many([spec(queue, payload="c")])[0].task_id
+    assert [t.id for t in store.task_list(queue=queue)] == [kept, after]
+
+
+def test_a_single_enqueue_outside_a_transaction_commits_at_once(store, queue) -> None:
+    """The one-round-trip enqueue: committed when it returns, seen by another connection."""
+    task_id = store.task_enqueue(spec(queue, idem_key=f"{queue}:now")).task_id
+    seen = on_other_connection(lambda: store.task_get(task_id))
+    assert seen is not None and seen.state == "pending"
+    again = on_other_connection(lambda: store.task_enqueue(spec(queue, idem_key=f"{queue}:now")))
+    assert (again.task_id, again.duplicate) == (task_id, True)

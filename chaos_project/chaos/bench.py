@@ -108,7 +108,7 @@ class BenchOptions:
     no_plot: bool = False
     effect_database_url: str = ""
     queue: str = "bench"
-    timeout: float = 900.0
+    timeout: float = 120.0
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.kinds) - set(KINDS))
@@ -354,11 +354,14 @@ class Bench:
             lease_ttl=o.lease_ttl,
             log_dir=self.log_dir,
         )
-        deadline = time.monotonic() + o.timeout
+        started = time.monotonic()
         try:
             while any(child.poll() is None for child in children):
-                if time.monotonic() > deadline:
-                    raise BenchError(f"the ceiling loop did not drain within {o.timeout:g} s")
+                if time.monotonic() - started > o.timeout + o.tasks / 100:
+                    raise BenchError(
+                        f"the ceiling loops did not drain {o.tasks} tasks within "
+                        f"{o.timeout + o.tasks / 100:g} s"
+                    )
                 time.sleep(0.05)
         finally:
             for child in children:
@@ -461,15 +464,17 @@ class Bench:
         self._check_alive(workers)
 
     def _wait_drained(self, workers: list[Child], tasks: int, note: str) -> None:
-        started = time.monotonic()
-        deadline = started + self.options.timeout
-        reported = started
+        """Until nothing is pending; gives up when nothing finished for ``timeout`` seconds."""
+        started = reported = moved = time.monotonic()
+        last = None
         while pending := self._pending():
             self._check_alive(workers)
             now = time.monotonic()
-            if now > deadline:
+            if pending != last:
+                last, moved = pending, now
+            elif now - moved > self.options.timeout:
                 raise BenchError(
-                    f"{pending} task(s) still pending after {self.options.timeout:g} s"
+                    f"{pending} task(s) still pending, none finished for {self.options.timeout:g} s"
                 )
             if now - reported >= DRAIN_REPORT_SECS:
                 self.say("  " + progress(tasks - pending, tasks, note, started))

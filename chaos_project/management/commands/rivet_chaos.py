@@ -230,8 +230,8 @@ class Command(BaseCommand):
             "--timeout-secs",
             dest="bench_timeout",
             type=_positive_float,
-            default=900.0,
-            help="give up a drain after this long " + default,
+            default=120.0,
+            help="give up a drain when no task finished for this long " + default,
         )
         add(
             "--out",

@@ -37,9 +37,11 @@ def write_plot(path: Path, rows: Sequence[Row], *, title: str) -> Path:
 
 
 def _throughput(ax, rows: Sequence[Row]) -> None:
+    from matplotlib.ticker import FuncFormatter
+
     ax.set_title("Full backlog: throughput by concurrency")
     ax.set_xlabel("concurrency per worker (= claim batch of the ceiling)")
-    ax.set_ylabel("tasks per second")
+    ax.set_ylabel("throughput (tasks per second)")
     if not rows:
         ax.text(0.5, 0.5, "no full-backlog run", ha="center", transform=ax.transAxes)
         return
@@ -78,6 +80,7 @@ def _throughput(ax, rows: Sequence[Row]) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xticks(concurrencies, [str(c) for c in concurrencies])
     ax.set_ylim(bottom=0)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.0f}"))
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
 
@@ -124,7 +127,7 @@ def _latency(ax, row: Row | None) -> None:
         alpha=0.7,
         label=f"target p99 <= {P99_TARGET_MS:g} ms",
     )
-    ax.set_xlabel("milliseconds (the slowest 0.5 % beyond the axis)")
+    ax.set_xlabel("end to end, milliseconds (at most the slowest 0.5 % beyond the axis)")
     ax.set_ylabel("tasks")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)

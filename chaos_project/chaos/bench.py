@@ -46,6 +46,7 @@ from chaos_project.chaos.benchreport import (
     SOAK,
     Row,
     Window,
+    busy_load,
     describe_setup,
     load,
     machine,
@@ -201,6 +202,7 @@ class Bench:
         self.say = say
         self.log_dir = Path(".")
         self.effect_url = ""
+        self.busy: float | None = None
         self.progress = _Progress(total=self._steps(), say=say)
 
     def _steps(self) -> int:
@@ -225,6 +227,7 @@ class Bench:
             )
         self._migrate()
         setup = describe_setup(self.options)
+        self.busy = busy_load()
         for label, value in setup:
             self.say(f"{label}: {value}")
         self.log_dir = Path(tempfile.mkdtemp(prefix="rivet-bench-"))
@@ -552,13 +555,20 @@ class Bench:
             stamp = dict(setup)["date"]
             write_plot(plot, rows, title=f"rivet bench, {stamp}: {machine()}, load {load()}")
         text = render(
-            setup=setup, rows=rows, enqueue=enqueue, plot=plot, out=o.out, end_load=load()
+            setup=setup,
+            rows=rows,
+            enqueue=enqueue,
+            plot=plot,
+            out=o.out,
+            end_load=load(),
+            busy=self.busy,
         )
         o.out.parent.mkdir(parents=True, exist_ok=True)
         o.out.write_text(text)
         o.json_out.parent.mkdir(parents=True, exist_ok=True)
         o.json_out.write_text(
-            json.dumps(to_json(setup=setup, rows=rows, enqueue=enqueue), indent=1) + "\n"
+            json.dumps(to_json(setup=setup, rows=rows, enqueue=enqueue, busy=self.busy), indent=1)
+            + "\n"
         )
         self.say("")
         self.say(text)

@@ -284,6 +284,12 @@ def load() -> str:
     return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def busy_load() -> float | None:
+    """The 1-minute load average when it exceeds the cores (the machine is shared), else None."""
+    now = os.getloadavg()[0]
+    return now if now > (os.cpu_count() or 1) else None
+
+
 def _cpu_model() -> str:
     try:
         for text in Path("/proc/cpuinfo").read_text().splitlines():
@@ -332,9 +338,18 @@ def render(
     plot: Path | None,
     out: Path,
     end_load: str = "",
+    busy: float | None = None,
 ) -> str:
-    """The whole results file."""
-    lines = [TITLE, "", INTRO, "", "## Setup", ""]
+    """The whole results file; ``busy`` is the load average at the start when it was too high."""
+    lines = [TITLE, "", INTRO, ""]
+    if busy is not None:
+        lines += [
+            f"**Not a result: the load average at the start ({busy:.2f}) exceeded the "
+            f"{os.cpu_count()} cores, so another workload shared the machine.** Run it again "
+            "on a quiet machine.",
+            "",
+        ]
+    lines += ["## Setup", ""]
     lines += [f"- {label}: {value}" for label, value in setup]
     if end_load:
         lines.append(f"- load average at the end: {end_load}")
@@ -525,9 +540,14 @@ def to_json(
     setup: Sequence[tuple[str, str]],
     rows: Sequence[Row],
     enqueue: dict[str, Any] | None,
+    busy: float | None = None,
 ) -> dict[str, Any]:
-    """``{"rows": [...], "enqueue": {...}, "targets": [...], "setup": {...}}``."""
+    """``{"rows": [...], "enqueue": {...}, "targets": [...], "setup": {...}, "busy_load": ..}``.
+
+    ``busy_load`` is the load average at the start when it exceeded the cores (else null).
+    """
     return {
+        "busy_load": busy,
         "rows": [row_json(r) for r in rows],
         "enqueue": enqueue,
         "targets": [

@@ -151,6 +151,14 @@ def test_the_report_has_the_setup_targets_every_table_and_the_plot(tmp_path: Pat
     assert "| last 10 % | 50000 | 3,500/s |" in text
     assert "Last tenth against the first: 70% of its throughput." in text
     assert "![throughput by concurrency and latency](throughput.png)" in text
+    assert "Not a result" not in text
+
+
+def test_a_run_on_a_busy_machine_says_it_is_not_a_result(tmp_path: Path) -> None:
+    text = render(setup=[], rows=rows(), enqueue=None, plot=None, out=tmp_path / "r.md", busy=9.5)
+    assert "**Not a result: the load average at the start (9.50) exceeded the " in text
+    data = to_json(setup=[], rows=rows(), enqueue=None, busy=9.5)
+    assert data["busy_load"] == 9.5 and data["enqueue"] is None
 
 
 def test_durations_read_in_milliseconds_below_a_second() -> None:

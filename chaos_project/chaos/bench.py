@@ -260,7 +260,8 @@ class Bench:
         rows: list[Row] = []
         ceilings: dict[tuple[int, int], list[float]] = {}
         with self._effect_service():
-            for kind in o.kinds:
+            # noop first: its ceilings are shown beside the effect rows of the same configuration
+            for kind in sorted(o.kinds, key=KINDS.index):
                 for workers in o.workers:
                     for concurrency in o.concurrency:
                         rows.append(self._configuration(kind, workers, concurrency, ceilings))

@@ -197,6 +197,11 @@ def _throughput_bottleneck(row: Row, goal: float) -> str:
         return (
             f"the claim and ack statements: their bare loop reaches only {row.ceiling:,.0f}/s here"
         )
+    if row.kind == "effect":
+        return (
+            f"the effect service's round trip: {row.ratio:.0%} of the queue's ceiling "
+            f"({row.ceiling:,.0f}/s); claim to ack p50 {duration(row.service[0])}"
+        )
     return (
         f"the worker: {row.ratio:.0%} of its ceiling ({row.ceiling:,.0f}/s); the rest is the "
         "worker's own work per task"

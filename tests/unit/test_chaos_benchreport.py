@@ -96,6 +96,8 @@ def test_a_missed_throughput_names_the_worker_or_the_statements_from_the_ceiling
     assert met is False and bottleneck.startswith("the worker: 40% of its ceiling (5,000/s)")
     met, bottleneck = found["one worker, c=16"]
     assert met is False and "bare loop reaches only 6,000/s" in bottleneck
+    met, bottleneck = found["effect tasks through the effect service"]
+    assert met is False and bottleneck.startswith("the effect service's round trip: 18% of")
 
 
 def test_a_target_without_its_row_reads_not_measured() -> None:

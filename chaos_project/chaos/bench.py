@@ -508,7 +508,7 @@ class Bench:
         rss: float | None,
         rate: float | None,
     ) -> Row:
-        params = {"queue": self.options.queue, "ttl": self.options.lease_ttl}
+        params: dict[str, Any] = {"queue": self.options.queue, "ttl": self.options.lease_ttl}
         with connections["default"].cursor() as cursor:
             cursor.execute(queries.BENCH_FIGURES, params)
             done, window, end_to_end, service, redelivered = cursor.fetchone()
@@ -532,7 +532,7 @@ class Bench:
         )
 
     def _soak_windows(self, row: Row) -> Row:
-        params = {"queue": self.options.queue, "ttl": self.options.lease_ttl}
+        params: dict[str, Any] = {"queue": self.options.queue, "ttl": self.options.lease_ttl}
         with connections["default"].cursor() as cursor:
             cursor.execute(queries.BENCH_SOAK_TENTHS, params)
             tenths = {

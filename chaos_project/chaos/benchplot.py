@@ -45,7 +45,7 @@ def _throughput(ax, rows: Sequence[Row]) -> None:
     if not rows:
         ax.text(0.5, 0.5, "no full-backlog run", ha="center", transform=ax.transAxes)
         return
-    colours = {}
+    colours: dict[int, str] = {}
     palette = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
     for workers in sorted({r.workers for r in rows}):
         colours[workers] = palette[len(colours) % len(palette)]

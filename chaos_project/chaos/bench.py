@@ -68,6 +68,8 @@ STOP_TIMEOUT_SECS = 30.0
 INSERT_BATCH = 10000
 #: Seconds between progress lines while a long drain runs.
 DRAIN_REPORT_SECS = 10.0
+#: After this long, a drain asks PostgreSQL how many tasks are pending every 0.5 s, not 0.1 s.
+LONG_DRAIN_SECS = 5.0
 #: Offered load: tasks per slot drained and removed before the schedule starts.
 WARM_UP_PER_SLOT = 4
 KINDS = ("noop", "effect")
@@ -483,7 +485,9 @@ class Bench:
             if now - reported >= DRAIN_REPORT_SECS:
                 self.say("  " + progress(tasks - pending, tasks, note, started))
                 reported = now
-            time.sleep(0.1)
+            # the count is not free on a big backlog: a long drain is asked less often (its
+            # figures come from the rows' timestamps, not from when the drain was noticed)
+            time.sleep(0.1 if now - started < LONG_DRAIN_SECS else 0.5)
 
     def _pending(self) -> int:
         with connections["default"].cursor() as cursor:
@@ -554,7 +558,12 @@ class Bench:
             from chaos_project.chaos.benchplot import write_plot
 
             stamp = dict(setup)["date"]
-            write_plot(plot, rows, title=f"rivet bench, {stamp}: {machine()}, load {load()}")
+            title = f"rivet bench, {stamp}: {machine()}, load at the end {load()}"
+            if self.busy is not None:
+                title += (
+                    f"\nNOT A RESULT: load average {self.busy:.2f} at the start, above the cores"
+                )
+            write_plot(plot, rows, title=title)
         text = render(
             setup=setup,
             rows=rows,

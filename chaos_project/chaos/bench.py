@@ -227,6 +227,10 @@ class Bench:
                 "--kind effect runs the effect service on EFFECT_DATABASE_URL, which must be a "
                 "PostgreSQL URL (postgres://USER@HOST:PORT/NAME); or leave effect out of --kind"
             )
+        if self.options.plot_out is not None:
+            from chaos_project.chaos.benchplot import require_matplotlib
+
+            require_matplotlib()
         self._migrate()
         setup = describe_setup(self.options)
         self.busy = busy_load()

@@ -16,16 +16,23 @@ from rivet.errors import RivetConfigError
 P50_TARGET_MS, P99_TARGET_MS = 2.0, 5.0
 
 
-def write_plot(path: Path, rows: Sequence[Row], *, title: str) -> Path:
+def require_matplotlib() -> None:
+    """Refuse before measuring anything when the figure could not be drawn at the end."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib  # noqa: F401
     except ImportError as exc:
         raise RivetConfigError(
             "the benchmark's plot needs matplotlib: pip install -e '.[bench]' (or pass --no-plot)"
         ) from exc
+
+
+def write_plot(path: Path, rows: Sequence[Row], *, title: str) -> Path:
+    require_matplotlib()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     figure, (left, right) = plt.subplots(1, 2, figsize=(13, 5.2), layout="constrained")
     _throughput(left, [r for r in rows if r.mode == BACKLOG])
     _latency(right, next((r for r in rows if r.mode == RATE and r.latencies), None))

@@ -140,6 +140,7 @@ class Command(BaseCommand):
         add(
             "--workers",
             dest="bench_workers",
+            metavar="W[,W...]",
             type=_counts,
             default=(1, 2, 4),
             help="worker processes, a list: every workers x concurrency pair is a row "
@@ -148,6 +149,7 @@ class Command(BaseCommand):
         add(
             "--concurrency",
             dest="bench_concurrency",
+            metavar="C[,C...]",
             type=_counts,
             default=(1, 4, 16),
             help="each worker's slots, a list; also the ceiling's claim batch (default: 1,4,16)",
@@ -155,6 +157,7 @@ class Command(BaseCommand):
         add(
             "--kind",
             dest="bench_kinds",
+            metavar="KIND[,KIND]",
             type=_kinds,
             default=KINDS,
             help="task kinds of the full-backlog rows, a list of noop and effect; effect goes "
@@ -198,6 +201,7 @@ class Command(BaseCommand):
             type=_positive_int,
             nargs="?",
             const=SOAK_DEFAULT,
+            metavar="N",
             help=f"soak row: one backlog of N tasks, first and last tenth compared (N default: "
             f"{SOAK_DEFAULT}; without --soak: no soak)",
         )

@@ -330,7 +330,7 @@ class Bench:
         tasks: int,
         rate: float | None = None,
     ) -> Row:
-        self._empty()
+        self._empty(vacuum=True)
         if kind == "effect":
             self._empty_effects()
         items = self._workload(kind, tasks)
@@ -355,7 +355,7 @@ class Bench:
 
     def _ceiling(self, connections_: int, batch: int) -> float:
         o = self.options
-        self._empty()
+        self._empty(vacuum=True)
         self._insert(self._workload("noop", o.tasks))
         children = ceiling.start(
             connections=connections_,
@@ -393,9 +393,13 @@ class Bench:
         for first in range(0, len(items), INSERT_BATCH):
             enqueue_many(items[first : first + INSERT_BATCH], using="default")
 
-    def _empty(self) -> None:
+    def _empty(self, *, vacuum: bool = False) -> None:
+        """Delete the queue's tasks; with ``vacuum``, also reclaim them (and every earlier
+        run's), so a measurement does not depend on the dead rows the runs before it left."""
         with connections["default"].cursor() as cursor:
             cursor.execute(queries.QUEUE_EMPTY_ONE, {"queue": self.options.queue})
+            if vacuum:
+                cursor.execute(queries.BENCH_VACUUM)
 
     def _empty_effects(self) -> None:
         from chaos_project.chaos.verifier import effect_connection

@@ -104,6 +104,10 @@ FROM rivet_task
 WHERE queue = %(queue)s AND state = 'done'
 """
 
+#: Before each benchmark measurement (outside any transaction): reclaim dead rows and refresh the
+#: planner's statistics, so a run does not inherit the bloat of the runs before it.
+BENCH_VACUUM = "VACUUM (ANALYZE) rivet_task"
+
 #: End to end (enqueue to ack) of every done task of a queue, in seconds: the latency plot.
 BENCH_END_TO_END = """
 SELECT extract(epoch FROM updated_at - created_at)::float8

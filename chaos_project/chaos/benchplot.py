@@ -44,11 +44,11 @@ def write_plot(path: Path, rows: Sequence[Row], *, title: str) -> Path:
 
 
 def _throughput(ax, rows: Sequence[Row]) -> None:
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator
 
     ax.set_title("Full backlog: throughput by concurrency")
     ax.set_xlabel("concurrency per worker (= claim batch of the ceiling)")
-    ax.set_ylabel("throughput (tasks per second)")
+    ax.set_ylabel("throughput (tasks per second, log scale)")
     if not rows:
         ax.text(0.5, 0.5, "no full-backlog run", ha="center", transform=ax.transAxes)
         return
@@ -86,10 +86,13 @@ def _throughput(ax, rows: Sequence[Row]) -> None:
     concurrencies = sorted({r.concurrency for r in rows})
     ax.set_xscale("log", base=2)
     ax.set_xticks(concurrencies, [str(c) for c in concurrencies])
-    ax.set_ylim(bottom=0)
+    # log scale: an effect row at tens per second and a ceiling at tens of thousands both read
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.0f}"))
+    ax.grid(True, which="minor", axis="y", alpha=0.12)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="best", ncols=2)
 
 
 def _series(rows: Sequence[Row]) -> dict[tuple[str, int], list[Row]]:

@@ -225,14 +225,14 @@ def _rate_targets(rows: Sequence[Row]) -> list[Target]:
             Target(
                 name=label,
                 goal=f"<= {goal * 1000:g} ms",
-                measured=f"{value * 1000:.1f} ms",
+                measured=duration(value),
                 met=met,
                 bottleneck=""
                 if met
                 else (
-                    f"before the claim: {waiting * 1000:.1f} ms of it is enqueue to claim"
+                    f"before the claim: {duration(waiting)} of it is enqueue to claim"
                     if waiting > row.service[index]
-                    else f"claim to ack: {row.service[index] * 1000:.1f} ms of it"
+                    else f"claim to ack: {duration(row.service[index])} of it"
                 ),
             )
         )

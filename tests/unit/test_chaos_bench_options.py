@@ -9,8 +9,53 @@ from django.core.management.base import CommandError
 
 from chaos_project.chaos.bench import BenchError, BenchOptions
 from chaos_project.chaos.benchplot import write_plot
+from chaos_project.chaos.benchreport import Row
 from chaos_project.management.commands.rivet_chaos import Command
-from tests.unit.test_chaos_benchreport import rows
+
+
+def rows() -> list[Row]:
+    """Backlog rows of two kinds and two worker counts with ceilings, and an offered-load row."""
+    found = []
+    for kind, workers, concurrency, throughput, ceiling in [
+        ("noop", 1, 1, 850.0, 1500.0),
+        ("noop", 1, 4, 1250.0, 5000.0),
+        ("noop", 1, 16, 1650.0, 16500.0),
+        ("noop", 4, 1, 1200.0, 3300.0),
+        ("noop", 4, 16, 2000.0, 25800.0),
+        ("effect", 1, 4, 400.0, 5000.0),
+        ("effect", 1, 16, 700.0, 16500.0),
+    ]:
+        found.append(
+            Row(
+                mode="backlog",
+                kind=kind,
+                workers=workers,
+                concurrency=concurrency,
+                tasks=5000,
+                throughput=throughput,
+                ceiling=ceiling,
+                end_to_end=(1.0, 2.0, 2.5),
+                service=(0.002, 0.003, 0.004),
+                redelivered=0,
+            )
+        )
+    latencies = tuple(0.001 + (n % 40) / 20000 for n in range(3000))
+    found.append(
+        Row(
+            mode="rate",
+            kind="noop",
+            workers=1,
+            concurrency=4,
+            tasks=3000,
+            throughput=300.0,
+            rate=300.0,
+            end_to_end=(0.0014, 0.0017, 0.0023),
+            service=(0.001, 0.0012, 0.0015),
+            redelivered=0,
+            latencies=latencies,
+        )
+    )
+    return found
 
 
 def parse(*args: str):

@@ -16,7 +16,7 @@ help:
 	@echo "make test-matrix  the suite on every supported Python + Django, fresh venv each"
 	@echo "make lint   ruff check, ruff format --check, mypy rivet/, the migration check"
 	@echo "make demo   run the demo on SQLite files in demo/"
-	@echo "make bench  run the benchmark (manage.py rivet_chaos bench)"
+	@echo "make bench  the benchmark: bench/results.md, results.json, throughput.png (BENCH_SOAK, BENCH_ARGS)"
 	@echo "make clean  remove caches, build output and demo/ (distclean: .venv too)"
 
 venv: $(STAMP)
@@ -60,8 +60,14 @@ demo: venv
 	EFFECT_DATABASE_URL=sqlite:///$(CURDIR)/demo/effect.sqlite3 \
 		$(VPY) manage.py rivet_demo
 
+# The whole benchmark in one sitting (docs/benchmarking.md): the full-backlog grid with its
+# ceiling, the offered load, a soak of BENCH_SOAK tasks and the enqueue figures, on the server
+# scripts/find_postgres.py finds (as for make test). BENCH_ARGS adds or overrides flags.
+BENCH_SOAK ?= 500000
+BENCH_ARGS ?=
 bench: venv
-	$(VPY) manage.py rivet_chaos bench
+	$(VPY) scripts/find_postgres.py run -- \
+		$(VPY) manage.py rivet_chaos bench --soak $(BENCH_SOAK) $(BENCH_ARGS)
 
 clean:
 	rm -rf demo build dist .pytest_cache .ruff_cache .nox *.egg-info

@@ -1,140 +1,449 @@
-"""The benchmark: throughput and latency of noop tasks, measured from the task rows only.
+"""The benchmark: throughput, its ceiling, latency, a soak and enqueue speed, in one sitting.
 
-For each worker count: empty the benchmark queue, then either insert the whole workload and
-start the workers (a full backlog: measures throughput), or start the workers and offer the
-workload at ``rate`` tasks per second (measures latency below capacity). Every figure comes
-from timestamps the database server wrote (see docs/benchmarking.md):
+What one run measures (each part can be turned off; see docs/benchmarking.md):
+
+1. enqueue: one ``rivet.enqueue`` call at a time, then ``enqueue_many`` in batches;
+2. full backlog, for every kind x worker count x concurrency: the whole workload inserted,
+   then real ``manage.py rivet_worker`` processes drain it; right after each noop
+   configuration, its **ceiling**: the same store's claim and settle in a bare loop (no
+   worker) with batch = concurrency and connections = workers (chaos_project/chaos/ceiling.py);
+3. offered load: workers started first, then tasks offered at ``rate`` per second;
+4. soak: one backlog of ``soak`` tasks, its first and last tenth compared.
+
+Every throughput and latency comes from timestamps the database server wrote on the task rows:
 
 - end to end = updated_at - created_at (enqueue to ack);
 - service time = updated_at - visible_at + lease_ttl (claim to ack: a claim sets
   visible_at = now() + lease_ttl and the ack leaves it; exact while no heartbeat fell inside
   the attempt, which a noop's milliseconds under a 30 s lease never meet);
 - throughput = done tasks / (last ack - first claim).
+
+Peak RSS is each worker process's ``VmHWM`` (/proc/PID/status) read just before it is stopped.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
+from django.core.management import call_command
 from django.db import connections
+from django.db.migrations.executor import MigrationExecutor
 
-from chaos_project.chaos import queries
-from chaos_project.chaos.benchreport import Row, describe_setup, render_section, write_results
+from chaos_project.chaos import ceiling, queries
+from chaos_project.chaos.benchreport import (
+    BACKLOG,
+    RATE,
+    SOAK,
+    Row,
+    Window,
+    busy_load,
+    describe_setup,
+    load,
+    machine,
+    median_row,
+    render,
+    to_json,
+    with_ceiling,
+)
+from chaos_project.chaos.campaign import progress
+from chaos_project.chaos.enqueuebench import measure_enqueue
 from chaos_project.chaos.pidfd import Child, require_pidfd
-from chaos_project.services import MANAGE_PY, database_url, worker_env
+from chaos_project.services import MANAGE_PY, EffectService, database_url, free_port, worker_env
 from rivet.errors import RivetError
 from rivet.producer import enqueue_many
 
 READY_TIMEOUT_SECS = 120.0
 STOP_TIMEOUT_SECS = 30.0
+#: Rows per enqueue_many while a backlog is inserted.
+INSERT_BATCH = 10000
+#: Seconds between progress lines while a long drain runs.
+DRAIN_REPORT_SECS = 10.0
+#: After this long, a drain asks PostgreSQL how many tasks are pending every 0.5 s, not 0.1 s.
+LONG_DRAIN_SECS = 5.0
+#: Offered load: tasks per slot drained and removed before the schedule starts.
+WARM_UP_PER_SLOT = 4
+KINDS = ("noop", "effect")
+SOAK_DEFAULT = 500000
 
 
 class BenchError(RivetError):
     """The benchmark could not measure (a worker died, the queue never drained)."""
 
 
+def _base_dir() -> Path:
+    return Path(settings.BASE_DIR) / "bench"
+
+
 @dataclass(frozen=True, kw_only=True)
 class BenchOptions:
-    workers: tuple[int, ...] = (1, 4, 16)
-    tasks: int = 3000
-    rate: float | None = None
-    concurrency: int = 4
+    workers: tuple[int, ...] = (1, 2, 4)
+    concurrency: tuple[int, ...] = (1, 4, 16)
+    kinds: tuple[str, ...] = KINDS
+    tasks: int = 5000
+    effect_tasks: int = 2000
+    runs: int = 2
+    rate: float | None = 300.0
+    rate_tasks: int = 3000
+    rate_workers: int = 1
+    rate_concurrency: int = 4
+    soak: int | None = None
+    soak_workers: int = 1
+    soak_concurrency: int | None = None  # None: the largest of ``concurrency``
+    enqueue_single: int = 5000
+    enqueue_bulk: int = 200000
+    ceiling: bool = True
     payload_bytes: int = 100
     lease_ttl: float = 30.0
-    pool_size: int = 6
-    out: Path = field(default_factory=lambda: Path(settings.BASE_DIR) / "bench" / "results.md")
+    pool_size: int | None = None  # None: concurrency + 2 for each row
+    out: Path = field(default_factory=lambda: _base_dir() / "results.md")
+    json_path: Path | None = None  # None: results.json beside ``out``
+    plot: Path | None = None  # None: throughput.png beside ``out``
+    no_plot: bool = False
+    effect_database_url: str = ""
     queue: str = "bench"
-    timeout: float = 600.0
+    timeout: float = 120.0
 
-    def worker_args(self) -> list[str]:
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.kinds) - set(KINDS))
+        if unknown:
+            raise BenchError(f"--kind takes {', '.join(KINDS)}; got {', '.join(unknown)}")
+
+    @property
+    def json_out(self) -> Path:
+        return self.json_path or self.out.with_name("results.json")
+
+    @property
+    def plot_out(self) -> Path | None:
+        return None if self.no_plot else (self.plot or self.out.with_name("throughput.png"))
+
+    @property
+    def soak_at(self) -> int:
+        return self.soak_concurrency or max(self.concurrency)
+
+    def tasks_of(self, kind: str) -> int:
+        return self.effect_tasks if kind == "effect" else self.tasks
+
+    def pool_for(self, concurrency: int) -> int:
+        return max(self.pool_size or 0, concurrency + 2)
+
+    def worker_args(self, concurrency: int) -> list[str]:
         return [
-            *("--queue", self.queue, "--concurrency", str(self.concurrency)),
-            *("--pool-size", str(self.pool_size), "--lease-ttl-secs", f"{self.lease_ttl:g}"),
-            *("--log-format", "json"),
+            *("--queue", self.queue, "--concurrency", str(concurrency)),
+            *("--pool-size", str(self.pool_for(concurrency))),
+            *("--lease-ttl-secs", f"{self.lease_ttl:g}", "--log-format", "json"),
         ]
+
+    def describe(self) -> str:
+        parts = [
+            f"kinds {', '.join(self.kinds)}; workers {_csv(self.workers)} x concurrency "
+            f"{_csv(self.concurrency)}, {self.tasks} noop / {self.effect_tasks} effect tasks "
+            f"each, median of {self.runs} run(s)",
+            "ceiling beside each noop row" if self.ceiling else "no ceiling",
+            f"offered load {self.rate:g}/s x {self.rate_tasks} tasks at {self.rate_workers} "
+            f"worker(s), concurrency {self.rate_concurrency}"
+            if self.rate
+            else "no offered load",
+            f"soak {self.soak} tasks at {self.soak_workers} worker(s), concurrency {self.soak_at}"
+            if self.soak
+            else "no soak",
+            f"enqueue {self.enqueue_single} single, {self.enqueue_bulk} bulk",
+            f"payload {self.payload_bytes} bytes, lease {self.lease_ttl:g} s, pool "
+            + (f"{self.pool_size}" if self.pool_size else "concurrency + 2"),
+        ]
+        return "; ".join(parts)
 
     def command(self) -> str:
         text = (
-            f"python manage.py rivet_chaos bench --workers {','.join(map(str, self.workers))} "
-            f"--tasks {self.tasks} --concurrency {self.concurrency} "
-            f"--payload-bytes {self.payload_bytes} --lease-ttl-secs {self.lease_ttl:g} "
-            f"--pool-size {self.pool_size}"
+            f"python manage.py rivet_chaos bench --workers {_csv(self.workers)} "
+            f"--concurrency {_csv(self.concurrency)} --kind {','.join(self.kinds)} "
+            f"--tasks {self.tasks} --effect-tasks {self.effect_tasks} --runs {self.runs} "
+            f"--rate {self.rate or 0:g} --rate-tasks {self.rate_tasks} "
+            f"--rate-workers {self.rate_workers} --rate-concurrency {self.rate_concurrency} "
+            f"--enqueue-single {self.enqueue_single} --enqueue-bulk {self.enqueue_bulk} "
+            f"--payload-bytes {self.payload_bytes} --lease-ttl-secs {self.lease_ttl:g}"
         )
-        return text + (f" --rate {self.rate:g}" if self.rate else "")
+        if self.soak:
+            text += f" --soak {self.soak} --soak-workers {self.soak_workers}"
+            text += f" --soak-concurrency {self.soak_at}"
+        if self.pool_size:
+            text += f" --pool-size {self.pool_size}"
+        return text + ("" if self.ceiling else " --no-ceiling")
+
+
+def _csv(values: tuple[int, ...]) -> str:
+    return ",".join(map(str, values))
+
+
+@dataclass
+class _Progress:
+    total: int
+    say: Callable[[str], None]
+    done: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def step(self, note: str) -> None:
+        self.done += 1
+        self.say(progress(self.done, self.total, note, self.started))
 
 
 class Bench:
-    """Runs every worker count of one benchmark and writes the results file."""
+    """Runs every part of one benchmark and writes results.md, results.json and the plot."""
 
     def __init__(self, options: BenchOptions, say: Callable[[str], None] = print) -> None:
         self.options = options
         self.say = say
+        self.log_dir = Path(".")
+        self.effect_url = ""
+        self.busy: float | None = None
+        self.progress = _Progress(total=self._steps(), say=say)
+
+    def _steps(self) -> int:
+        o = self.options
+        grid = len(o.workers) * len(o.concurrency) * o.runs
+        steps = grid * len(o.kinds) + (grid if o.ceiling and "noop" in o.kinds else 0)
+        steps += o.runs if o.rate else 0
+        steps += 1 if o.soak else 0
+        steps += 1 if o.enqueue_single or o.enqueue_bulk else 0
+        return steps
 
     def run(self) -> str:
         require_pidfd()
         if connections["default"].vendor != "postgresql":
             raise BenchError("the benchmark measures the PostgreSQL store; set DATABASE_URL")
-        setup = describe_setup(self.options)
-        log_dir = Path(tempfile.mkdtemp(prefix="rivet-bench-"))
-        rows = []
-        try:
-            for count in self.options.workers:
-                rows.append(self._measure(count, log_dir))
-                self.say(f"measured {count} worker(s): {rows[-1].throughput:.0f} task/s")
-        except BaseException:
-            self.say(f"worker logs kept in {log_dir}")
-            raise
-        shutil.rmtree(log_dir, ignore_errors=True)
-        self._empty()
-        section = render_section(self.options, setup, rows)
-        write_results(self.options.out, section)
-        self.say(section)
-        self.say(f"written to {self.options.out}")
-        return section
+        if "effect" in self.options.kinds and not self.options.effect_database_url.startswith(
+            ("postgres://", "postgresql://")
+        ):
+            raise BenchError(
+                "--kind effect runs the effect service on EFFECT_DATABASE_URL, which must be a "
+                "PostgreSQL URL (postgres://USER@HOST:PORT/NAME); or leave effect out of --kind"
+            )
+        if self.options.plot_out is not None:
+            from chaos_project.chaos.benchplot import require_matplotlib
 
-    def _measure(self, count: int, log_dir: Path) -> Row:
-        self._empty()
-        items = self._workload()
-        if self.options.rate is None:
-            enqueue_many(items, using="default")
-            workers = self._start(count, log_dir)
-        else:
-            workers = self._start(count, log_dir)
-            self._wait_ready(workers)
-            self._offer(items, self.options.rate, workers)
+            require_matplotlib()
+        self._migrate()
+        setup = describe_setup(self.options)
+        self.busy = busy_load()
+        for label, value in setup:
+            self.say(f"{label}: {value}")
+        self.log_dir = Path(tempfile.mkdtemp(prefix="rivet-bench-"))
         try:
-            self._wait_drained(workers)
+            enqueue, rows = self._measure_all()
+        except BaseException:
+            self.say(f"worker logs kept in {self.log_dir}")
+            raise
+        shutil.rmtree(self.log_dir, ignore_errors=True)
+        self._empty()
+        return self._write(setup, rows, enqueue)
+
+    def _migrate(self) -> None:
+        executor = MigrationExecutor(connections["default"])
+        if executor.migration_plan(executor.loader.graph.leaf_nodes()):
+            self.say("the queue database lacks migrations: running migrate first")
+            call_command("migrate", verbosity=0, interactive=False)
+
+    def _measure_all(self) -> tuple[dict[str, Any] | None, list[Row]]:
+        o = self.options
+        enqueue = None
+        if o.enqueue_single or o.enqueue_bulk:
+            enqueue = measure_enqueue(
+                single=o.enqueue_single, bulk=o.enqueue_bulk, batch=INSERT_BATCH, queue=o.queue
+            )
+            self.progress.step(
+                f"enqueue: {enqueue['single_per_s']:,.0f}/s single, "
+                f"{enqueue['bulk_per_s']:,.0f}/s bulk"
+            )
+        rows: list[Row] = []
+        ceilings: dict[tuple[int, int], list[float]] = {}
+        with self._effect_service():
+            # noop first: its ceilings are shown beside the effect rows of the same configuration
+            for kind in sorted(o.kinds, key=KINDS.index):
+                for workers in o.workers:
+                    for concurrency in o.concurrency:
+                        rows.append(self._configuration(kind, workers, concurrency, ceilings))
+        if o.rate:
+            runs = []
+            for n in range(o.runs):
+                runs.append(
+                    self._measure(
+                        RATE, "noop", o.rate_workers, o.rate_concurrency, o.rate_tasks, o.rate
+                    )
+                )
+                self.progress.step(
+                    f"offered {o.rate:g}/s, run {n + 1}: end to end p50 "
+                    f"{runs[-1].end_to_end[0] * 1000:.1f} ms, p99 "
+                    f"{runs[-1].end_to_end[2] * 1000:.1f} ms"
+                )
+            rows.append(median_row(runs))
+        if o.soak:
+            soak = self._measure(SOAK, "noop", o.soak_workers, o.soak_at, o.soak)
+            soak = with_ceiling(soak, ceilings.get((o.soak_workers, o.soak_at), []))
+            rows.append(soak)
+            self.progress.step(
+                f"soak of {o.soak}: {soak.throughput:,.0f}/s, last tenth "
+                f"{soak.soak_ratio or 0:.0%} of the first"
+            )
+        return enqueue, rows
+
+    def _configuration(
+        self,
+        kind: str,
+        workers: int,
+        concurrency: int,
+        ceilings: dict[tuple[int, int], list[float]],
+    ) -> Row:
+        o = self.options
+        key = (workers, concurrency)
+        runs = []
+        for n in range(o.runs):
+            runs.append(self._measure(BACKLOG, kind, workers, concurrency, o.tasks_of(kind)))
+            self.progress.step(
+                f"{kind}, {workers} worker(s) x c={concurrency}, run {n + 1}: "
+                f"{runs[-1].throughput:,.0f}/s, peak RSS {runs[-1].rss_mb or 0:.0f} MB"
+            )
+            if o.ceiling and kind == "noop":
+                ceilings.setdefault(key, []).append(self._ceiling(workers, concurrency))
+                self.progress.step(
+                    f"ceiling, {workers} connection(s) x batch {concurrency}, run {n + 1}: "
+                    f"{ceilings[key][-1]:,.0f}/s"
+                )
+        return with_ceiling(median_row(runs), ceilings.get(key, []))
+
+    # -- one measurement ----------------------------------------------------------------------
+
+    def _measure(
+        self,
+        mode: str,
+        kind: str,
+        count: int,
+        concurrency: int,
+        tasks: int,
+        rate: float | None = None,
+    ) -> Row:
+        self._empty(vacuum=True)
+        if kind == "effect":
+            self._empty_effects()
+        items = self._workload(kind, tasks)
+        if rate is None:
+            self._insert(items)
+            workers = self._start(kind, count, concurrency)
+        else:
+            workers = self._start(kind, count, concurrency)
+            self._wait_ready(workers)
+            self._warm_up(kind, count * concurrency * WARM_UP_PER_SLOT, workers)
+            self._offer(items, rate, workers)
+        try:
+            self._wait_drained(workers, tasks, f"{mode} {kind} {count}x{concurrency}")
+            rss = max((peak_rss_mb(w.pid) or 0.0) for w in workers) or None
         finally:
             for worker in workers:
                 worker.stop(STOP_TIMEOUT_SECS)
-        return self._figures(count)
+        row = self._figures(mode, kind, count, concurrency, rss, rate)
+        if mode == SOAK:
+            row = self._soak_windows(row)
+        return row
 
-    def _workload(self) -> list[dict]:
+    def _ceiling(self, connections_: int, batch: int) -> float:
+        o = self.options
+        self._empty(vacuum=True)
+        self._insert(self._workload("noop", o.tasks))
+        children = ceiling.start(
+            connections=connections_,
+            queue=o.queue,
+            batch=batch,
+            lease_ttl=o.lease_ttl,
+            log_dir=self.log_dir,
+        )
+        started = time.monotonic()
+        try:
+            while any(child.poll() is None for child in children):
+                if time.monotonic() - started > o.timeout + o.tasks / 100:
+                    raise BenchError(
+                        f"the ceiling loops did not drain {o.tasks} tasks within "
+                        f"{o.timeout + o.tasks / 100:g} s"
+                    )
+                time.sleep(0.05)
+        finally:
+            for child in children:
+                child.stop(STOP_TIMEOUT_SECS)
+        failed = [c for c in children if c.returncode != 0]
+        if failed:
+            raise BenchError(
+                f"a ceiling loop failed ({failed[0].returncode}):\n{failed[0].log_tail()}"
+            )
+        if self._pending():
+            raise BenchError(f"the ceiling loops left {self._pending()} task(s) pending")
+        return self._figures(BACKLOG, "noop", connections_, batch, None, None).throughput
+
+    def _workload(self, kind: str, tasks: int) -> list[dict]:
         pad = "x" * self.options.payload_bytes
-        return [
-            {"kind": "noop", "payload": {"pad": pad}, "queue": self.options.queue}
-            for _ in range(self.options.tasks)
-        ]
+        return [{"kind": kind, "payload": {"pad": pad}, "queue": self.options.queue}] * tasks
 
-    def _empty(self) -> None:
+    def _insert(self, items: list[dict]) -> None:
+        for first in range(0, len(items), INSERT_BATCH):
+            enqueue_many(items[first : first + INSERT_BATCH], using="default")
+
+    def _empty(self, *, vacuum: bool = False) -> None:
+        """Delete the queue's tasks; with ``vacuum``, also reclaim them (and every earlier
+        run's), so a measurement does not depend on the dead rows the runs before it left."""
         with connections["default"].cursor() as cursor:
             cursor.execute(queries.QUEUE_EMPTY_ONE, {"queue": self.options.queue})
+            if vacuum:
+                cursor.execute(queries.BENCH_VACUUM)
 
-    def _start(self, count: int, log_dir: Path) -> list[Child]:
-        env = worker_env(database_url())
-        argv = [sys.executable, str(MANAGE_PY), "rivet_worker", *self.options.worker_args()]
+    def _empty_effects(self) -> None:
+        from chaos_project.chaos.verifier import effect_connection
+
+        with effect_connection(self.options.effect_database_url) as conn:
+            conn.execute(queries.EFFECT_EMPTY)
+
+    @contextlib.contextmanager
+    def _effect_service(self) -> Iterator[None]:
+        if "effect" not in self.options.kinds:
+            yield
+            return
+        service = EffectService(
+            database_url=self.options.effect_database_url,
+            port=free_port(),
+            threads=16,
+            log_path=self.log_dir / "effect-service.log",
+        )
+        try:
+            service.start(timeout=60.0)
+        except RuntimeError as exc:
+            raise BenchError(f"could not start the effect service: {exc}") from exc
+        self.effect_url = service.url
+        try:
+            yield
+        finally:
+            service.stop()
+            self.effect_url = ""
+
+    def _start(self, kind: str, count: int, concurrency: int) -> list[Child]:
+        extra = {"EFFECT_SERVICE_URL": self.effect_url} if kind == "effect" else {}
+        env = worker_env(database_url(), **extra)
+        argv = [
+            sys.executable,
+            str(MANAGE_PY),
+            "rivet_worker",
+            *self.options.worker_args(concurrency),
+        ]
+        name = f"bench-{kind}-{count}x{concurrency}"
         return [
             Child(
-                [*argv, "--owner", f"bench-{count}-{n}"],
+                [*argv, "--owner", f"{name}-{n}"],
                 env=env,
-                log_path=log_dir / f"bench-{count}-{n}.log",
+                log_path=self.log_dir / f"{name}-{n}.log",
             )
             for n in range(count)
         ]
@@ -147,6 +456,13 @@ class Bench:
             if time.monotonic() > deadline:
                 raise BenchError(f"the workers did not start within {READY_TIMEOUT_SECS:g} s")
             time.sleep(0.1)
+
+    def _warm_up(self, kind: str, tasks: int, workers: list[Child]) -> None:
+        """Drain a few tasks, then delete them: the first claims (connections opened, the wake-up
+        listener running) must not land inside the latency measured at the offered rate."""
+        self._insert(self._workload(kind, tasks))
+        self._wait_drained(workers, tasks, "warm-up")
+        self._empty()
 
     def _offer(self, items: list[dict], rate: float, workers: list[Child]) -> None:
         """Enqueue on a schedule: item i at i / rate seconds, in small batches as they fall due."""
@@ -161,15 +477,25 @@ class Bench:
                 time.sleep(min(0.005, 1 / rate))
         self._check_alive(workers)
 
-    def _wait_drained(self, workers: list[Child]) -> None:
-        deadline = time.monotonic() + self.options.timeout
-        while self._pending():
+    def _wait_drained(self, workers: list[Child], tasks: int, note: str) -> None:
+        """Until nothing is pending; gives up when nothing finished for ``timeout`` seconds."""
+        started = reported = moved = time.monotonic()
+        last = None
+        while pending := self._pending():
             self._check_alive(workers)
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if pending != last:
+                last, moved = pending, now
+            elif now - moved > self.options.timeout:
                 raise BenchError(
-                    f"{self._pending()} task(s) still pending after {self.options.timeout:g} s"
+                    f"{pending} task(s) still pending, none finished for {self.options.timeout:g} s"
                 )
-            time.sleep(0.1)
+            if now - reported >= DRAIN_REPORT_SECS:
+                self.say("  " + progress(tasks - pending, tasks, note, started))
+                reported = now
+            # the count is not free on a big backlog: a long drain is asked less often (its
+            # figures come from the rows' timestamps, not from when the drain was noticed)
+            time.sleep(0.1 if now - started < LONG_DRAIN_SECS else 0.5)
 
     def _pending(self) -> int:
         with connections["default"].cursor() as cursor:
@@ -183,16 +509,98 @@ class Bench:
                     f"a benchmark worker exited ({worker.returncode}):\n{worker.log_tail()}"
                 )
 
-    def _figures(self, count: int) -> Row:
-        params = {"queue": self.options.queue, "ttl": self.options.lease_ttl}
+    # -- figures -------------------------------------------------------------------------------
+
+    def _figures(
+        self,
+        mode: str,
+        kind: str,
+        count: int,
+        concurrency: int,
+        rss: float | None,
+        rate: float | None,
+    ) -> Row:
+        params: dict[str, Any] = {"queue": self.options.queue, "ttl": self.options.lease_ttl}
         with connections["default"].cursor() as cursor:
             cursor.execute(queries.BENCH_FIGURES, params)
             done, window, end_to_end, service, redelivered = cursor.fetchone()
+            latencies: tuple[float, ...] = ()
+            if mode == RATE:
+                cursor.execute(queries.BENCH_END_TO_END, params)
+                latencies = tuple(value for (value,) in cursor.fetchall())
         return Row(
+            mode=mode,
+            kind=kind,
             workers=count,
+            concurrency=concurrency,
             tasks=done,
             throughput=done / window if window else 0.0,
             end_to_end=tuple(end_to_end or (0.0, 0.0, 0.0)),
             service=tuple(service or (0.0, 0.0, 0.0)),
             redelivered=redelivered,
+            rss_mb=rss,
+            rate=rate,
+            latencies=latencies,
         )
+
+    def _soak_windows(self, row: Row) -> Row:
+        params: dict[str, Any] = {"queue": self.options.queue, "ttl": self.options.lease_ttl}
+        with connections["default"].cursor() as cursor:
+            cursor.execute(queries.BENCH_SOAK_TENTHS, params)
+            tenths = {
+                tenth: Window(
+                    tasks=count,
+                    throughput=count / secs if secs else 0.0,
+                    service=tuple(service or (0.0, 0.0, 0.0)),
+                )
+                for tenth, count, secs, service in cursor.fetchall()
+            }
+        return replace(row, first=tenths.get(1), last=tenths.get(10))
+
+    # -- output --------------------------------------------------------------------------------
+
+    def _write(self, setup: list[tuple[str, str]], rows: list[Row], enqueue: dict | None) -> str:
+        o = self.options
+        plot = o.plot_out
+        if plot is not None:
+            from chaos_project.chaos.benchplot import write_plot
+
+            stamp = dict(setup)["date"]
+            title = f"rivet bench, {stamp}: {machine()}, load at the end {load()}"
+            if self.busy is not None:
+                title += (
+                    f"\nNOT A RESULT: load average {self.busy:.2f} at the start, above the cores"
+                )
+            write_plot(plot, rows, title=title)
+        text = render(
+            setup=setup,
+            rows=rows,
+            enqueue=enqueue,
+            plot=plot,
+            out=o.out,
+            end_load=load(),
+            busy=self.busy,
+        )
+        o.out.parent.mkdir(parents=True, exist_ok=True)
+        o.out.write_text(text)
+        o.json_out.parent.mkdir(parents=True, exist_ok=True)
+        o.json_out.write_text(
+            json.dumps(to_json(setup=setup, rows=rows, enqueue=enqueue, busy=self.busy), indent=1)
+            + "\n"
+        )
+        self.say("")
+        self.say(text)
+        written = [o.out, o.json_out, *([plot] if plot else [])]
+        self.say("written: " + ", ".join(map(str, written)))
+        return text
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    """The peak resident set of a live process (VmHWM in /proc/PID/status), in MiB."""
+    try:
+        for text in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if text.startswith("VmHWM:"):
+                return int(text.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

@@ -1,14 +1,18 @@
-"""The benchmark's results text: the setup a number needs to be repeatable, then the table.
+"""The benchmark's results: rows, the targets of issue 10, and the text and JSON written.
 
-``bench/results.md`` holds one section per mode (``## Full backlog`` and ``## Offered load``);
-a run replaces the section of its own mode and keeps the other, so one file carries both.
+``bench/results.md`` is rewritten whole by each run: the setup a number needs to be
+repeatable, the targets with a verdict each, then one table per mode (full backlog with the
+ceiling beside each row, offered load, soak) and the enqueue figures. ``results.json`` holds
+the same rows (see ``to_json``).
 """
 
 from __future__ import annotations
 
 import os
 import platform
-from dataclasses import dataclass
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
@@ -21,22 +25,240 @@ from chaos_project.chaos import queries
 
 TITLE = "# rivet benchmark results"
 INTRO = (
-    "Written by `python manage.py rivet_chaos bench` (see docs/benchmarking.md). Each run "
-    "replaces the section of its own mode and keeps the other. Every latency comes from "
-    "timestamps PostgreSQL wrote on the task rows; nothing a worker measured is used."
+    "Written by `python manage.py rivet_chaos bench` (`make bench`; see docs/benchmarking.md), "
+    "whole, by each run. Throughput and latency come from timestamps PostgreSQL wrote on the "
+    "task rows; the enqueue figures from the producer's clock around its calls; peak RSS from "
+    "the worker processes' `VmHWM`."
 )
-BACKLOG = "## Full backlog"
-OFFERED = "## Offered load"
+BACKLOG, RATE, SOAK = "backlog", "rate", "soak"
+MODES = (BACKLOG, RATE, SOAK)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Window:
+    """A tenth of a soak, by claim order: its throughput and claim-to-ack latency."""
+
+    tasks: int
+    throughput: float
+    service: tuple[float, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Row:
+    """One configuration measured (the median of its runs). Seconds for every latency."""
+
+    mode: str
+    kind: str
     workers: int
+    concurrency: int
     tasks: int
     throughput: float
     end_to_end: tuple[float, ...]
     service: tuple[float, ...]
     redelivered: int
+    rss_mb: float | None = None
+    ceiling: float | None = None
+    runs: tuple[float, ...] = ()
+    ceiling_runs: tuple[float, ...] = ()
+    rate: float | None = None
+    first: Window | None = None
+    last: Window | None = None
+    #: end to end of every task of the last run, for the plot (offered load only)
+    latencies: tuple[float, ...] = ()
+
+    @property
+    def ratio(self) -> float | None:
+        return self.throughput / self.ceiling if self.ceiling else None
+
+    @property
+    def soak_ratio(self) -> float | None:
+        if self.first is None or self.last is None or not self.first.throughput:
+            return None
+        return self.last.throughput / self.first.throughput
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """One target of issue 10, and what this run measured for it."""
+
+    name: str
+    goal: str
+    measured: str
+    met: bool | None  # None: this run did not measure it
+    bottleneck: str = ""
+
+
+def median_row(runs: Sequence[Row]) -> Row:
+    """The runs of one configuration as one row: medians of every figure, each throughput kept."""
+    if not runs:
+        raise ValueError("no runs to summarise")
+
+    def med(values: Sequence[float]) -> float:
+        return float(statistics.median(values))
+
+    def med_tuple(values: Sequence[tuple[float, ...]]) -> tuple[float, ...]:
+        return tuple(med(column) for column in zip(*values, strict=True))
+
+    rss = [r.rss_mb for r in runs if r.rss_mb is not None]
+    return replace(
+        runs[-1],
+        tasks=min(r.tasks for r in runs),
+        throughput=med([r.throughput for r in runs]),
+        end_to_end=med_tuple([r.end_to_end for r in runs]),
+        service=med_tuple([r.service for r in runs]),
+        redelivered=max(r.redelivered for r in runs),
+        rss_mb=max(rss) if rss else None,
+        runs=tuple(r.throughput for r in runs),
+    )
+
+
+def with_ceiling(row: Row, ceilings: Sequence[float]) -> Row:
+    if not ceilings:
+        return row
+    return replace(row, ceiling=float(statistics.median(ceilings)), ceiling_runs=tuple(ceilings))
+
+
+# -- targets -----------------------------------------------------------------------------------
+
+
+def targets(rows: Sequence[Row], enqueue: dict[str, Any] | None) -> list[Target]:
+    """Every target of issue 10 with this run's figure, a verdict, and the likely bottleneck."""
+    backlog = [r for r in rows if r.mode == BACKLOG and r.kind == "noop"]
+    found: list[Target] = []
+    for concurrency, goal in ((1, 1100), (4, 3000), (16, 8000)):
+        row = _find(backlog, workers=1, concurrency=concurrency)
+        found.append(_throughput_target(f"one worker, c={concurrency}", goal, row))
+    best = max(backlog, key=lambda r: r.throughput, default=None)
+    target = _throughput_target("best configuration", 12000, best)
+    if best is not None:
+        target = replace(
+            target, measured=f"{target.measured} ({best.workers} x c={best.concurrency})"
+        )
+    found.append(target)
+    found += _rate_targets([r for r in rows if r.mode == RATE and r.rate == 300])
+    found += _enqueue_targets(enqueue)
+    effect = max(
+        (r for r in rows if r.mode == BACKLOG and r.kind == "effect"),
+        key=lambda r: r.throughput,
+        default=None,
+    )
+    found.append(_throughput_target("effect tasks through the effect service", 1000, effect))
+    c16 = _find(backlog, workers=1, concurrency=16)
+    rss = c16.rss_mb if c16 is not None else None
+    found.append(
+        Target(
+            name="worker peak RSS, one worker at c=16",
+            goal="<= 150 MB",
+            measured="not measured" if rss is None else f"{rss:.0f} MB",
+            met=None if rss is None else rss <= 150,
+            bottleneck="" if rss is None or rss <= 150 else "the worker's memory: profile it",
+        )
+    )
+    soak = next((r for r in rows if r.mode == SOAK), None)
+    ratio = soak.soak_ratio if soak is not None else None
+    found.append(
+        Target(
+            name="soak: last 10 % against the first 10 %",
+            goal=">= 80 %",
+            measured="not measured" if ratio is None else f"{ratio:.0%}",
+            met=None if ratio is None else ratio >= 0.8,
+            bottleneck=(
+                ""
+                if ratio is None or ratio >= 0.8
+                else "the queue slows as it grows (claim to ack: see the soak table)"
+            ),
+        )
+    )
+    return found
+
+
+def _find(rows: Sequence[Row], *, workers: int, concurrency: int) -> Row | None:
+    return next((r for r in rows if (r.workers, r.concurrency) == (workers, concurrency)), None)
+
+
+def _throughput_target(name: str, goal: float, row: Row | None) -> Target:
+    if row is None:
+        return Target(name=name, goal=f">= {goal:,.0f}/s", measured="not measured", met=None)
+    met = row.throughput >= goal
+    return Target(
+        name=name,
+        goal=f">= {goal:,.0f}/s",
+        measured=f"{row.throughput:,.0f}/s",
+        met=met,
+        bottleneck="" if met else _throughput_bottleneck(row, goal),
+    )
+
+
+def _throughput_bottleneck(row: Row, goal: float) -> str:
+    """Name what held a row back: the statements themselves, or the worker around them."""
+    if row.ceiling is None:
+        return "no ceiling measured for this configuration"
+    if row.ceiling < goal:
+        return (
+            f"the claim and ack statements: their bare loop reaches only {row.ceiling:,.0f}/s here"
+        )
+    if row.kind == "effect":
+        return (
+            f"the effect service's round trip: {row.ratio:.0%} of the queue's ceiling "
+            f"({row.ceiling:,.0f}/s); claim to ack p50 {duration(row.service[0])}"
+        )
+    return (
+        f"the worker: {row.ratio:.0%} of its ceiling ({row.ceiling:,.0f}/s); the rest is the "
+        "worker's own work per task"
+    )
+
+
+def _rate_targets(rows: Sequence[Row]) -> list[Target]:
+    row = rows[0] if rows else None
+    found = []
+    for index, name, goal in ((0, "p50", 0.002), (2, "p99", 0.005)):
+        label = f"offered 300/s: end to end {name}"
+        if row is None:
+            found.append(
+                Target(name=label, goal=f"<= {goal * 1000:g} ms", measured="not measured", met=None)
+            )
+            continue
+        value = row.end_to_end[index]
+        met = value <= goal
+        waiting = value - row.service[index]
+        found.append(
+            Target(
+                name=label,
+                goal=f"<= {goal * 1000:g} ms",
+                measured=duration(value),
+                met=met,
+                bottleneck=""
+                if met
+                else (
+                    f"before the claim: {duration(waiting)} of it is enqueue to claim"
+                    if waiting > row.service[index]
+                    else f"claim to ack: {duration(row.service[index])} of it"
+                ),
+            )
+        )
+    return found
+
+
+def _enqueue_targets(enqueue: dict[str, Any] | None) -> list[Target]:
+    found = []
+    for key, name, goal in (
+        ("single_per_s", "enqueue, one call at a time", 2500),
+        ("bulk_per_s", "enqueue, bulk", 100000),
+    ):
+        value = enqueue.get(key) if enqueue else None
+        found.append(
+            Target(
+                name=name,
+                goal=f">= {goal:,.0f}/s",
+                measured="not measured" if not value else f"{value:,.0f}/s",
+                met=None if not value else value >= goal,
+                bottleneck="" if not value or value >= goal else "the producer's path: profile it",
+            )
+        )
+    return found
+
+
+# -- setup ---------------------------------------------------------------------------------------
 
 
 def describe_setup(options: Any) -> list[tuple[str, str]]:
@@ -44,31 +266,33 @@ def describe_setup(options: Any) -> list[tuple[str, str]]:
     with connections["default"].cursor() as cursor:
         cursor.execute(queries.SERVER_VERSION)
         server = cursor.fetchone()[0]
-    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     return [
         ("date", datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")),
-        ("machine", f"{_cpu_model()}, {os.cpu_count()} cores, {_memory()} memory"),
-        ("os", f"{platform.system()} {platform.release()}; load average at start {load}"),
+        ("machine", machine()),
+        ("os", f"{platform.system()} {platform.release()}; load average at start {load()}"),
         ("PostgreSQL", server),
         (
             "software",
             f"Python {platform.python_version()}, Django {django.get_version()}, "
             f"psycopg {version('psycopg')}, rivet {version('django-rivet')}",
         ),
-        (
-            "workload",
-            f"noop tasks, payload {options.payload_bytes} bytes, {options.tasks} tasks "
-            "per worker count",
-        ),
-        (
-            "worker",
-            f"concurrency {options.concurrency}, pool size {options.pool_size}, "
-            f"lease ttl {options.lease_ttl:g} s",
-        ),
-        ("workers", ", ".join(map(str, options.workers))),
-        ("rate", f"{options.rate:g} task/s offered" if options.rate else "none (full backlog)"),
+        ("settings", options.describe()),
         ("command", f"`{options.command()}`"),
     ]
+
+
+def machine() -> str:
+    return f"{_cpu_model()}, {os.cpu_count()} cores, {_memory()} memory"
+
+
+def load() -> str:
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def busy_load() -> float | None:
+    """The 1-minute load average when it exceeds the cores (the machine is shared), else None."""
+    now = os.getloadavg()[0]
+    return now if now > (os.cpu_count() or 1) else None
 
 
 def _cpu_model() -> str:
@@ -91,65 +315,255 @@ def _memory() -> str:
     return "unknown"
 
 
+# -- text ----------------------------------------------------------------------------------------
+
+
 def duration(secs: float) -> str:
     """Milliseconds below a second, seconds above: ``4.3 ms``, ``2.41 s``."""
     return f"{secs * 1000:.1f} ms" if secs < 1 else f"{secs:.2f} s"
 
 
-def render_section(options: Any, setup: list[tuple[str, str]], rows: list[Row]) -> str:
-    if options.rate:
-        heading = f"{OFFERED}: {options.rate:g} task/s"
-        lead = (
-            f"Workers started first, then {options.tasks} tasks offered at {options.rate:g} "
-            "task/s: read the end-to-end columns (latency below capacity). Throughput is the "
-            "offered rate for as long as the workers keep up."
-        )
-    else:
-        heading = BACKLOG
-        lead = (
-            f"{options.tasks} tasks inserted before the workers start: read the throughput "
-            "column. End to end is mostly the wait in the backlog here, not latency."
-        )
-    lines = [heading, "", lead, "", *[f"- {label}: {value}" for label, value in setup], ""]
-    lines += [
-        "| workers | done | throughput | end to end p50 | p95 | p99 | service p50 | p95 | p99 "
-        "| redelivered |",
-        "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
-    ]
-    for row in rows:
-        cells = [str(row.workers), str(row.tasks), f"{row.throughput:.0f} task/s"]
-        cells += [duration(x) for x in (*row.end_to_end, *row.service)]
-        lines.append("| " + " | ".join([*cells, str(row.redelivered)]) + " |")
-    cores = os.cpu_count() or 1
-    crowded = [str(n) for n in options.workers if n > cores]
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}/s"
+
+
+def _runs(values: Sequence[float]) -> str:
+    return " (" + ", ".join(f"{v:,.0f}" for v in values) + ")" if len(values) > 1 else ""
+
+
+def _mb(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} MB"
+
+
+def render(
+    *,
+    setup: Sequence[tuple[str, str]],
+    rows: Sequence[Row],
+    enqueue: dict[str, Any] | None,
+    plot: Path | None,
+    out: Path,
+    end_load: str = "",
+    busy: float | None = None,
+) -> str:
+    """The whole results file; ``busy`` is the load average at the start when it was too high."""
+    lines = [TITLE, "", INTRO, ""]
+    if busy is not None:
+        lines += [
+            f"**Not a result: the load average at the start ({busy:.2f}) exceeded the "
+            f"{os.cpu_count()} cores, so another workload shared the machine.** Run it again "
+            "on a quiet machine.",
+            "",
+        ]
+    lines += ["## Setup", ""]
+    lines += [f"- {label}: {value}" for label, value in setup]
+    if end_load:
+        lines.append(f"- load average at the end: {end_load}")
+    lines += ["", *_targets_table(targets(rows, enqueue))]
+    backlog = [r for r in rows if r.mode == BACKLOG]
+    if backlog:
+        lines += ["", *_backlog_table(backlog)]
+    rated = [r for r in rows if r.mode == RATE]
+    if rated:
+        lines += ["", *_rate_table(rated)]
+    for soak in (r for r in rows if r.mode == SOAK):
+        lines += ["", *_soak_table(soak)]
+    if enqueue:
+        lines += ["", *_enqueue_table(enqueue)]
+    if plot is not None:
+        relative = os.path.relpath(plot, out.parent)
+        lines += ["", "## Plot", "", f"![throughput by concurrency and latency]({relative})"]
+    crowded = sorted({r.workers for r in rows if r.workers > (os.cpu_count() or 1)})
     if crowded:
         lines += [
             "",
-            f"With {' and '.join(crowded)} worker processes on {cores} cores, the workers "
-            "compete with PostgreSQL (on the same machine) for CPU: those rows measure that "
-            "contention as much as rivet, and they move between runs.",
+            f"With {', '.join(map(str, crowded))} worker processes on {os.cpu_count()} cores, "
+            "the workers compete with PostgreSQL (on the same machine) for CPU: those rows "
+            "measure that contention as much as rivet, and they move between runs.",
         ]
     return "\n".join(lines) + "\n"
 
 
-def write_results(path: Path, section: str) -> None:
-    """Write ``section`` into ``path``, replacing the section of the same mode."""
-    key = OFFERED if section.startswith(OFFERED) else BACKLOG
-    sections = [s for s in _sections(path) if not s.startswith(key)]
-    sections.append(section)
-    sections.sort(key=lambda s: not s.startswith(BACKLOG))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join([TITLE, "", INTRO, "", *sections]).rstrip() + "\n")
+def _targets_table(found: Sequence[Target]) -> list[str]:
+    lines = [
+        "## Targets",
+        "",
+        "From issue 10. A missed target names its likely bottleneck: from the ceiling for "
+        "throughput (the statements themselves, or the worker around them), from the split "
+        "of end to end for latency.",
+        "",
+        "| target | goal | measured | verdict | bottleneck (when missed) |",
+        "|---|---|---|---|---|",
+    ]
+    for t in found:
+        verdict = "not measured" if t.met is None else ("met" if t.met else "**missed**")
+        lines.append(f"| {t.name} | {t.goal} | {t.measured} | {verdict} | {t.bottleneck or '-'} |")
+    return lines
 
 
-def _sections(path: Path) -> list[str]:
-    """The ``## `` sections of an existing results file (each with its trailing newline)."""
-    if not path.exists():
-        return []
-    found: list[list[str]] = []
-    for text in path.read_text().splitlines():
-        if text.startswith("## "):
-            found.append([])
-        if found:
-            found[-1].append(text)
-    return ["\n".join(lines).rstrip() + "\n" for lines in found]
+def _backlog_table(rows: Sequence[Row]) -> list[str]:
+    lines = [
+        "## Full backlog",
+        "",
+        "All tasks inserted before the workers start: read throughput. The ceiling is the same "
+        "claim and ack statements in a bare loop (no worker) at the same batch size "
+        "(= concurrency) and connections (= workers). Throughput is the median of the runs "
+        "(each run in brackets). End to end is mostly the wait in the backlog here.",
+        "",
+        "| kind | workers | concurrency | done | throughput (runs) | ceiling (runs) | worker / "
+        "ceiling | end to end p50 | p99 | service p50 | p99 | peak RSS | redelivered |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for r in rows:
+        cells = [
+            r.kind,
+            str(r.workers),
+            str(r.concurrency),
+            str(r.tasks),
+            _rate(r.throughput) + _runs(r.runs),
+            _rate(r.ceiling) + _runs(r.ceiling_runs),
+            "-" if r.ratio is None else f"{r.ratio:.0%}",
+            duration(r.end_to_end[0]),
+            duration(r.end_to_end[2]),
+            duration(r.service[0]),
+            duration(r.service[2]),
+            _mb(r.rss_mb),
+            str(r.redelivered),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _rate_table(rows: Sequence[Row]) -> list[str]:
+    lines = [
+        "## Offered load",
+        "",
+        "Workers started first, then the tasks offered on a schedule: read end to end (latency "
+        "below capacity). Throughput is the offered rate for as long as the workers keep up.",
+        "",
+        "| kind | offered | workers | concurrency | done | throughput | end to end p50 | p95 "
+        "| p99 | service p50 | p95 | p99 | peak RSS |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for r in rows:
+        cells = [r.kind, _rate(r.rate), str(r.workers), str(r.concurrency), str(r.tasks)]
+        cells += [_rate(r.throughput) + _runs(r.runs)]
+        cells += [duration(x) for x in (*r.end_to_end, *r.service)]
+        cells += [_mb(r.rss_mb)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _soak_table(row: Row) -> list[str]:
+    lines = [
+        f"## Soak: {row.tasks:,} tasks",
+        "",
+        f"One backlog of {row.tasks:,} tasks, {row.workers} worker(s) at concurrency "
+        f"{row.concurrency}. The first and last tenth are taken by claim order; claim to ack "
+        "is the service time of their tasks. Peak RSS of the worker over the whole soak: "
+        f"{_mb(row.rss_mb)}.",
+        "",
+        "| part | tasks | throughput | claim to ack p50 | p95 | p99 |",
+        "|---|--:|--:|--:|--:|--:|",
+        f"| all | {row.tasks} | {_rate(row.throughput)} | "
+        + " | ".join(duration(x) for x in row.service)
+        + " |",
+    ]
+    for name, window in (("first 10 %", row.first), ("last 10 %", row.last)):
+        if window is not None:
+            lines.append(
+                f"| {name} | {window.tasks} | {_rate(window.throughput)} | "
+                + " | ".join(duration(x) for x in window.service)
+                + " |"
+            )
+    if row.soak_ratio is not None:
+        lines += ["", f"Last tenth against the first: {row.soak_ratio:.0%} of its throughput."]
+    return lines
+
+
+def _enqueue_table(enqueue: dict[str, Any]) -> list[str]:
+    return [
+        "## Enqueue",
+        "",
+        "Noop tasks, 100-byte payload, timed by the producer around its calls.",
+        "",
+        "| how | tasks | seconds | throughput |",
+        "|---|--:|--:|--:|",
+        f"| `rivet.enqueue`, one call at a time | {enqueue['single']} | "
+        f"{enqueue['single_secs']:.2f} | {_rate(enqueue['single_per_s'])} |",
+        f"| `rivet.enqueue_many`, batches of {enqueue['batch']} | {enqueue['bulk']} | "
+        f"{enqueue['bulk_secs']:.2f} | {_rate(enqueue['bulk_per_s'])} |",
+    ]
+
+
+# -- JSON ----------------------------------------------------------------------------------------
+
+
+def _ms(value: float) -> float:
+    return round(value * 1000, 3)
+
+
+def row_json(row: Row) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "mode": row.mode,
+        "kind": row.kind,
+        "workers": row.workers,
+        "concurrency": row.concurrency,
+        "tasks": row.tasks,
+        "throughput": round(row.throughput, 1),
+        "throughput_runs": [round(x, 1) for x in row.runs],
+        "ceiling": None if row.ceiling is None else round(row.ceiling, 1),
+        "ceiling_runs": [round(x, 1) for x in row.ceiling_runs],
+        "ratio": None if row.ratio is None else round(row.ratio, 3),
+        "e2e_p50_ms": _ms(row.end_to_end[0]),
+        "e2e_p95_ms": _ms(row.end_to_end[1]),
+        "e2e_p99_ms": _ms(row.end_to_end[2]),
+        "service_p50_ms": _ms(row.service[0]),
+        "service_p95_ms": _ms(row.service[1]),
+        "service_p99_ms": _ms(row.service[2]),
+        "rss_mb": None if row.rss_mb is None else round(row.rss_mb, 1),
+        "redelivered": row.redelivered,
+        "rate": row.rate,
+    }
+    if row.first is not None and row.last is not None:
+        data["soak"] = {
+            name: {
+                "tasks": w.tasks,
+                "throughput": round(w.throughput, 1),
+                "claim_to_ack_p50_ms": _ms(w.service[0]),
+                "claim_to_ack_p99_ms": _ms(w.service[2]),
+            }
+            for name, w in (("first_10pct", row.first), ("last_10pct", row.last))
+        }
+        data["soak"]["last_over_first"] = round(row.soak_ratio or 0.0, 3)
+    if row.latencies:
+        data["e2e_sample_ms"] = [_ms(x) for x in row.latencies]
+    return data
+
+
+def to_json(
+    *,
+    setup: Sequence[tuple[str, str]],
+    rows: Sequence[Row],
+    enqueue: dict[str, Any] | None,
+    busy: float | None = None,
+) -> dict[str, Any]:
+    """``{"rows": [...], "enqueue": {...}, "targets": [...], "setup": {...}, "busy_load": ..}``.
+
+    ``busy_load`` is the load average at the start when it exceeded the cores (else null).
+    """
+    return {
+        "busy_load": busy,
+        "rows": [row_json(r) for r in rows],
+        "enqueue": enqueue,
+        "targets": [
+            {
+                "name": t.name,
+                "goal": t.goal,
+                "measured": t.measured,
+                "met": t.met,
+                "bottleneck": t.bottleneck,
+            }
+            for t in targets(rows, enqueue)
+        ],
+        "setup": dict(setup),
+    }

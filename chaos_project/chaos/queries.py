@@ -104,6 +104,41 @@ FROM rivet_task
 WHERE queue = %(queue)s AND state = 'done'
 """
 
+#: Before each benchmark measurement (outside any transaction): reclaim dead rows and refresh the
+#: planner's statistics, so a run does not inherit the bloat of the runs before it.
+BENCH_VACUUM = "VACUUM (ANALYZE) rivet_task"
+
+#: End to end (enqueue to ack) of every done task of a queue, in seconds: the latency plot.
+BENCH_END_TO_END = """
+SELECT extract(epoch FROM updated_at - created_at)::float8
+FROM rivet_task
+WHERE queue = %(queue)s AND state = 'done'
+"""
+
+#: A soak's first and last tenth by claim order (claim = visible_at - ttl): tasks, seconds from
+#: the tenth's first claim to its last ack, and claim-to-ack percentiles.
+BENCH_SOAK_TENTHS = """
+WITH done AS (
+    SELECT
+        visible_at - make_interval(secs => %(ttl)s) AS claimed_at,
+        updated_at AS acked_at,
+        ntile(10) OVER (ORDER BY visible_at, id) AS tenth
+    FROM rivet_task
+    WHERE queue = %(queue)s AND state = 'done'
+)
+SELECT
+    tenth,
+    count(*),
+    extract(epoch FROM max(acked_at) - min(claimed_at))::float8,
+    percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (
+        ORDER BY extract(epoch FROM acked_at - claimed_at)::float8
+    )
+FROM done
+WHERE tenth IN (1, 10)
+GROUP BY tenth
+ORDER BY tenth
+"""
+
 #: The server's own description of itself, for the benchmark's header.
 SERVER_VERSION = "SELECT version()"
 

@@ -1,6 +1,9 @@
-"""The benchmark runs end to end and records the setup a number needs to be repeatable."""
+"""The benchmark runs end to end on real workers, a real effect service and PostgreSQL, and
+writes the results text, the JSON and the plot (small counts: no timing is asserted)."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -9,16 +12,56 @@ from tests.processes import child_environ, postgres_url
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 
 
-def test_bench_smoke_writes_results_with_machine_and_postgres(run_manage, tmp_path):
-    out = tmp_path / "results.md"
-    env = child_environ(postgres_url())
+def test_bench_writes_every_mode_with_ceilings_rss_and_the_plot(
+    run_manage, tmp_path, effect_database_url
+):
+    out = tmp_path / "bench" / "results.md"
+    env = child_environ(postgres_url(), EFFECT_DATABASE_URL=effect_database_url)
     done = run_manage(
-        "rivet_chaos", "bench", "--workers", "1", "--tasks", "50", "--out", str(out), env=env
+        "rivet_chaos",
+        "bench",
+        *("--workers", "1", "--concurrency", "1,2", "--kind", "noop,effect"),
+        *("--tasks", "100", "--effect-tasks", "40", "--runs", "1"),
+        *("--rate", "200", "--rate-tasks", "100", "--soak", "300"),
+        *("--enqueue-single", "50", "--enqueue-bulk", "500", "--out", str(out)),
+        env=env,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     text = out.read_text()
-    assert "## Full backlog" in text
+    for heading in ("## Setup", "## Targets", "## Full backlog", "## Offered load", "## Enqueue"):
+        assert f"\n{heading}\n" in text
+    assert "\n## Soak: 300 tasks\n" in text
     assert "- machine: " in text and " cores, " in text
     assert "- PostgreSQL: PostgreSQL " in text
-    assert "| 1 | 50 | " in text
-    assert "- machine: " in done.stdout
+    assert "[####################] 9/9 " in done.stdout  # the progress bar reached its end
+
+    rows = json.loads((tmp_path / "bench" / "results.json").read_text())["rows"]
+    backlog = [r for r in rows if r["mode"] == "backlog"]
+    assert [(r["kind"], r["workers"], r["concurrency"]) for r in backlog] == [
+        ("noop", 1, 1),
+        ("noop", 1, 2),
+        ("effect", 1, 1),
+        ("effect", 1, 2),
+    ]
+    assert [r["tasks"] for r in backlog] == [100, 100, 40, 40]
+    for r in backlog:
+        assert r["throughput"] > 0 and r["ceiling"] > 0 and r["rss_mb"] > 0
+        assert r["redelivered"] == 0
+    (rate,) = [r for r in rows if r["mode"] == "rate"]
+    assert rate["tasks"] == 100 and len(rate["e2e_sample_ms"]) == 100
+    assert 0 < rate["e2e_p50_ms"] <= rate["e2e_p99_ms"]
+    (soak,) = [r for r in rows if r["mode"] == "soak"]
+    assert soak["tasks"] == 300 and soak["concurrency"] == 2
+    assert soak["soak"]["first_10pct"]["tasks"] == soak["soak"]["last_10pct"]["tasks"] == 30
+
+    assert (tmp_path / "bench" / "throughput.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_bench_without_an_effect_database_says_what_it_needs(run_manage, tmp_path):
+    env = child_environ(postgres_url(), EFFECT_DATABASE_URL="")
+    done = run_manage(
+        "rivet_chaos", "bench", "--kind", "effect", "--out", str(tmp_path / "r.md"), env=env
+    )
+    assert done.returncode != 0
+    assert "--kind effect runs the effect service on EFFECT_DATABASE_URL" in done.stderr
+    assert not (tmp_path / "r.md").exists()

@@ -1,27 +1,166 @@
-"""bench/results.md: one section per mode, a new run replaces only its own mode's section."""
+"""bench/results.md and results.json: rows, medians, the targets' verdicts and the JSON shape."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from chaos_project.chaos.benchreport import duration, write_results
+from chaos_project.chaos.benchreport import (
+    Row,
+    Window,
+    duration,
+    median_row,
+    render,
+    targets,
+    to_json,
+    with_ceiling,
+)
+
+ENQUEUE = {
+    "single": 5000,
+    "single_secs": 1.6,
+    "single_per_s": 3125.0,
+    "bulk": 200000,
+    "batch": 10000,
+    "bulk_secs": 4.0,
+    "bulk_per_s": 50000.0,
+}
 
 
-def section(title: str, body: str) -> str:
-    return f"{title}\n\n{body}\n"
+def row(workers: int, concurrency: int, throughput: float, **extra) -> Row:
+    fields = {
+        "mode": "backlog",
+        "kind": "noop",
+        "workers": workers,
+        "concurrency": concurrency,
+        "tasks": 5000,
+        "throughput": throughput,
+        "end_to_end": (1.5, 2.5, 2.8),
+        "service": (0.002, 0.003, 0.004),
+        "redelivered": 0,
+        "rss_mb": 64.0,
+        **extra,
+    }
+    return Row(**fields)
 
 
-def test_a_run_replaces_its_own_section_and_keeps_the_other(tmp_path: Path) -> None:
+def rows() -> list[Row]:
+    return [
+        row(1, 1, 1200.0, ceiling=1500.0),
+        row(1, 4, 2000.0, ceiling=5000.0),
+        row(1, 16, 5000.0, ceiling=6000.0, rss_mb=151.0),
+        row(2, 16, 13000.0, ceiling=20000.0),
+        row(1, 4, 900.0, kind="effect", ceiling=5000.0),
+        row(
+            1,
+            4,
+            300.0,
+            mode="rate",
+            rate=300.0,
+            end_to_end=(0.0015, 0.003, 0.006),
+            service=(0.001, 0.002, 0.003),
+            latencies=(0.001, 0.0015, 0.006),
+        ),
+        row(
+            1,
+            16,
+            4000.0,
+            mode="soak",
+            tasks=500000,
+            first=Window(tasks=50000, throughput=5000.0, service=(0.003, 0.004, 0.005)),
+            last=Window(tasks=50000, throughput=3500.0, service=(0.004, 0.006, 0.009)),
+        ),
+    ]
+
+
+def verdicts() -> dict[str, tuple[bool | None, str]]:
+    return {t.name: (t.met, t.bottleneck) for t in targets(rows(), ENQUEUE)}
+
+
+def test_each_target_gets_its_verdict_from_the_rows() -> None:
+    found = verdicts()
+    assert found["one worker, c=1"] == (True, "")
+    assert found["best configuration"][0] is True
+    assert found["offered 300/s: end to end p50"][0] is True
+    assert found["offered 300/s: end to end p99"][0] is False
+    assert found["enqueue, one call at a time"][0] is True
+    assert found["enqueue, bulk"][0] is False
+    assert found["effect tasks through the effect service"][0] is False
+    assert found["worker peak RSS, one worker at c=16"][0] is False
+    assert found["soak: last 10 % against the first 10 %"][0] is False
+
+
+def test_a_missed_throughput_names_the_worker_or_the_statements_from_the_ceiling() -> None:
+    found = verdicts()
+    met, bottleneck = found["one worker, c=4"]
+    assert met is False and bottleneck.startswith("the worker: 40% of its ceiling (5,000/s)")
+    met, bottleneck = found["one worker, c=16"]
+    assert met is False and "bare loop reaches only 6,000/s" in bottleneck
+    met, bottleneck = found["effect tasks through the effect service"]
+    assert met is False and bottleneck.startswith("the effect service's round trip: 18% of")
+
+
+def test_a_target_without_its_row_reads_not_measured() -> None:
+    found = {t.name: t for t in targets([row(1, 1, 1200.0)], None)}
+    assert found["one worker, c=16"].met is None
+    assert found["one worker, c=16"].measured == "not measured"
+    assert found["enqueue, bulk"].met is None
+    assert found["soak: last 10 % against the first 10 %"].met is None
+
+
+def test_the_median_of_runs_keeps_each_run_and_the_ceiling_its_own() -> None:
+    runs = [row(1, 4, x, end_to_end=(e, e, e)) for x, e in ((1000.0, 1.0), (3000.0, 3.0))]
+    merged = with_ceiling(median_row(runs), [4000.0, 6000.0, 5000.0])
+    assert merged.throughput == 2000.0 and merged.runs == (1000.0, 3000.0)
+    assert merged.end_to_end == (2.0, 2.0, 2.0)
+    assert merged.ceiling == 5000.0 and merged.ceiling_runs == (4000.0, 6000.0, 5000.0)
+    assert merged.ratio == 0.4
+
+
+def test_the_json_has_one_object_per_row_with_the_issue_fields() -> None:
+    setup = [("date", "2026-11-30 12:00 UTC"), ("machine", "test, 2 cores")]
+    data = json.loads(json.dumps(to_json(setup=setup, rows=rows(), enqueue=ENQUEUE)))
+    assert [r["mode"] for r in data["rows"]] == ["backlog"] * 5 + ["rate", "soak"]
+    first = data["rows"][0]
+    for key in ("workers", "concurrency", "throughput", "ceiling", "e2e_p50_ms", "e2e_p99_ms"):
+        assert key in first
+    assert (first["workers"], first["concurrency"], first["throughput"]) == (1, 1, 1200.0)
+    assert first["ceiling"] == 1500.0 and first["rss_mb"] == 64.0 and first["ratio"] == 0.8
+    assert data["rows"][5]["e2e_p50_ms"] == 1.5 and data["rows"][5]["e2e_sample_ms"][0] == 1.0
+    assert data["rows"][6]["soak"]["last_over_first"] == 0.7
+    assert data["enqueue"]["bulk_per_s"] == 50000.0
+    assert data["setup"]["machine"] == "test, 2 cores"
+    assert {t["name"] for t in data["targets"]} >= {"one worker, c=16", "enqueue, bulk"}
+
+
+def test_the_report_has_the_setup_targets_every_table_and_the_plot(tmp_path: Path) -> None:
     out = tmp_path / "bench" / "results.md"
-    write_results(out, section("## Full backlog", "first backlog"))
-    write_results(out, section("## Offered load: 300 task/s", "first rate"))
-    write_results(out, section("## Full backlog", "second backlog"))
-    text = out.read_text()
+    text = render(
+        setup=[("machine", "test, 2 cores")],
+        rows=rows(),
+        enqueue=ENQUEUE,
+        plot=tmp_path / "bench" / "throughput.png",
+        out=out,
+        end_load="1.00 / 1.00 / 1.00",
+    )
     assert text.startswith("# rivet benchmark results\n")
-    assert "second backlog" in text and "first rate" in text
-    assert "first backlog" not in text
-    assert text.index("## Full backlog") < text.index("## Offered load")
-    assert text.count("## ") == 2
+    for heading in ("## Setup", "## Targets", "## Full backlog", "## Offered load"):
+        assert f"\n{heading}\n" in text
+    assert "\n## Soak: 500,000 tasks\n" in text and "\n## Enqueue\n" in text
+    assert "- machine: test, 2 cores" in text
+    assert "| one worker, c=4 | >= 3,000/s | 2,000/s | **missed** | the worker: 40%" in text
+    assert "| noop | 1 | 4 | 5000 | 2,000/s | 5,000/s | 40% |" in text
+    assert "| last 10 % | 50000 | 3,500/s |" in text
+    assert "Last tenth against the first: 70% of its throughput." in text
+    assert "![throughput by concurrency and latency](throughput.png)" in text
+    assert "Not a result" not in text
+
+
+def test_a_run_on_a_busy_machine_says_it_is_not_a_result(tmp_path: Path) -> None:
+    text = render(setup=[], rows=rows(), enqueue=None, plot=None, out=tmp_path / "r.md", busy=9.5)
+    assert "**Not a result: the load average at the start (9.50) exceeded the " in text
+    data = to_json(setup=[], rows=rows(), enqueue=None, busy=9.5)
+    assert data["busy_load"] == 9.5 and data["enqueue"] is None
 
 
 def test_durations_read_in_milliseconds_below_a_second() -> None:

@@ -3,7 +3,8 @@
     rivet_chaos [--tasks 5000] [--workers 4] [--duration-secs 60] [--seed S] [--keep] [--json P]
     rivet_chaos campaign [--seeds 20] [--first-seed 1] [RUN OPTIONS] [--json PATH]
     rivet_chaos verify [--queue chaos] [--events PATH]
-    rivet_chaos bench [--workers 1,4,16] [--tasks N] [--rate R] [--out bench/results.md]
+    rivet_chaos bench [--workers 1,2,4] [--concurrency 1,4,16] [--kind noop,effect] [--soak [N]]
+                      [--rate R] [--json PATH] [--plot PATH] [--out bench/results.md] ...
 
 Exit 0 only when every invariant held (S1, S2, L1, F2); otherwise the failed ones are named.
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from chaos_project.chaos.bench import Bench, BenchOptions
+from chaos_project.chaos.bench import KINDS, SOAK_DEFAULT, Bench, BenchOptions
 from chaos_project.chaos.campaign import Campaign
 from chaos_project.chaos.faults import EFFECT_RESTART, FAULTS, parse_faults
 from chaos_project.chaos.fleet import count_chaos, read_event_log
@@ -43,6 +44,36 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
+    return value
+
+
+def _kinds(text: str) -> tuple[str, ...]:
+    kinds = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [kind for kind in kinds if kind not in KINDS]
+    if not kinds or unknown:
+        raise argparse.ArgumentTypeError(
+            f"must be kinds from {','.join(KINDS)} (comma-separated), got {text!r}"
+        )
+    return tuple(dict.fromkeys(kinds))
+
+
 def _faults(text: str) -> tuple[str, ...]:
     try:
         return tuple(sorted(parse_faults(text)))
@@ -56,8 +87,10 @@ def _counts(text: str) -> tuple[int, ...]:
     except ValueError:
         counts = ()
     if not counts or min(counts) < 1:
-        raise argparse.ArgumentTypeError(f"must be worker counts like 1,4,16, got {text!r}")
-    return counts
+        raise argparse.ArgumentTypeError(
+            f"must be a comma-separated list of integers >= 1 like 1,4,16, got {text!r}"
+        )
+    return tuple(dict.fromkeys(counts))
 
 
 class Command(BaseCommand):
@@ -93,37 +126,135 @@ class Command(BaseCommand):
         check.add_argument(
             "--events", type=Path, help="events.jsonl of the run, for its counts (default: none)"
         )
-        bench = sub.add_parser("bench", help="throughput and latency (writes bench/results.md)")
+        bench = sub.add_parser(
+            "bench",
+            help="throughput beside its ceiling, latency, soak, enqueue (writes bench/results.*)",
+        )
+        self._effect_arguments(bench)
+        self._bench_arguments(bench)
+
+    @staticmethod
+    def _bench_arguments(bench):
         default = "(default: %(default)s)"
-        bench.add_argument(
+        add = bench.add_argument
+        add(
             "--workers",
             dest="bench_workers",
+            metavar="W[,W...]",
+            type=_counts,
+            default=(1, 2, 4),
+            help="worker processes, a list: every workers x concurrency pair is a row "
+            "(default: 1,2,4)",
+        )
+        add(
+            "--concurrency",
+            dest="bench_concurrency",
+            metavar="C[,C...]",
             type=_counts,
             default=(1, 4, 16),
-            help="worker counts, one row each (default: 1,4,16)",
+            help="each worker's slots, a list; also the ceiling's claim batch (default: 1,4,16)",
         )
-        bench.add_argument(
-            "--tasks", dest="bench_tasks", type=_positive_int, default=3000, help=default
+        add(
+            "--kind",
+            dest="bench_kinds",
+            metavar="KIND[,KIND]",
+            type=_kinds,
+            default=KINDS,
+            help="task kinds of the full-backlog rows, a list of noop and effect; effect goes "
+            "through a real effect service on EFFECT_DATABASE_URL (default: noop,effect)",
         )
-        bench.add_argument(
+        add(
+            "--tasks",
+            dest="bench_tasks",
+            type=_positive_int,
+            default=5000,
+            help="noop tasks per full-backlog run and per ceiling run " + default,
+        )
+        add(
+            "--effect-tasks",
+            type=_positive_int,
+            default=2000,
+            help="effect tasks per full-backlog run " + default,
+        )
+        add(
+            "--runs",
+            type=_positive_int,
+            default=2,
+            help="runs per row; rows show the median " + default,
+        )
+        add(
+            "--no-ceiling",
+            action="store_true",
+            help="skip the bare claim-and-ack loop beside each row (default: measure it)",
+        )
+        add(
             "--rate",
+            type=_non_negative_float,
+            default=300.0,
+            help="offered-load row: tasks per second, 0 for none " + default,
+        )
+        add("--rate-tasks", type=_positive_int, default=3000, help=default)
+        add("--rate-workers", type=_positive_int, default=1, help=default)
+        add("--rate-concurrency", type=_positive_int, default=4, help=default)
+        add(
+            "--soak",
+            type=_positive_int,
+            nargs="?",
+            const=SOAK_DEFAULT,
+            metavar="N",
+            help=f"soak row: one backlog of N tasks, first and last tenth compared (N default: "
+            f"{SOAK_DEFAULT}; without --soak: no soak)",
+        )
+        add("--soak-workers", type=_positive_int, default=1, help=default)
+        add(
+            "--soak-concurrency",
+            type=_positive_int,
+            help="(default: the largest of --concurrency)",
+        )
+        add(
+            "--enqueue-single",
+            type=_non_negative_int,
+            default=5000,
+            help="one-at-a-time enqueues timed, 0 for none " + default,
+        )
+        add(
+            "--enqueue-bulk",
+            type=_non_negative_int,
+            default=200000,
+            help="tasks enqueued in batches of 10 000 and timed, 0 for none " + default,
+        )
+        add("--payload-bytes", type=_non_negative_int, default=100, help=default)
+        add("--lease-ttl-secs", dest="bench_ttl", type=_positive_float, default=30, help=default)
+        add(
+            "--pool-size",
+            type=_positive_int,
+            help="each worker's PostgreSQL pool (default and minimum: concurrency + 2)",
+        )
+        add(
+            "--timeout-secs",
+            dest="bench_timeout",
             type=_positive_float,
-            help="offer tasks at R per second (default: all at once)",
+            default=120.0,
+            help="give up a drain when no task finished for this long " + default,
         )
-        bench.add_argument(
-            "--concurrency", dest="bench_concurrency", type=_positive_int, default=4, help=default
-        )
-        bench.add_argument("--payload-bytes", type=int, default=100, help=default)
-        bench.add_argument(
-            "--lease-ttl-secs", dest="bench_ttl", type=_positive_float, default=30, help=default
-        )
-        bench.add_argument("--pool-size", type=int, default=6, help=default)
-        bench.add_argument(
+        add(
             "--out",
             type=Path,
             default=Path(settings.BASE_DIR) / "bench" / "results.md",
-            help="(default: bench/results.md)",
+            help="the results text (default: bench/results.md)",
         )
+        add(
+            "--json",
+            dest="bench_json",
+            type=Path,
+            help="the results as JSON (default: results.json beside --out)",
+        )
+        add(
+            "--plot",
+            type=Path,
+            help="the figure, a PNG (default: throughput.png beside --out)",
+        )
+        add("--no-plot", action="store_true", help="write no figure (no matplotlib needed)")
 
     @staticmethod
     def _run_arguments(parser, *, seed: bool = True):
@@ -273,13 +404,30 @@ class Command(BaseCommand):
         Bench(
             BenchOptions(
                 workers=options["bench_workers"],
-                tasks=options["bench_tasks"],
-                rate=options["rate"],
                 concurrency=options["bench_concurrency"],
+                kinds=options["bench_kinds"],
+                tasks=options["bench_tasks"],
+                effect_tasks=options["effect_tasks"],
+                runs=options["runs"],
+                ceiling=not options["no_ceiling"],
+                rate=options["rate"] or None,
+                rate_tasks=options["rate_tasks"],
+                rate_workers=options["rate_workers"],
+                rate_concurrency=options["rate_concurrency"],
+                soak=options["soak"],
+                soak_workers=options["soak_workers"],
+                soak_concurrency=options["soak_concurrency"],
+                enqueue_single=options["enqueue_single"],
+                enqueue_bulk=options["enqueue_bulk"],
                 payload_bytes=options["payload_bytes"],
                 lease_ttl=options["bench_ttl"],
                 pool_size=options["pool_size"],
+                timeout=options["bench_timeout"],
                 out=options["out"],
+                json_path=options["bench_json"],
+                plot=options["plot"],
+                no_plot=options["no_plot"],
+                effect_database_url=options["effect_database_url"],
             ),
             say=self._say,
         ).run()

@@ -37,28 +37,34 @@ def measure_enqueue(
 
     Each of the ``runs`` rounds measures both; the figures are the medians over the rounds.
     ``keyed`` gives every task an idempotency key (the dedup path). Returns
-    ``{"single_per_s", "bulk_per_s", "single_runs", "bulk_runs", "single", "bulk", "batch",
+    ``{"single_per_s", "bulk_per_s", "single_secs", "bulk_secs", "single_runs", "bulk_runs", "single", "bulk", "batch",
     "payload_bytes", "keyed"}``, the ``*_runs`` being every round's figure. The bench queue
-    is emptied before each measurement and after the last.
+    is emptied before each measurement and after the last. A count of 0 skips that
+    measurement (its rate and seconds read 0.0).
     """
-    if min(single, bulk, batch, runs) < 1:
+    if min(single, bulk) < 0 or min(batch, runs) < 1 or single + bulk == 0:
         raise ValueError(
-            f"single, bulk, batch and runs must be >= 1, got {single}, {bulk}, {batch}, {runs}"
+            "single and bulk must be >= 0 (0: not measured) and not both 0, batch and runs"
+            f" >= 1; got single={single}, bulk={bulk}, batch={batch}, runs={runs}"
         )
     pad = "x" * payload_bytes
     single_runs, bulk_runs = [], []
     try:
         for round_ in range(runs):
             tag = f"{time.time_ns()}-{round_}"
-            empty_queue(queue)
-            single_runs.append(_time_single(single, queue, pad, keyed and f"s{tag}"))
-            empty_queue(queue)
-            bulk_runs.append(_time_bulk(bulk, batch, queue, pad, keyed and f"b{tag}"))
+            if single:
+                empty_queue(queue)
+                single_runs.append(_time_single(single, queue, pad, keyed and f"s{tag}"))
+            if bulk:
+                empty_queue(queue)
+                bulk_runs.append(_time_bulk(bulk, batch, queue, pad, keyed and f"b{tag}"))
     finally:
         empty_queue(queue)
     return {
-        "single_per_s": statistics.median(single_runs),
-        "bulk_per_s": statistics.median(bulk_runs),
+        "single_per_s": _median(single_runs),
+        "bulk_per_s": _median(bulk_runs),
+        "single_secs": round(single / _median(single_runs), 3) if single else 0.0,
+        "bulk_secs": round(bulk / _median(bulk_runs), 3) if bulk else 0.0,
         "single_runs": single_runs,
         "bulk_runs": bulk_runs,
         "single": single,
@@ -67,6 +73,11 @@ def measure_enqueue(
         "payload_bytes": payload_bytes,
         "keyed": keyed,
     }
+
+
+def _median(rates: list[float]) -> float:
+    """The median rate of the rounds; 0.0 for a measurement that was not asked for."""
+    return statistics.median(rates) if rates else 0.0
 
 
 def empty_queue(queue: str) -> None:

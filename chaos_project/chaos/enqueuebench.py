@@ -38,8 +38,9 @@ def measure_enqueue(
     Each of the ``runs`` rounds measures both; the figures are the medians over the rounds.
     ``keyed`` gives every task an idempotency key (the dedup path). Returns
     ``{"single_per_s", "bulk_per_s", "single_secs", "bulk_secs", "single_runs", "bulk_runs",
-    "single", "bulk", "batch", "payload_bytes", "keyed"}``, the ``*_runs`` being every round's figure. The bench queue
-    is emptied before each measurement and after the last. A count of 0 skips that
+    "single", "bulk", "batch", "payload_bytes", "keyed"}``, the ``*_runs`` being every round's
+    figure. The bench queue is emptied before each measurement and after the last. A count of
+    0 skips that
     measurement (its rate and seconds read 0.0).
     """
     if min(single, bulk) < 0 or min(batch, runs) < 1 or single + bulk == 0:

@@ -392,6 +392,12 @@ class Bench:
     def _insert(self, items: list[dict]) -> None:
         for first in range(0, len(items), INSERT_BATCH):
             enqueue_many(items[first : first + INSERT_BATCH], using="default")
+        # The workers' statements are planned from the table's statistics. Left as they were
+        # before the insert (autovacuum is off on some servers, and slow to start on all), the
+        # planner finds a settled row by id through the partial claim index instead of the
+        # primary key: measured at 14 ms a row, and a 500 000-task soak at ~80 task/s.
+        with connections["default"].cursor() as cursor:
+            cursor.execute(queries.BENCH_ANALYZE)
 
     def _empty(self, *, vacuum: bool = False) -> None:
         """Delete the queue's tasks; with ``vacuum``, also reclaim them (and every earlier

@@ -8,19 +8,16 @@ chunks too; the staging table never carries rows from one call into the next.
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
-from django.db import connections, transaction
+from django.db import transaction
 
 from rivet.errors import IdempotencyMismatch
 from rivet.stores import postgres
 from rivet.stores.postgres import PostgresStore
-from rivet.validation import build_spec
-from rivet.values import TaskSpec
+from tests.integration.pg_kit import on_other_connection, spec
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -46,20 +43,6 @@ def store() -> Iterator[PostgresStore]:
 @pytest.fixture
 def queue() -> str:
     return f"copy-{uuid.uuid4().hex[:12]}"
-
-
-def spec(queue: str, kind: str = "pg.noop", **fields: Any) -> TaskSpec:
-    return build_spec(queue=queue, kind=kind, **fields)
-
-
-def on_other_connection(work: Callable[[], Any]) -> Any:
-    """Run ``work`` on a thread of its own, hence on a database connection of its own."""
-    outcome: list[Any] = []
-    thread = threading.Thread(target=lambda: (outcome.append(work()), connections.close_all()))
-    thread.start()
-    thread.join(timeout=60)
-    assert outcome, "the work on the other connection failed or did not finish"
-    return outcome[0]
 
 
 def test_keyed_duplicates_inside_one_batch_share_the_first_task(store, queue) -> None:

@@ -9,20 +9,20 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group
-from django.db import DatabaseError, connection, connections, transaction
+from django.db import DatabaseError, connection, transaction
 
 from rivet.decisions import failed
 from rivet.errors import IdempotencyMismatch, StoreError
 from rivet.models import FencedWrite
 from rivet.stores.postgres import BULK_CHUNK, QUERIES, SETTLE_COLUMNS, PostgresStore
-from rivet.validation import build_spec
 from rivet.values import Lease, Settled, TaskSpec
+from tests.integration.pg_kit import on_other_connection, spec
 
 LONG_WAIT = 60.0  # an upper bound for a wake-up that must come; never reached when it works
 SHORT_WAIT = 0.3  # how long to wait for a wake-up that must not come
@@ -42,31 +42,6 @@ def store() -> Iterator[PostgresStore]:
 @pytest.fixture
 def queue() -> str:
     return f"pg-{uuid.uuid4().hex[:12]}"
-
-
-def spec(queue: str, kind: str = "pg.noop", **fields: Any) -> TaskSpec:
-    return build_spec(queue=queue, kind=kind, **fields)
-
-
-def on_other_connection(work: Callable[[], Any]) -> Any:
-    """Run ``work`` on a thread of its own, hence on its own database connection."""
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["value"] = work()
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
-            outcome["error"] = exc
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(timeout=120)
-    assert not thread.is_alive(), "work on the other connection did not finish"
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
 
 
 def shift_back(secs: float) -> None:

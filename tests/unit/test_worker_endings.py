@@ -7,25 +7,12 @@ from __future__ import annotations
 
 import threading
 
-import pytest
-
 import rivet
 from rivet import signals
 from rivet.errors import Permanent
-from rivet.jobs import JobContext, JobRegistry, job
-from rivet.stores.memory import FakeClock, MemoryStore
+from rivet.jobs import JobContext, job
 from rivet.values import CANCELLED_SUFFIX, PERMANENT_SUFFIX, CancelOutcome
 from tests.unit.worker_kit import Background, enqueue, make_worker, wait_until
-
-
-@pytest.fixture
-def store() -> MemoryStore:
-    return MemoryStore(clock=FakeClock())
-
-
-@pytest.fixture
-def jobs() -> JobRegistry:
-    return JobRegistry()
 
 
 def test_a_permanent_failure_is_buried_at_once_and_runs_the_failed_hook(store, jobs):

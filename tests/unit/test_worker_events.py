@@ -9,26 +9,13 @@ import io
 import json
 import logging
 
-import pytest
-
 from rivet import signals
-from rivet.jobs import JobRegistry, job
+from rivet.jobs import job
 from rivet.logs import configure
-from rivet.stores.memory import FakeClock, MemoryStore
 from tests.unit.worker_kit import (
     enqueue,
     make_worker,
 )
-
-
-@pytest.fixture
-def store() -> MemoryStore:
-    return MemoryStore(clock=FakeClock())
-
-
-@pytest.fixture
-def jobs() -> JobRegistry:
-    return JobRegistry()
 
 
 def test_signals_fire_for_each_attempt(store, jobs):

@@ -8,24 +8,13 @@ from __future__ import annotations
 import pytest
 
 from rivet.failpoints import FailpointConfigError, Failpoints, fires, parse, parse_seed
-from rivet.jobs import JobRegistry, job
-from rivet.stores.memory import FakeClock, MemoryStore
+from rivet.jobs import job
 from tests.unit.worker_kit import (
     Aborted,
     RecordingAbort,
     enqueue,
     make_worker,
 )
-
-
-@pytest.fixture
-def store() -> MemoryStore:
-    return MemoryStore(clock=FakeClock())
-
-
-@pytest.fixture
-def jobs() -> JobRegistry:
-    return JobRegistry()
 
 
 @pytest.mark.parametrize("point", ["after_claim", "after_effect_before_ack"])

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import threading
 
-import pytest
-
 from rivet import signals
 from rivet.decisions import EXPIRED_ERROR
-from rivet.jobs import JobContext, JobRegistry, job
-from rivet.stores.memory import FakeClock, MemoryStore
+from rivet.jobs import JobContext, job
+from rivet.stores.memory import MemoryStore
 from rivet.values import HANDLER_ERROR_SUFFIX
 from rivet.worker import EXIT_ABANDONED
 from tests.unit.worker_kit import (
@@ -23,16 +21,6 @@ from tests.unit.worker_kit import (
     make_worker,
     wait_until,
 )
-
-
-@pytest.fixture
-def store() -> MemoryStore:
-    return MemoryStore(clock=FakeClock())
-
-
-@pytest.fixture
-def jobs() -> JobRegistry:
-    return JobRegistry()
 
 
 def test_heartbeats_keep_a_long_task_leased(store, jobs):

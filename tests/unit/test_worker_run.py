@@ -7,27 +7,14 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
-from rivet.jobs import JobRegistry, job
+from rivet.jobs import job
 from rivet.retry import RetryPolicy
-from rivet.stores.memory import FakeClock, MemoryStore
 from rivet.values import HANDLER_ERROR_SUFFIX
 from tests.unit.worker_kit import (
     Background,
     enqueue,
     make_worker,
 )
-
-
-@pytest.fixture
-def store() -> MemoryStore:
-    return MemoryStore(clock=FakeClock())
-
-
-@pytest.fixture
-def jobs() -> JobRegistry:
-    return JobRegistry()
 
 
 def test_once_runs_every_runnable_task_then_returns(store, jobs):

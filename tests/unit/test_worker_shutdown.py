@@ -7,26 +7,13 @@ from __future__ import annotations
 
 import threading
 
-import pytest
-
-from rivet.jobs import JobRegistry, job
-from rivet.stores.memory import FakeClock, MemoryStore
+from rivet.jobs import job
 from rivet.worker import EXIT_ABANDONED
 from tests.unit.worker_kit import (
     Background,
     enqueue,
     make_worker,
 )
-
-
-@pytest.fixture
-def store() -> MemoryStore:
-    return MemoryStore(clock=FakeClock())
-
-
-@pytest.fixture
-def jobs() -> JobRegistry:
-    return JobRegistry()
 
 
 def test_stop_lets_in_flight_work_finish_and_exits_0(store, jobs):

@@ -16,7 +16,7 @@ help:
 	@echo "make test-matrix  the suite on every supported Python + Django, fresh venv each"
 	@echo "make lint   ruff check, ruff format --check, mypy rivet/, the migration check"
 	@echo "make demo   run the demo on SQLite files in demo/"
-	@echo "make bench  the benchmark: bench/results.md, results.json, throughput.png (BENCH_SOAK, BENCH_ARGS)"
+	@echo "make bench  the benchmark: bench/results.md, results.json, throughput.png (BENCH_SOAK, BENCH_PREFETCH, BENCH_ARGS)"
 	@echo "make clean  remove caches, build output and demo/ (distclean: .venv too)"
 
 venv: $(STAMP)
@@ -62,12 +62,14 @@ demo: venv
 
 # The whole benchmark in one sitting (docs/benchmarking.md): the full-backlog grid with its
 # ceiling, the offered load, a soak of BENCH_SOAK tasks and the enqueue figures, on the server
-# scripts/find_postgres.py finds (as for make test). BENCH_ARGS adds or overrides flags.
+# scripts/find_postgres.py finds (as for make test). Workers run with --prefetch BENCH_PREFETCH
+# (0: claim only into free slots, the worker's default). BENCH_ARGS adds or overrides flags.
 BENCH_SOAK ?= 500000
+BENCH_PREFETCH ?= 16
 BENCH_ARGS ?=
 bench: venv
 	$(VPY) scripts/find_postgres.py run -- \
-		$(VPY) manage.py rivet_chaos bench --soak $(BENCH_SOAK) $(BENCH_ARGS)
+		$(VPY) manage.py rivet_chaos bench --soak $(BENCH_SOAK) --prefetch $(BENCH_PREFETCH) $(BENCH_ARGS)
 
 clean:
 	rm -rf demo build dist .pytest_cache .ruff_cache .nox *.egg-info

@@ -25,6 +25,8 @@ DEFAULTS: dict[str, Any] = {
     "MAX_ERRORS_KEPT": 20,
     "LEASE_TTL_SECS": 30.0,
     "CONCURRENCY": 4,
+    # Claimed tasks a worker may hold waiting for a free slot (0: claim only into free slots).
+    "PREFETCH": 0,
     "RETRY_BACKOFF_SECS": 1.0,
     "RETRY_BACKOFF_CAP_SECS": 300.0,
     # Most connections a worker process holds (its psycopg pool on PostgreSQL).

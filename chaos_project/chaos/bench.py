@@ -6,7 +6,8 @@ What one run measures (each part can be turned off; see docs/benchmarking.md):
 2. full backlog, for every kind x worker count x concurrency: the whole workload inserted,
    then real ``manage.py rivet_worker`` processes drain it; right after each noop
    configuration, its **ceiling**: the same store's claim and settle in a bare loop (no
-   worker) with batch = concurrency and connections = workers (chaos_project/chaos/ceiling.py);
+   worker) with batch = concurrency + prefetch (the most one worker claims at once) and
+   connections = workers (chaos_project/chaos/ceiling.py);
 3. offered load: workers started first, then tasks offered at ``rate`` per second;
 4. soak: one backlog of ``soak`` tasks, its first and last tenth compared.
 
@@ -105,6 +106,8 @@ class BenchOptions:
     payload_bytes: int = 100
     lease_ttl: float = 30.0
     pool_size: int | None = None  # None: concurrency + 2 for each row
+    prefetch: int = 0  # each worker's --prefetch; 0 claims only into free slots
+    task_log_level: str = "info"
     out: Path = field(default_factory=lambda: _base_dir() / "results.md")
     json_path: Path | None = None  # None: results.json beside ``out``
     plot: Path | None = None  # None: throughput.png beside ``out``
@@ -136,11 +139,17 @@ class BenchOptions:
     def pool_for(self, concurrency: int) -> int:
         return max(self.pool_size or 0, concurrency + 2)
 
+    def batch_for(self, concurrency: int) -> int:
+        """The most tasks one worker claims at once: the ceiling's batch."""
+        return concurrency + self.prefetch
+
     def worker_args(self, concurrency: int) -> list[str]:
         return [
             *("--queue", self.queue, "--concurrency", str(concurrency)),
+            *("--prefetch", str(self.prefetch)),
             *("--pool-size", str(self.pool_for(concurrency))),
             *("--lease-ttl-secs", f"{self.lease_ttl:g}", "--log-format", "json"),
+            *("--task-log-level", self.task_log_level),
         ]
 
     def describe(self) -> str:
@@ -159,6 +168,7 @@ class BenchOptions:
             f"enqueue {self.enqueue_single} single, {self.enqueue_bulk} bulk",
             f"payload {self.payload_bytes} bytes, lease {self.lease_ttl:g} s, pool "
             + (f"{self.pool_size}" if self.pool_size else "concurrency + 2"),
+            f"prefetch {self.prefetch}, per-task log lines at {self.task_log_level}",
         ]
         return "; ".join(parts)
 
@@ -177,6 +187,10 @@ class BenchOptions:
             text += f" --soak-concurrency {self.soak_at}"
         if self.pool_size:
             text += f" --pool-size {self.pool_size}"
+        if self.prefetch:
+            text += f" --prefetch {self.prefetch}"
+        if self.task_log_level != "info":
+            text += f" --task-log-level {self.task_log_level}"
         return text + ("" if self.ceiling else " --no-ceiling")
 
 
@@ -353,8 +367,9 @@ class Bench:
             row = self._soak_windows(row)
         return row
 
-    def _ceiling(self, connections_: int, batch: int) -> float:
+    def _ceiling(self, connections_: int, concurrency: int) -> float:
         o = self.options
+        batch = o.batch_for(concurrency)
         self._empty(vacuum=True)
         self._insert(self._workload("noop", o.tasks))
         children = ceiling.start(
@@ -383,7 +398,7 @@ class Bench:
             )
         if self._pending():
             raise BenchError(f"the ceiling loops left {self._pending()} task(s) pending")
-        return self._figures(BACKLOG, "noop", connections_, batch, None, None).throughput
+        return self._figures(BACKLOG, "noop", connections_, concurrency, None, None).throughput
 
     def _workload(self, kind: str, tasks: int) -> list[dict]:
         pad = "x" * self.options.payload_bytes

@@ -406,7 +406,8 @@ def _backlog_table(rows: Sequence[Row]) -> list[str]:
         "",
         "All tasks inserted before the workers start: read throughput. The ceiling is the same "
         "claim and ack statements in a bare loop (no worker) at the same batch size "
-        "(= concurrency) and connections (= workers). Throughput is the median of the runs "
+        "(= concurrency + prefetch: the most one worker claims at once) and connections "
+        "(= workers). Throughput is the median of the runs "
         "(each run in brackets). End to end is mostly the wait in the backlog here.",
         "",
         "| kind | workers | concurrency | done | throughput (runs) | ceiling (runs) | worker / "

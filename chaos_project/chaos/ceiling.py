@@ -1,11 +1,13 @@
-"""The ceiling: the store's own claim and settle statements in a bare loop, with no worker.
+"""The ceiling: the store's own claim and settle statement in a bare loop, with no worker.
 
-Each of ``connections`` forked processes loops: ``task_claim(limit=batch)`` then
-``task_settle([Ack(...) for each claimed task])``, until a claim comes back empty. It calls the
-Store's methods (``resolve_store()``), so the ceiling follows whatever statements the store
-uses: a faster settle makes both the worker and its ceiling faster. No handler, no threads, no
-heartbeat, no logging: what is left is the round trips and the statements, the most a worker
-with that batch size and that many connections could drain.
+Each of ``connections`` forked processes loops on the worker's own store call,
+``task_settle_and_claim``: it acks every task the previous call claimed and claims up to
+``batch`` more in the same call (one statement on PostgreSQL), until a call claims nothing and
+has nothing left to ack. It calls the Store's methods (``resolve_store()``), so the ceiling
+follows whatever statements the store uses: a faster settle makes both the worker and its
+ceiling faster. No handler, no threads, no heartbeat, no logging: what is left is the round
+trips and the statements, the most a worker claiming ``batch`` at a time on that many
+connections could drain.
 """
 
 from __future__ import annotations
@@ -15,23 +17,26 @@ from pathlib import Path
 
 from chaos_project.chaos.pidfd import Child
 from rivet.stores import resolve_store
-from rivet.values import Ack, Lease
+from rivet.values import Ack, Lease, Settled
 
 
 def drain(*, queue: str, batch: int, owner: str, lease_ttl: float) -> int:
-    """Claim up to ``batch`` tasks and ack them all, until the queue has none; how many acked."""
+    """Ack what the last call claimed and claim up to ``batch`` more, in one store call, until
+    the queue has none; how many acked."""
     store = resolve_store()
     acked = 0
+    acks: list[Ack] = []
     while True:
-        claimed = store.task_claim(
-            queues=[queue], owner=owner, limit=batch, lease_ttl=lease_ttl
-        ).claimed
+        flushed = store.task_settle_and_claim(
+            acks, queues=[queue], owner=owner, limit=batch, lease_ttl=lease_ttl
+        )
+        if flushed.claim_error is not None:
+            raise flushed.claim_error
+        acked += sum(1 for settled in flushed.settled if settled is Settled.ACKED)
+        claimed = flushed.batch.claimed
         if not claimed:
             return acked
-        settled = store.task_settle(
-            [Ack(lease=Lease(task_id=c.task_id, epoch=c.epoch, owner=c.owner)) for c in claimed]
-        )
-        acked += len(settled)
+        acks = [Ack(lease=Lease(task_id=c.task_id, epoch=c.epoch, owner=c.owner)) for c in claimed]
 
 
 def start(

@@ -67,6 +67,7 @@ class ChaosOptions:
     lease_ttl: float = 2.0
     queue: str = "chaos"
     concurrency: int = 4
+    prefetch: int = 0
     poison: int = 2
     effect_url: str | None = None
     own_effect_service: bool = False
@@ -85,6 +86,7 @@ class ChaosOptions:
         return [
             *("--queue", self.queue, "--lease-ttl-secs", str(self.lease_ttl)),
             *("--concurrency", str(self.concurrency), "--pool-size", str(self.concurrency + 2)),
+            *("--prefetch", str(self.prefetch)),
             *("--poll-interval", "0.2", "--shutdown-timeout", "5", "--log-format", "json"),
             *("--retry-backoff-secs", "0.05", "--retry-backoff-cap-secs", "0.5"),
         ]

@@ -4,6 +4,10 @@ An attempt has one state (``AttemptState``), moved by the loop thread (returned,
 abandoned) and by the guard thread (stopped). Two things end independently: the handler thread
 returns, and the outcome is settled (written, or left to lapse). The slot is free once the
 handler returned; the attempt is forgotten once both happened (FINISHED).
+
+A claimed task may wait for a handler thread (the worker's prefetch): its lease is held and
+heartbeated from the claim, but its job timeout counts from ``begin``, when a handler thread
+takes it. One stopped before it began is never run.
 """
 
 from __future__ import annotations
@@ -72,7 +76,10 @@ class Attempt:
         # started: the monotonic reading taken before the claim was sent.
         self.lease_deadline = started + lease_ttl
         self.timeout_secs = timeout_secs
-        self.job_deadline = None if timeout_secs is None else started + timeout_secs
+        #: Set by ``begin``: the job timeout counts from when a handler thread takes the task.
+        self.job_deadline: float | None = None
+        #: A handler thread took the attempt (prefetched attempts wait for one).
+        self.began = False
         self.stop_kind: StopKind | None = None
         self.stopped_at: float | None = None
         self.state = AttemptState.RUNNING if definition is not None else AttemptState.RETURNED
@@ -109,6 +116,29 @@ class Attempt:
             self.stop_kind, self.stopped_at = kind, now
             if self.state is AttemptState.RUNNING:
                 self.state = AttemptState.STOPPED
+        self._signal.set(reason)
+        return True
+
+    def begin(self, now: float) -> bool:
+        """On the handler thread, before the handler: False when it was stopped while waiting."""
+        with self._lock:
+            if self.stop_kind is not None:
+                return False
+            self.began = True
+            if self.timeout_secs is not None:
+                self.job_deadline = now + self.timeout_secs
+            return True
+
+    def withdraw(self, kind: StopKind, reason: str, now: float) -> bool:
+        """Stop an attempt no handler thread has taken yet; False when one has (or it stopped).
+
+        A withdrawn attempt is never run: the thread that takes it later skips it.
+        """
+        with self._lock:
+            if self.began or self.stop_kind is not None:
+                return False
+            self.stop_kind, self.stopped_at = kind, now
+            self.state = AttemptState.STOPPED
         self._signal.set(reason)
         return True
 

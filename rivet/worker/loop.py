@@ -3,8 +3,13 @@
 One loop thread claims and settles; one guard thread (``rivet.worker.guard``) heartbeats; on
 PostgreSQL a listener thread turns enqueue notifications (LISTEN) into wake-ups of the loop,
 which otherwise polls every ``poll_interval``; handlers run on a fixed pool of ``concurrency``
-threads started once (``rivet.worker.pool.HandlerPool``). A claim asks for exactly as many tasks
-as there are free slots, so no claimed task waits behind another while its lease runs out.
+threads started once (``rivet.worker.pool.HandlerPool``). A claim asks for as many tasks as
+there are free slots plus ``prefetch``: up to ``prefetch`` claimed tasks wait for a handler
+thread, so a flush that acks a finished task also claims the ones that run next, and a fast
+worker settles and claims many tasks per round trip. A waiting task's lease is heartbeated like
+a running one's; its job timeout counts from when a thread takes it; one stopped while it waits
+(cancelled, fenced, lease lost) is never run. ``prefetch=0``, the default, claims only into
+free slots: no task waits behind a slow handler (the rule DESIGN.md sets; prefetch is opt-in).
 
 Each attempt ends in exactly one store write (or, when the lease cannot be confirmed, none):
 ``rivet.worker.settle`` says which, and queues it. The loop flushes every queued decision and
@@ -21,7 +26,9 @@ if it returns later its slot comes back. When ``max_abandoned`` threads (default
 slots, at least one) are abandoned at once, the worker stops claiming, drains, and exits with
 code 3 so a supervisor restarts it with fresh slots. At shutdown, handlers still running after
 ``shutdown_timeout`` are stopped and abandoned (their leases lapse; the tasks are delivered
-again) and the worker exits with code 3 instead of 0.
+again) and the worker exits with code 3 instead of 0. Prefetched tasks count as in-flight work:
+they run during the drain; those no thread took by ``shutdown_timeout`` are withdrawn, never
+run, and their leases lapse (as after a crash), without counting as abandoned.
 
 Database connections (``pool_size``). Django gives each thread its own connection. On
 PostgreSQL the ``rivet_worker`` command makes them come from one psycopg pool of at most
@@ -47,6 +54,7 @@ from typing import Any
 from django.db import close_old_connections, connections
 
 from rivet import logs, signals
+from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput, UnknownJob
 from rivet.failpoints import Failpoints, active, fired_by
 from rivet.jobs import JobRegistry, registry
@@ -67,6 +75,8 @@ EXIT_OK = 0
 EXIT_STORE_ERROR = 1  # --once could not claim: the database failed
 EXIT_ABANDONED = 3
 LISTEN_SLICE_SECS = 0.5
+#: The outcome a handler thread reports for an attempt stopped before it began: nothing ran.
+NOT_RUN = Outcome()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,6 +112,7 @@ class Worker:
         owner: str | None = None,
         lease_ttl: float = 30.0,
         concurrency: int = 4,
+        prefetch: int | None = None,
         retry_policy: RetryPolicy | None = None,
         pool_size: int = 10,
         poll_interval: float = 1.0,
@@ -122,6 +133,8 @@ class Worker:
         self.owner = owner or default_owner()
         self.lease_ttl = checked("lease_ttl", lease_ttl)
         self.concurrency = checked("concurrency", concurrency)
+        #: Claimed tasks that may wait for a handler thread (None: RIVET['PREFETCH']).
+        self.prefetch = default_prefetch() if prefetch is None else checked("prefetch", prefetch)
         self.retry_policy = retry_policy or RetryPolicy()
         self.pool_size = checked("pool_size", pool_size)
         self.poll_interval = checked("poll_interval", poll_interval)
@@ -180,6 +193,7 @@ class Worker:
             owner=self.owner,
             queues=",".join(self.queues),
             concurrency=self.concurrency,
+            prefetch=self.prefetch,
             lease_ttl=self.lease_ttl,
             pool_size=self.pool_size,
         )
@@ -254,8 +268,14 @@ class Worker:
         while (self._busy() or self.settler.pending) and self.clock() < deadline:
             self._flush(claim=False)
             self._wait_some(min(0.1, max(deadline - self.clock(), 0.0)))
+        now = self.clock()
         for attempt in [a for a in self._running.values() if a.busy]:
-            attempt.stop(StopKind.SHUTDOWN, "worker shutting down", self.clock())
+            if attempt.withdraw(StopKind.SHUTDOWN, "worker shutting down before it ran", now):
+                # Prefetched, never taken by a thread: nothing ran; its lease lapses.
+                self.settler.settle_stopped(attempt)
+                attempt.mark_returned()
+                continue
+            attempt.stop(StopKind.SHUTDOWN, "worker shutting down", now)
             if attempt.owes_decision:
                 self.settler.settle_stopped(attempt)
             self._abandon(attempt)
@@ -281,10 +301,11 @@ class Worker:
 
     def busy_slots(self) -> int:
         """Slots whose handler has not returned; safe to call from another thread (a scrape)."""
-        return sum(1 for a in list(self._running.values()) if a.busy)
+        return sum(1 for a in list(self._running.values()) if a.busy and a.began)
 
     def _free_slots(self) -> int:
-        free = self.concurrency - self._busy()
+        """How many tasks the next claim asks for: free slots and free prefetch room."""
+        free = self.concurrency + self.prefetch - self._busy()
         if self.max_jobs is not None:
             free = min(free, self.max_jobs - self._finished() - self._unsettled())
         return max(free, 0)
@@ -384,6 +405,9 @@ class Worker:
         """On a handler thread: run the handler, hand the outcome to the loop."""
         definition = attempt.definition
         assert definition is not None
+        if not attempt.begin(self.clock()):
+            self._events.put((attempt, NOT_RUN))  # stopped while it waited: never run
+            return
         try:
             send_signal(signals.task_processing, self, attempt)
             if "before_effect" not in fired_by(definition.handler):
@@ -435,7 +459,7 @@ class Worker:
         now = self.clock()
         for attempt in list(self._running.values()):
             late = attempt.stopped_at is not None and now - attempt.stopped_at >= self.lease_ttl
-            if late and attempt.busy:
+            if late and attempt.busy and attempt.began:
                 self._abandon(attempt)
         stuck = sum(1 for a in self._running.values() if a.state is AttemptState.ABANDONED)
         if stuck >= self.max_abandoned and not self._gave_up:
@@ -458,6 +482,11 @@ class Worker:
             logs.task_event(
                 "abandoned", attempt.claimed, logging.WARNING, reason=attempt.stop_reason
             )
+
+
+def default_prefetch() -> int:
+    """RIVET['PREFETCH'] (0 unless set: claim only into free slots, as DESIGN.md has it)."""
+    return checked("prefetch", rivet_settings.PREFETCH)
 
 
 def _summary(stats: WorkerStats) -> dict[str, int]:

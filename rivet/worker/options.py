@@ -20,6 +20,7 @@ from rivet.validation import check_name
 MAX_OWNER_LENGTH = 200  # rivet_task.lease_owner
 # Bounds a typo cannot cross: each is far beyond any sensible value, and named in the message.
 MAX_CONCURRENCY = 1024
+MAX_PREFETCH = 4096
 MAX_POOL_SIZE = 1024
 MAX_PRUNE_BATCH = 100_000
 DAY = 86400.0
@@ -183,7 +184,17 @@ OPTIONS = (
         setting="CONCURRENCY",
         parse=integer_between(1, MAX_CONCURRENCY),
         metavar="N",
-        help="handlers run at once; also the most tasks one claim asks for",
+        help="handlers run at once (one thread each)",
+    ),
+    Option(
+        dest="prefetch",
+        flag="--prefetch",
+        env="RIVET_PREFETCH",
+        setting="PREFETCH",
+        parse=integer_between(0, MAX_PREFETCH),
+        metavar="N",
+        help="claimed tasks that may wait for a free slot, so one round trip settles and "
+        "claims many (default 0: claim only into free slots)",
     ),
     Option(
         dest="retry_backoff",

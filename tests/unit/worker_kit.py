@@ -65,6 +65,7 @@ def make_worker(store: MemoryStore, jobs: JobRegistry, **options) -> Worker:
         "owner": "unit:1",
         "lease_ttl": 5.0,
         "concurrency": 2,
+        "prefetch": 0,  # claims only into free slots; tests/unit/test_worker_prefetch.py waits
         "retry_policy": NO_WAIT,
         "poll_interval": 0.02,
         "shutdown_timeout": 5.0,

@@ -231,6 +231,21 @@ class Command(BaseCommand):
             help="each worker's PostgreSQL pool (default and minimum: concurrency + 2)",
         )
         add(
+            "--prefetch",
+            dest="bench_prefetch",
+            type=_non_negative_int,
+            default=0,
+            help="each worker's --prefetch: claimed tasks that may wait for a slot; the "
+            "ceiling claims concurrency + prefetch at a time " + default,
+        )
+        add(
+            "--task-log-level",
+            dest="bench_task_log_level",
+            choices=("info", "debug"),
+            default="info",
+            help="the workers' --task-log-level: debug leaves the per-task lines out " + default,
+        )
+        add(
             "--timeout-secs",
             dest="bench_timeout",
             type=_positive_float,
@@ -287,6 +302,13 @@ class Command(BaseCommand):
             type=_positive_int,
             default=4,
             help="handlers per worker (default: %(default)s)",
+        )
+        add(
+            "--prefetch",
+            type=_non_negative_int,
+            default=0,
+            help="each worker's --prefetch: claimed tasks that may wait for a slot "
+            "(default: %(default)s)",
         )
         add(
             "--backlog-tasks",
@@ -422,6 +444,8 @@ class Command(BaseCommand):
                 payload_bytes=options["payload_bytes"],
                 lease_ttl=options["bench_ttl"],
                 pool_size=options["pool_size"],
+                prefetch=options["bench_prefetch"],
+                task_log_level=options["bench_task_log_level"],
                 timeout=options["bench_timeout"],
                 out=options["out"],
                 json_path=options["bench_json"],
@@ -452,6 +476,7 @@ def _run_options(options, *, seed: int | None) -> ChaosOptions:
         lease_ttl=options["lease_ttl_secs"],
         queue=options["queue"],
         concurrency=options["concurrency"],
+        prefetch=options["prefetch"],
         poison=options["poison"],
         effect_url=options["effect_url"],
         # effect-restart can only restart a service the harness started itself

@@ -32,6 +32,8 @@ EVENT_ATTR = "rivet_event"
 LIBRARY_EVENTS = {"psycopg.pool": "db_pool", "psycopg": "db_driver", "django.db": "db_django"}
 
 logger = logging.getLogger("rivet.worker")
+#: The line number a record of :func:`event` carries (the function's own, as findCaller gives).
+EVENT_LINE = 0
 #: RIVET['TASK_LOG_LEVEL'] (and --task-log-level) names: the level of routine per-task lines.
 LEVELS = {"info": logging.INFO, "debug": logging.DEBUG}
 
@@ -45,7 +47,15 @@ def event(name: str, level: int = logging.INFO, *, exc_info: bool = False, **fie
     if not logger.isEnabledFor(level):
         return
     extra = {EVENT_ATTR: name, FIELDS_ATTR: fields}
-    logger.log(level, "%s", Line(name, fields), exc_info=exc_info, extra=extra)
+    if exc_info:
+        logger.log(level, "%s", Line(name, fields), exc_info=True, extra=extra)
+        return
+    # What logger.log does, less its walk up the stack for the caller: the caller it would
+    # find is this function anyway, and a busy worker logs two lines a task.
+    record = logger.makeRecord(
+        logger.name, level, __file__, EVENT_LINE, "%s", (Line(name, fields),), None, "event", extra
+    )
+    logger.handle(record)
 
 
 class Line:
@@ -78,8 +88,16 @@ def task_event(name: str, claimed: Any, level: int = logging.INFO, **fields: Any
     event(name, level, **task_fields(claimed), **fields)
 
 
+_second: list[Any] = [None, ""]  # [whole second, its text up to the seconds]
+
+
 def _timestamp(record: logging.LogRecord) -> str:
-    return datetime.fromtimestamp(record.created, tz=UTC).isoformat(timespec="milliseconds")
+    """``2026-01-01T12:00:00.123+00:00``; the part up to the seconds is reused within one."""
+    whole, micros = divmod(round(record.created * 1_000_000), 1_000_000)
+    if _second[0] != whole:
+        text = datetime.fromtimestamp(whole, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _second[0], _second[1] = whole, text
+    return f"{_second[1]}.{micros // 1000:03d}+00:00"
 
 
 class JsonFormatter(logging.Formatter):

@@ -32,8 +32,6 @@ EVENT_ATTR = "rivet_event"
 LIBRARY_EVENTS = {"psycopg.pool": "db_pool", "psycopg": "db_driver", "django.db": "db_django"}
 
 logger = logging.getLogger("rivet.worker")
-#: The line number a record of :func:`event` carries (the function's own, as findCaller gives).
-EVENT_LINE = 0
 #: RIVET['TASK_LOG_LEVEL'] (and --task-log-level) names: the level of routine per-task lines.
 LEVELS = {"info": logging.INFO, "debug": logging.DEBUG}
 
@@ -69,6 +67,10 @@ class Line:
     def __str__(self) -> str:
         pairs = (f"{key}={_text(value)}" for key, value in self.fields.items())
         return " ".join([self.name, *pairs])
+
+
+#: The line number a record of :func:`event` carries: the function's own.
+EVENT_LINE = event.__code__.co_firstlineno
 
 
 def task_fields(claimed: Any) -> dict[str, Any]:

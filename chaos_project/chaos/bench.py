@@ -327,8 +327,9 @@ class Bench:
             )
             if o.ceiling and kind == "noop":
                 ceilings.setdefault(key, []).append(self._ceiling(workers, concurrency))
+                batch = o.batch_for(concurrency)
                 self.progress.step(
-                    f"ceiling, {workers} connection(s) x batch {concurrency}, run {n + 1}: "
+                    f"ceiling, {workers} connection(s) x batch {batch}, run {n + 1}: "
                     f"{ceilings[key][-1]:,.0f}/s"
                 )
         return with_ceiling(median_row(runs), ceilings.get(key, []))

@@ -43,15 +43,6 @@ DATABASES = {
     ),
 }
 
-# Each request of the service takes a connection from a pool (Django's psycopg pool) instead of
-# opening one: a new PostgreSQL connection (a server process forked, authenticated) cost more
-# than the request's own two writes, and capped the service near 200 requests/s on 2 cores.
-# The pool is as large as waitress runs requests at once (--threads, 16 by default).
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
-        "pool", {"min_size": 2, "max_size": env.int("EFFECT_DB_POOL_SIZE", default=16)}
-    )
-
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

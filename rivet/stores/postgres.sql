@@ -11,15 +11,15 @@ WITH inserted AS (
         lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error
     )
     VALUES (
-        %(queue)s, %(kind)s, %(payload)s::jsonb, %(idem_key)s, %(unique_key)s, 'pending', 0,
-        %(max_attempts)s, 0, NULL,
-        coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
-        %(priority)s, now(), now(), ''
+        %(queue)s::text, %(kind)s::text, %(payload)s::jsonb, %(idem_key)s::text,
+        %(unique_key)s::text, 'pending', 0, %(max_attempts)s::integer, 0, NULL,
+        coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
+        %(priority)s::integer, now(), now(), ''
     )
     ON CONFLICT DO NOTHING
     RETURNING id, queue
 )
-SELECT id, pg_notify(%(channel)s, queue)::text AS woken FROM inserted
+SELECT id, pg_notify(%(channel)s::text, queue)::text AS woken FROM inserted
 
 -- name: enqueue_arrays
 -- Insert a small batch from arrays in the order given, skipping rows a key already has; wake
@@ -158,6 +158,8 @@ RETURNING t.id, t.cancel_requested
 -- 1..n are the worker's decisions, later ones the claim's burials); wakes on retries.
 -- It never leases a task it settles, nor one in seen (those a flush's earlier statement settled
 -- or met). With limit 0 (or queue NULL) it only settles; with no decisions it only claims.
+-- ready_us (microseconds since the epoch) orders the leased rows as the claim did; an integer
+-- because parsing a timestamp per row was a visible part of a busy worker's CPU.
 WITH decided_by_worker AS (
     SELECT *
     FROM unnest(
@@ -166,7 +168,9 @@ WITH decided_by_worker AS (
     ) WITH ORDINALITY AS d (task_id, epoch, owner, op, state, result, error, delay, position)
 ),
 picked AS (
-    SELECT id, visible_at AS ready_at, (attempts >= max_attempts OR cancel_requested) AS doomed
+    SELECT
+        id, (extract(epoch FROM visible_at) * 1000000)::bigint AS ready_us,
+        (attempts >= max_attempts OR cancel_requested) AS doomed
     FROM rivet_task
     WHERE state = 'pending' AND queue = %(queue)s::text AND visible_at <= now()
         AND NOT (id = ANY(%(task_ids)s::bigint[])) AND NOT (id = ANY(%(seen)s::bigint[]))
@@ -186,7 +190,7 @@ leased AS (
     WHERE t.id = picked.id AND NOT picked.doomed
     RETURNING
         t.id, t.queue, t.kind, t.payload::text AS payload, t.idem_key, t.attempts,
-        t.max_attempts, t.lease_epoch, t.priority, t.cancel_requested, picked.ready_at
+        t.max_attempts, t.lease_epoch, t.priority, t.cancel_requested, picked.ready_us
 ),
 decided AS (
     SELECT * FROM decided_by_worker
@@ -253,13 +257,23 @@ fenced AS (
 )
 SELECT
     id, queue, kind, payload, idem_key, attempts, max_attempts, lease_epoch, priority,
-    cancel_requested, ready_at, NULL::bigint AS position, NULL::text AS woken
+    cancel_requested, ready_us, NULL::bigint AS position, NULL::text AS woken
 FROM leased
 UNION ALL
 SELECT
     id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, cancelled, NULL, position,
     CASE WHEN state = 'pending' AND delay <= 0 THEN pg_notify(%(channel)s::text, queue)::text END
 FROM applied
+
+-- name: generic_plans
+-- Once per worker connection, before its first prepared settle_claim: prepared statements (only
+-- settle_claim's, one per LIMIT) keep the plan made for them instead of being planned again at
+-- each execution. The plan does not depend on the values: the LIMIT is written in the text.
+SET plan_cache_mode = force_generic_plan
+
+-- name: autovacuum_setting
+-- Whether the server's autovacuum runs (a worker warns at start when it does not).
+SHOW autovacuum
 
 -- name: task_get
 -- One task row by id.

@@ -21,7 +21,7 @@ from rivet.decisions import failed
 from rivet.errors import IdempotencyMismatch, StoreError
 from rivet.models import FencedWrite
 from rivet.stores.postgres import BULK_CHUNK, QUERIES, SETTLE_COLUMNS, PostgresStore
-from rivet.values import Lease, Settled, TaskSpec
+from rivet.values import Ack, Lease, Settled, TaskSpec
 from tests.integration.pg_kit import on_other_connection, spec
 
 LONG_WAIT = 60.0  # an upper bound for a wake-up that must come; never reached when it works
@@ -373,3 +373,112 @@ def test_bulk_enqueue_refuses_a_key_reused_within_the_batch(
         store.task_enqueue_many(specs)
     assert refused.value.idem_key == key
     assert store.task_list(queue=queue) == []
+
+
+# -- the prepared flush statement ------------------------------------------------------------
+
+PREPARED = "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
+
+
+def drain_in_flushes(store: PostgresStore, queue: str, limit: int) -> int:
+    """Ack what each flush claimed in the next one, as a worker does; how many were acked."""
+    acks: list[Ack] = []
+    acked = 0
+    while True:
+        flushed = store.task_settle_and_claim(
+            acks, queues=[queue], owner="w", limit=limit, lease_ttl=30
+        )
+        acked += sum(1 for settled in flushed.settled if settled is Settled.ACKED)
+        if not flushed.batch.claimed:
+            return acked
+        acks = [
+            Ack(lease=Lease(task_id=c.task_id, epoch=c.epoch, owner=c.owner))
+            for c in flushed.batch.claimed
+        ]
+
+
+def prepared() -> list[tuple[str, int, int]]:
+    with connection.cursor() as cursor:
+        cursor.execute(PREPARED)
+        return cursor.fetchall()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_flush_is_prepared_once_per_limit_and_planned_once(
+    store: PostgresStore, queue: str
+) -> None:
+    for _ in range(7):
+        store.task_enqueue(spec(queue))
+    assert drain_in_flushes(store, queue, limit=2) == 7
+    flushes = [row for row in prepared() if "LIMIT 2\n" in row[0]]
+    # one statement text for LIMIT 2 (psycopg prepares it again for other parameter types: an
+    # empty array is sent untyped), each planned once and that plan reused
+    assert flushes and all("%(" not in text for text, _, _ in flushes)
+    assert sum(generic for _, generic, _ in flushes) >= 4
+    assert [custom for _, _, custom in flushes] == [0] * len(flushes)
+    assert plan_cache_mode() == "force_generic_plan"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_producer_connection_prepares_its_enqueue_and_keeps_its_plan_mode(
+    store: PostgresStore, queue: str
+) -> None:
+    connection.close()  # a connection that has run no flush
+    for _ in range(3):
+        store.task_enqueue(spec(queue))
+    (text,) = [row[0] for row in prepared()]
+    assert text.startswith("WITH inserted AS (") and "%(" not in text
+    assert plan_cache_mode() == "auto"  # a web app's connection is left as it was
+
+
+def plan_cache_mode() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW plan_cache_mode")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_prepared_flush_survives_a_table_change_and_new_statistics(
+    store: PostgresStore, queue: str
+) -> None:
+    for _ in range(4):
+        store.task_enqueue(spec(queue))
+    assert drain_in_flushes(store, queue, limit=1) == 4  # prepared and planned on this connection
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE rivet_task ADD COLUMN rivet_test_extra integer")
+        cursor.execute("ANALYZE rivet_task")
+    try:
+        for _ in range(3):
+            store.task_enqueue(spec(queue))
+        assert drain_in_flushes(store, queue, limit=1) == 3
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE rivet_task DROP COLUMN rivet_test_extra")
+    store.task_enqueue(spec(queue))
+    assert drain_in_flushes(store, queue, limit=1) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_behind_a_transaction_pooler_nothing_is_prepared(
+    store: PostgresStore, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DISABLE_SERVER_SIDE_CURSORS, Django's setting for PgBouncer in transaction mode."""
+    connection.close()
+    monkeypatch.setitem(connection.settings_dict, "DISABLE_SERVER_SIDE_CURSORS", True)
+    for _ in range(3):
+        store.task_enqueue(spec(queue))
+    assert drain_in_flushes(store, queue, limit=2) == 3
+    assert prepared() == []
+
+
+@pytest.mark.django_db
+def test_server_warnings_name_autovacuum_when_it_is_off(store: PostgresStore) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW autovacuum")
+        autovacuum = cursor.fetchone()[0]
+    warnings = store.server_warnings()
+    if autovacuum == "off":
+        ((event, note),) = warnings
+        assert event == "autovacuum_off" and "VACUUM rivet_task" in note
+    else:
+        assert warnings == []

@@ -166,5 +166,10 @@ class Store(ABC):
         """Block up to ``timeout`` seconds for an enqueue signal; False when none came."""
         return False
 
+    def server_warnings(self) -> list[tuple[str, str]]:
+        """(event, note) pairs about the database server that a worker should log at start:
+        settings under which the queue degrades (none by default)."""
+        return []
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections the store opened itself."""

@@ -69,7 +69,7 @@ from rivet.worker.options import checked
 from rivet.worker.pool import HandlerPool
 from rivet.worker.process import default_owner
 from rivet.worker.prune import Pruner
-from rivet.worker.settle import Outcome, Settler, send_signal
+from rivet.worker.settle import Outcome, Settler, describe, send_signal
 
 EXIT_OK = 0
 EXIT_STORE_ERROR = 1  # --once could not claim: the database failed
@@ -197,6 +197,7 @@ class Worker:
             lease_ttl=self.lease_ttl,
             pool_size=self.pool_size,
         )
+        self._server_warnings()
         self.guard.start()
         self.handlers.start()
         if self.pruner is not None:
@@ -222,6 +223,17 @@ class Worker:
         logs.flush()
         return stats
 
+    def _server_warnings(self) -> None:
+        """Log what the store finds wrong with the server's settings; never stops the worker."""
+        try:
+            found = self.store.server_warnings()
+        except Exception as exc:  # noqa: BLE001 - a check that fails is only logged
+            close_old_connections()
+            logs.event("server_check_failed", logging.WARNING, error=describe(exc))
+            return
+        for name, note in found:
+            logs.event(name, logging.WARNING, note=note)
+
     def _start_listener(self) -> threading.Thread | None:
         if not self.store.supports_wakeup or self.once:
             return None
@@ -239,8 +251,12 @@ class Worker:
             if self.once and got is None:
                 self._exit_code = EXIT_STORE_ERROR
                 return
-            if self.once and not got and not self._unsettled() and not self._requeued:
-                return
+            if self.once and not got and not self._unsettled():
+                if not self._requeued:
+                    return
+                # A retry just written may be runnable already (no backoff): claim again now,
+                # not a poll interval later, so --once ends with what is runnable at its end.
+                continue
             self._wait()
 
     def _wait(self) -> None:

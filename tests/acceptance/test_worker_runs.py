@@ -51,14 +51,25 @@ def test_fail_tasks_die_after_exactly_max_attempts_with_the_backoff_between(work
 def test_a_failed_attempt_waits_for_its_visible_at_before_it_is_claimed_again(workers):
     ids = [workers.enqueue("fail", max_attempts=3) for _ in range(2)]
     worker = workers.start(
-        "--queue", "demo", "--once", "--retry-backoff-secs", "30", "--retry-backoff-cap-secs", "45"
+        "--queue", "demo", "--once", "--log-format", "json",
+        "--retry-backoff-secs", "30", "--retry-backoff-cap-secs", "45",
     )  # fmt: skip
     assert worker.wait() == 0, worker.log  # --once: nothing was runnable any more
     for task_id in ids:
         task = workers.task(task_id)
-        assert (task.state, task.attempts) == (TaskState.PENDING, 1)
+        claims = [e for e in worker.events("claimed") if e["task"] == task_id]
+        retries = [e for e in worker.events("retry") if e["task"] == task_id]
+        # Full jitter may draw a wait shorter than the run: then the task was claimed again,
+        # but never before its wait was over; the last retry's wait is still ahead of it.
+        assert [e["attempt"] for e in claims] == list(range(1, task.attempts + 1))
+        assert len(retries) == task.attempts < 3
+        for retry, next_claim in zip(retries, claims[1:], strict=False):
+            waited = seconds_between(retry["ts"], next_claim["ts"])
+            assert waited >= retry["retry_in"] - 0.05, (retry, next_claim)
+        assert task.state == TaskState.PENDING
         wait = (task.visible_at - task.updated_at).total_seconds()  # both written by the server
-        assert 0 < wait <= 45  # min(cap, backoff * 2**1)
+        assert wait == pytest.approx(retries[-1]["retry_in"], abs=0.002)
+        assert 0 <= wait <= 45  # min(cap, backoff * 2**attempts)
 
 
 def seconds_between(earlier: str, later: str) -> float:

@@ -21,7 +21,10 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
+from json.encoder import encode_basestring_ascii as _quote
 from typing import Any, TextIO
 
 LOG_FORMATS = ("text", "json")
@@ -42,8 +45,18 @@ def event(name: str, level: int = logging.INFO, *, exc_info: bool = False, **fie
     The message itself is the text line, so any handler (Django's LOGGING included) shows the
     fields; the JSON formatter reads the event name and fields from the record instead.
     """
-    if not logger.isEnabledFor(level):
-        return
+    if logger.isEnabledFor(level):
+        _emit(name, level, fields, exc_info)
+
+
+def _emit(name: str, level: int, fields: dict[str, Any], exc_info: bool = False) -> None:
+    """Write an enabled event: straight into rivet's handler when nothing else could see it,
+    else as a record through logging."""
+    if not exc_info:
+        handler = _direct_handler(level)
+        if handler is not None:
+            handler.emit_event(level, name, fields)
+            return
     extra = {EVENT_ATTR: name, FIELDS_ATTR: fields}
     if exc_info:
         logger.log(level, "%s", Line(name, fields), exc_info=True, extra=extra)
@@ -56,6 +69,33 @@ def event(name: str, level: int = logging.INFO, *, exc_info: bool = False, **fie
     logger.handle(record)
 
 
+_root = logging.getLogger("rivet")
+
+
+def _direct_handler(level: int) -> LineHandler | None:
+    """The handler an event can be written to without a LogRecord, or None.
+
+    That is the case when :func:`configure`'s handler is the only place the line could go:
+    the only handler on ``rivet``, with rivet's own formatter, and no filter or other handler
+    anywhere on the way that could see, change or drop the record. Anything else (Django's
+    LOGGING, a test's handler, a filter) gets the record through logging as usual.
+    """
+    if logger.handlers or logger.filters or not logger.propagate:
+        return None
+    handlers = _root.handlers
+    if len(handlers) != 1 or _root.filters or _root.propagate:
+        return None
+    handler = handlers[0]
+    if (
+        type(handler) is not LineHandler
+        or handler.filters
+        or level < handler.level
+        or type(handler.formatter) not in DIRECT_FORMATS
+    ):
+        return None
+    return handler
+
+
 class Line:
     """An event's text line, built only if a handler formats the message (JSON does not)."""
 
@@ -65,8 +105,10 @@ class Line:
         self.name, self.fields = name, fields
 
     def __str__(self) -> str:
-        pairs = (f"{key}={_text(value)}" for key, value in self.fields.items())
-        return " ".join([self.name, *pairs])
+        text = self.name
+        for key, value in self.fields.items():
+            text += f" {key}={value}" if type(value) is int else f" {key}={_text(value)}"
+        return text
 
 
 #: The line number a record of :func:`event` carries: the function's own.
@@ -87,19 +129,31 @@ def task_fields(claimed: Any) -> dict[str, Any]:
 
 def task_event(name: str, claimed: Any, level: int = logging.INFO, **fields: Any) -> None:
     """Log a state change of one task."""
-    event(name, level, **task_fields(claimed), **fields)
+    if not logger.isEnabledFor(level):
+        return  # before the fields are gathered: a routine line below the level costs this
+    line = task_fields(claimed)
+    if fields:
+        line.update(fields)
+    _emit(name, level, line)
 
 
-_second: list[Any] = [None, ""]  # [whole second, its text up to the seconds]
+_stamp: list[Any] = [None, None, ""]  # [whole second, its text, [millisecond, whole stamp]]
 
 
-def _timestamp(record: logging.LogRecord) -> str:
-    """``2026-01-01T12:00:00.123+00:00``; the part up to the seconds is reused within one."""
-    whole, micros = divmod(round(record.created * 1_000_000), 1_000_000)
-    if _second[0] != whole:
-        text = datetime.fromtimestamp(whole, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
-        _second[0], _second[1] = whole, text
-    return f"{_second[1]}.{micros // 1000:03d}+00:00"
+def _timestamp(created: float) -> str:
+    """``2026-01-01T12:00:00.123+00:00``; reused within the same millisecond, and the part up
+    to the seconds within the same second (a busy worker writes several lines a millisecond)."""
+    millis = int(created * 1000)
+    last = _stamp[2]
+    if last and last[0] == millis:
+        return last[1]
+    whole, part = divmod(millis, 1000)
+    if _stamp[0] != whole:
+        _stamp[0] = whole
+        _stamp[1] = datetime.fromtimestamp(whole, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    text = f"{_stamp[1]}.{part:03d}+00:00"
+    _stamp[2] = (millis, text)
+    return text
 
 
 class JsonFormatter(logging.Formatter):
@@ -107,7 +161,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
-            "ts": _timestamp(record),
+            "ts": _timestamp(record.created),
             "level": record.levelname.lower(),
             "event": getattr(record, EVENT_ATTR, None) or library_event(record.name),
             "logger": record.name,
@@ -124,10 +178,48 @@ class TextFormatter(logging.Formatter):
     """``ts LEVEL event key=value ...``: readable, and still one line per event."""
 
     def format(self, record: logging.LogRecord) -> str:
-        text = f"{_timestamp(record)} {record.levelname} {record.getMessage()}"
+        text = f"{_timestamp(record.created)} {record.levelname} {record.getMessage()}"
         if record.exc_info:
             text += "\n" + self.formatException(record.exc_info)
         return text
+
+
+def _direct_json(created: float, level: int, name: str, fields: dict[str, Any]) -> str:
+    """What JsonFormatter writes for an event (the same text), without a LogRecord.
+
+    Built by hand for the usual field types (int, str): json.dumps of the whole dict was most
+    of a line's cost; anything else goes through json.dumps as the formatter would.
+    """
+    text = (
+        f'{{"ts": "{_timestamp(created)}", "level": "{_level_name(level).lower()}", '
+        f'"event": {_quote(name)}, "logger": "{logger.name}"'
+    )
+    for key, value in fields.items():
+        kind = type(value)
+        if kind is int:
+            text += f", {_quote(key)}: {value}"
+        elif kind is str:
+            text += f", {_quote(key)}: {_quote(value)}"
+        else:
+            text += f", {_quote(key)}: {json.dumps(value, default=str)}"
+    return text + "}"
+
+
+def _direct_text(created: float, level: int, name: str, fields: dict[str, Any]) -> str:
+    """What TextFormatter writes for an event, without a LogRecord."""
+    return f"{_timestamp(created)} {_level_name(level)} {Line(name, fields)}"
+
+
+def _level_name(level: int) -> str:
+    return _LEVEL_NAMES.get(level) or logging.getLevelName(level)
+
+
+_LEVEL_NAMES = {level: logging.getLevelName(level) for level in (10, 20, 30, 40, 50)}
+#: The formatters whose lines an event can be written in directly, and how.
+DIRECT_FORMATS: dict[type, Callable[[float, int, str, dict[str, Any]], str]] = {
+    JsonFormatter: _direct_json,
+    TextFormatter: _direct_text,
+}
 
 
 def library_event(logger_name: str) -> str:
@@ -139,8 +231,12 @@ def library_event(logger_name: str) -> str:
 
 
 def _text(value: Any) -> str:
-    text = str(value)
-    return json.dumps(text) if (" " in text or not text) else text
+    """A value as one token: quoted (JSON) if it is empty, has a space, a quote or anything
+    unprintable, so a value can never break the line or run into the next field."""
+    text = value if type(value) is str else str(value)
+    if text and text.isprintable() and " " not in text and '"' not in text:
+        return text
+    return json.dumps(text)
 
 
 class LineHandler(logging.StreamHandler):
@@ -167,6 +263,18 @@ class LineHandler(logging.StreamHandler):
         if record.levelno >= logging.WARNING or len(self._lines) >= self.BATCH_LINES:
             self._write()
 
+    def emit_event(self, level: int, name: str, fields: dict[str, Any]) -> None:
+        """Write an event's line as :meth:`emit` would, from the event without a LogRecord.
+
+        Building a LogRecord (clock, thread, process, the logger's lookups) and passing it
+        through the handler chain cost a busy worker more than the line itself.
+        """
+        line = DIRECT_FORMATS[type(self.formatter)](time.time(), level, name, fields)
+        with self.lock:  # type: ignore[union-attr]
+            self._lines.append(line)
+            if level >= logging.WARNING or len(self._lines) >= self.BATCH_LINES:
+                self._write()
+
     def flush(self) -> None:
         with self.lock:  # type: ignore[union-attr]
             self._write()
@@ -191,6 +299,7 @@ def configure(log_format: str = "text", *, stream: TextIO | None = None) -> logg
     handler = LineHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     root = logging.getLogger("rivet")
+    flush()  # the lines the handler being replaced still holds
     root.handlers = [handler]
     root.propagate = False
     if root.level == logging.NOTSET:

@@ -43,6 +43,15 @@ DATABASES = {
     ),
 }
 
+# On PostgreSQL each waitress thread keeps its connection from one request to the next (checked
+# with one round trip at the start of a request, and opened again if the server dropped it):
+# opening one per request (a server process forked and authenticated) cost more than the
+# request's own writes. A database that is gone still answers the request with the 503 that
+# names it, because the check reconnects and fails the way a first connection does.
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    DATABASES["default"]["CONN_MAX_AGE"] = env.int("EFFECT_CONN_MAX_AGE", default=300)
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

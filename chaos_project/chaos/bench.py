@@ -61,10 +61,13 @@ from chaos_project.chaos.enqueuebench import measure_enqueue
 from chaos_project.chaos.pidfd import Child, require_pidfd
 from chaos_project.services import MANAGE_PY, EffectService, database_url, free_port, worker_env
 from rivet.errors import RivetError
-from rivet.producer import enqueue_many
+from rivet.producer import enqueue, enqueue_many
+from rivet.stores.postgres import PostgresStore
 
 READY_TIMEOUT_SECS = 120.0
 STOP_TIMEOUT_SECS = 30.0
+#: Seconds between the soak's VACUUMs on a server whose autovacuum is off.
+SOAK_VACUUM_SECS = 10.0
 #: Rows per enqueue_many while a backlog is inserted.
 INSERT_BATCH = 10000
 #: Seconds between progress lines while a long drain runs.
@@ -100,6 +103,9 @@ class BenchOptions:
     soak: int | None = None
     soak_workers: int = 1
     soak_concurrency: int | None = None  # None: the largest of ``concurrency``
+    #: During the soak, VACUUM rivet_task every this many seconds; None: SOAK_VACUUM_SECS when
+    #: the server's autovacuum is off (nothing else would), never when it is on; 0: never.
+    soak_vacuum_secs: float | None = None
     enqueue_single: int = 5000
     enqueue_bulk: int = 200000
     ceiling: bool = True
@@ -185,6 +191,8 @@ class BenchOptions:
         if self.soak:
             text += f" --soak {self.soak} --soak-workers {self.soak_workers}"
             text += f" --soak-concurrency {self.soak_at}"
+            if self.soak_vacuum_secs is not None:
+                text += f" --soak-vacuum-secs {self.soak_vacuum_secs:g}"
         if self.pool_size:
             text += f" --pool-size {self.pool_size}"
         if self.prefetch:
@@ -219,6 +227,8 @@ class Bench:
         self.log_dir = Path(".")
         self.effect_url = ""
         self.busy: float | None = None
+        self.soak_vacuum = 0.0
+        self.soak_vacuums = 0
         self.progress = _Progress(total=self._steps(), say=say)
 
     def _steps(self) -> int:
@@ -247,6 +257,9 @@ class Bench:
             require_matplotlib()
         self._migrate()
         setup = describe_setup(self.options)
+        if self.options.soak:
+            self.soak_vacuum = self._soak_vacuum_every()
+            setup.append(("soak vacuum", self._soak_vacuum_note()))
         self.busy = busy_load()
         for label, value in setup:
             self.say(f"{label}: {value}")
@@ -305,7 +318,8 @@ class Bench:
             rows.append(soak)
             self.progress.step(
                 f"soak of {o.soak}: {soak.throughput:,.0f}/s, last tenth "
-                f"{soak.soak_ratio or 0:.0%} of the first"
+                f"{soak.soak_ratio or 0:.0%} of the first, {self.soak_vacuums} VACUUM(s) by the "
+                "bench meanwhile"
             )
         return enqueue, rows
 
@@ -358,7 +372,12 @@ class Bench:
             self._warm_up(kind, count * concurrency * WARM_UP_PER_SLOT, workers)
             self._offer(items, rate, workers)
         try:
-            self._wait_drained(workers, tasks, f"{mode} {kind} {count}x{concurrency}")
+            self._wait_drained(
+                workers,
+                tasks,
+                f"{mode} {kind} {count}x{concurrency}",
+                vacuum_every=self.soak_vacuum if mode == SOAK else 0.0,
+            )
             rss = max((peak_rss_mb(w.pid) or 0.0) for w in workers) or None
         finally:
             for worker in workers:
@@ -367,6 +386,22 @@ class Bench:
         if mode == SOAK:
             row = self._soak_windows(row)
         return row
+
+    def _soak_vacuum_every(self) -> float:
+        """Seconds between the soak's VACUUMs (0: none), from the option or the server."""
+        if self.options.soak_vacuum_secs is not None:
+            return self.options.soak_vacuum_secs
+        warnings = PostgresStore(using="default").server_warnings()  # what a worker would log
+        return SOAK_VACUUM_SECS if any(name == "autovacuum_off" for name, _ in warnings) else 0.0
+
+    def _soak_vacuum_note(self) -> str:
+        if not self.soak_vacuum:
+            return "none by the bench (the server's autovacuum, if on, reclaims the dead rows)"
+        return (
+            f"`VACUUM rivet_task` every {self.soak_vacuum:g} s while the soak drains, by the "
+            "bench: this server's autovacuum is off (or --soak-vacuum-secs says so), and "
+            "without a vacuum the claim index fills with dead entries that every claim walks"
+        )
 
     def _ceiling(self, connections_: int, concurrency: int) -> float:
         o = self.options
@@ -487,25 +522,40 @@ class Bench:
         self._empty()
 
     def _offer(self, items: list[dict], rate: float, workers: list[Child]) -> None:
-        """Enqueue on a schedule: item i at i / rate seconds, in small batches as they fall due."""
+        """Enqueue on a schedule: item i at i / rate seconds. Each is sent when it falls due, one
+        at a time with ``enqueue`` (as a web request would); the ones due together, if the
+        producer fell behind, with one ``enqueue_many``."""
         started = time.monotonic()
         sent = 0
         while sent < len(items):
+            wait = started + sent / rate - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)  # until the next item is due, not a fixed tick
             due = min(len(items), int((time.monotonic() - started) * rate) + 1)
-            if due > sent:
-                enqueue_many(items[sent:due], using="default")
-                sent = due
+            if due == sent + 1:
+                enqueue(**items[sent], using="default")
             else:
-                time.sleep(min(0.005, 1 / rate))
+                enqueue_many(items[sent:due], using="default")
+            sent = due
         self._check_alive(workers)
 
-    def _wait_drained(self, workers: list[Child], tasks: int, note: str) -> None:
-        """Until nothing is pending; gives up when nothing finished for ``timeout`` seconds."""
-        started = reported = moved = time.monotonic()
+    def _wait_drained(
+        self, workers: list[Child], tasks: int, note: str, vacuum_every: float = 0.0
+    ) -> None:
+        """Until nothing is pending; gives up when nothing finished for ``timeout`` seconds.
+
+        With ``vacuum_every``, runs ``VACUUM rivet_task`` that often meanwhile (autovacuum's
+        work, on a server where it is off)."""
+        started = reported = moved = vacuumed = time.monotonic()
         last = None
         while pending := self._pending():
             self._check_alive(workers)
             now = time.monotonic()
+            if vacuum_every and now - vacuumed >= vacuum_every:
+                with connections["default"].cursor() as cursor:
+                    cursor.execute(queries.SOAK_VACUUM)
+                vacuumed = now = time.monotonic()
+                self.soak_vacuums += 1
             if pending != last:
                 last, moved = pending, now
             elif now - moved > self.options.timeout:

@@ -4,8 +4,10 @@ writes the results text, the JSON and the plot (small counts: no timing is asser
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
+from django.db import connection
 
 from tests.processes import child_environ, postgres_url
 
@@ -33,6 +35,12 @@ def test_bench_writes_every_mode_with_ceilings_rss_and_the_plot(
     assert "\n## Soak: 300 tasks\n" in text
     assert "- machine: " in text and " cores, " in text
     assert "- PostgreSQL: PostgreSQL " in text
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW autovacuum")
+        autovacuum = cursor.fetchone()[0]
+    # on a server without autovacuum the soak gets the bench's VACUUM, and says so
+    vacuums = "`VACUUM rivet_task` every 10 s" if autovacuum == "off" else "none by the bench"
+    assert f"- soak vacuum: {vacuums}" in text
     assert "[####################] 9/9 " in done.stdout  # the progress bar reached its end
 
     rows = json.loads((tmp_path / "bench" / "results.json").read_text())["rows"]
@@ -55,6 +63,24 @@ def test_bench_writes_every_mode_with_ceilings_rss_and_the_plot(
     assert soak["soak"]["first_10pct"]["tasks"] == soak["soak"]["last_10pct"]["tasks"] == 30
 
     assert (tmp_path / "bench" / "throughput.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_soak_with_a_vacuum_interval_vacuums_while_it_drains(run_manage, tmp_path):
+    out = tmp_path / "results.md"
+    done = run_manage(
+        "rivet_chaos",
+        "bench",
+        *("--workers", "1", "--concurrency", "4", "--kind", "noop", "--tasks", "50"),
+        *("--runs", "1", "--no-ceiling", "--rate", "0", "--enqueue-single", "0"),
+        *("--enqueue-bulk", "1", "--soak", "4000", "--soak-vacuum-secs", "0.05"),
+        *("--out", str(out), "--no-plot"),
+        env=child_environ(postgres_url()),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    vacuums = re.search(r"of the first, (\d+) VACUUM\(s\) by the bench", done.stdout)
+    assert vacuums and int(vacuums[1]) >= 1, done.stdout
+    assert "- soak vacuum: `VACUUM rivet_task` every 0.05 s" in out.read_text()
+    assert "--soak-vacuum-secs 0.05" in out.read_text()
 
 
 def test_bench_without_an_effect_database_says_what_it_needs(run_manage, tmp_path):

@@ -100,6 +100,29 @@ def test_a_missed_throughput_names_the_worker_or_the_statements_from_the_ceiling
     assert met is False and bottleneck.startswith("the effect service's round trip: 18% of")
 
 
+def test_a_missed_enqueue_names_the_statements_or_the_producer_from_the_store_call() -> None:
+    def bulk(**figures: float) -> str:
+        found = {t.name: t for t in targets(rows(), {**ENQUEUE, **figures})}
+        assert found["enqueue, bulk"].met is False
+        return found["enqueue, bulk"].bottleneck
+
+    assert bulk() == "the producer's path: profile it"  # a run from before the store figures
+    assert bulk(bulk_store_per_s=60000.0).startswith("the store's statements: 60,000/s")
+    assert bulk(bulk_store_per_s=125000.0) == (
+        "the producer's Python around the store: the store's own call ran 125,000/s, "
+        "rivet.enqueue_many 40% of it"
+    )
+
+
+def test_the_enqueue_table_shows_the_store_calls_when_measured(tmp_path: Path) -> None:
+    figures = {**ENQUEUE, "single_store_per_s": 5000.0, "bulk_store_per_s": 80000.0}
+    text = render(setup=[], rows=rows(), enqueue=figures, plot=None, out=tmp_path / "r.md")
+    assert "| the store's `task_enqueue`, one task a call | 5000 | 1.00 | 5,000/s |" in text
+    assert "| the store's `task_enqueue_many`, 10000 a call | 200000 | 2.50 | 80,000/s |" in text
+    older = render(setup=[], rows=rows(), enqueue=ENQUEUE, plot=None, out=tmp_path / "o.md")
+    assert "the store's `task_enqueue`" not in older.split("## Enqueue")[1].split("##")[0]
+
+
 def test_a_target_without_its_row_reads_not_measured() -> None:
     found = {t.name: t for t in targets([row(1, 1, 1200.0)], None)}
     assert found["one worker, c=16"].met is None

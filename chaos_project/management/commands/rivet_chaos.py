@@ -212,6 +212,13 @@ class Command(BaseCommand):
             help="(default: the largest of --concurrency)",
         )
         add(
+            "--soak-vacuum-secs",
+            type=_non_negative_float,
+            metavar="SECS",
+            help="during the soak, VACUUM rivet_task every SECS seconds, 0 for never (default: "
+            "10 when the server's autovacuum is off, never when it is on)",
+        )
+        add(
             "--enqueue-single",
             type=_non_negative_int,
             default=5000,
@@ -439,6 +446,7 @@ class Command(BaseCommand):
                 soak=options["soak"],
                 soak_workers=options["soak_workers"],
                 soak_concurrency=options["soak_concurrency"],
+                soak_vacuum_secs=options["soak_vacuum_secs"],
                 enqueue_single=options["enqueue_single"],
                 enqueue_bulk=options["enqueue_bulk"],
                 payload_bytes=options["payload_bytes"],

@@ -25,7 +25,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from django.db import router, transaction
+from django.db import connections, router, transaction
 from django.http import HttpResponse, HttpResponseBase
 from django.http.request import RawPostDataException
 from rest_framework.exceptions import UnsupportedMediaType
@@ -160,9 +160,7 @@ def _run_once(
     try:
         with transaction.atomic(using=db):
             # Blocks here while another transaction holds an uncommitted row for this key.
-            record, created = IdempotencyRecord.objects.using(db).get_or_create(
-                scope=scope, key=key, defaults={"fingerprint": fingerprint}
-            )
+            record, created = _insert_or_get(scope, key, fingerprint, db)
             if not created:
                 if record.fingerprint != fingerprint:
                     raise IdempotencyKeyReused(key)
@@ -174,6 +172,56 @@ def _run_once(
             return _answer(record, replay=False)
     except _Discard as discard:
         return discard.response
+
+
+def _insert_or_get(
+    scope: str, key: str, fingerprint: str, db: str
+) -> tuple[IdempotencyRecord, bool]:
+    """The dedup row for (scope, key), and whether this request inserted it.
+
+    On PostgreSQL and SQLite one ``INSERT ... ON CONFLICT DO NOTHING RETURNING`` does it: it
+    waits on another transaction's uncommitted row for the key as the unique index always made
+    it, then inserts (the other rolled back) or returns nothing (the other committed: its row,
+    with its answer, is read). That is one statement where ``get_or_create`` takes four (read,
+    savepoint, insert, release); other databases get ``get_or_create``.
+    """
+    connection = connections[db]
+    if (
+        connection.vendor not in _UPSERT_VENDORS
+        or not connection.features.can_return_columns_from_insert
+    ):
+        return IdempotencyRecord.objects.using(db).get_or_create(
+            scope=scope, key=key, defaults={"fingerprint": fingerprint}
+        )
+    record = IdempotencyRecord(scope=scope, key=key, fingerprint=fingerprint)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _insert_sql(connection),
+            [scope, key, fingerprint, record.response_content_type, record.response_body],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return IdempotencyRecord.objects.using(db).get(scope=scope, key=key), False
+    record.pk = row[0]
+    record._state.adding = False
+    record._state.db = db
+    return record, True
+
+
+_UPSERT_VENDORS = frozenset({"postgresql", "sqlite"})
+
+
+def _insert_sql(connection) -> str:
+    """The insert of a new dedup row that yields its id, or nothing when the key is taken."""
+    quote = connection.ops.quote_name
+    meta = IdempotencyRecord._meta
+    columns = ["scope", "key", "fingerprint", "response_content_type", "response_body"]
+    names = ", ".join(quote(meta.get_field(name).column) for name in columns)
+    conflict = ", ".join(quote(meta.get_field(name).column) for name in ("scope", "key"))
+    return (
+        f"INSERT INTO {quote(meta.db_table)} ({names}) VALUES ({', '.join(['%s'] * len(columns))})"
+        f" ON CONFLICT ({conflict}) DO NOTHING RETURNING {quote(meta.pk.column)}"
+    )
 
 
 def _store(record: IdempotencyRecord, response: HttpResponseBase, db: str) -> None:

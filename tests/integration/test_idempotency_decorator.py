@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import Group, User
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.response import Response
 from rest_framework.test import APIRequestFactory, force_authenticate
 from rest_framework.views import APIView
 
+from rivet.idempotency import decorators
 from rivet.idempotency.decorators import idempotent
 from rivet.idempotency.models import IdempotencyRecord
 
@@ -62,3 +65,25 @@ def test_a_view_error_is_not_remembered_and_rolls_back_the_dedup_row():
         post("k-2", {"wrong": "field"})
     assert not IdempotencyRecord.objects.filter(key="k-2").exists()
     assert post("k-2", {"name": "c"}).status_code == 201
+
+
+def test_a_new_key_takes_one_statement_on_the_dedup_table_before_the_view():
+    with CaptureQueriesContext(connection) as queries:
+        assert post("k-3", {"name": "d"}).status_code == 201
+    dedup = [q["sql"] for q in queries if IdempotencyRecord._meta.db_table in q["sql"]]
+    assert len(dedup) == 2, dedup  # the insert, then the stored answer
+    assert "ON CONFLICT" in dedup[0] and dedup[1].startswith("UPDATE")
+    record = IdempotencyRecord.objects.get(key="k-3")
+    assert (record.response_status, record.created_at is not None) == (201, True)
+
+
+def test_other_databases_get_get_or_create_with_the_same_answers(monkeypatch):
+    monkeypatch.setattr(decorators, "_UPSERT_VENDORS", frozenset())
+    with CaptureQueriesContext(connection) as queries:
+        first = post("k-4", {"name": "e"})
+    assert not any("ON CONFLICT" in q["sql"] for q in queries)
+    again, other = post("k-4", {"name": "e"}), post("k-4", {"name": "f"})
+    other.render()
+    assert (first.status_code, again.status_code, other.status_code) == (201, 200, 422)
+    assert again.content == first.content
+    assert list(Group.objects.values_list("name", flat=True)) == ["e/anonymous"]

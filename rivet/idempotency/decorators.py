@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db import connections, router, transaction
+from django.db.models import Field
 from django.http import HttpResponse, HttpResponseBase
 from django.http.request import RawPostDataException
 from rest_framework.exceptions import UnsupportedMediaType
@@ -215,13 +216,20 @@ def _insert_sql(connection) -> str:
     """The insert of a new dedup row that yields its id, or nothing when the key is taken."""
     quote = connection.ops.quote_name
     meta = IdempotencyRecord._meta
-    columns = ["scope", "key", "fingerprint", "response_content_type", "response_body"]
-    names = ", ".join(quote(meta.get_field(name).column) for name in columns)
-    conflict = ", ".join(quote(meta.get_field(name).column) for name in ("scope", "key"))
+    fields = ["scope", "key", "fingerprint", "response_content_type", "response_body"]
+    names = ", ".join(quote(_column(name)) for name in fields)
+    conflict = ", ".join(quote(_column(name)) for name in ("scope", "key"))
     return (
-        f"INSERT INTO {quote(meta.db_table)} ({names}) VALUES ({', '.join(['%s'] * len(columns))})"
-        f" ON CONFLICT ({conflict}) DO NOTHING RETURNING {quote(meta.pk.column)}"
+        f"INSERT INTO {quote(meta.db_table)} ({names}) VALUES ({', '.join(['%s'] * len(fields))})"
+        f" ON CONFLICT ({conflict}) DO NOTHING RETURNING {quote(_column('id'))}"
     )
+
+
+def _column(name: str) -> str:
+    field = IdempotencyRecord._meta.get_field(name)
+    if not isinstance(field, Field) or field.column is None:
+        raise TypeError(f"IdempotencyRecord.{name} is not a column")
+    return field.column
 
 
 def _store(record: IdempotencyRecord, response: HttpResponseBase, db: str) -> None:

@@ -256,12 +256,11 @@ class LineHandler(logging.StreamHandler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self._lines.append(self.format(record))
+            line = self.format(record)
         except Exception:
             self.handleError(record)
             return
-        if record.levelno >= logging.WARNING or len(self._lines) >= self.BATCH_LINES:
-            self._write()
+        self._add(line, record.levelno)
 
     def emit_event(self, level: int, name: str, fields: dict[str, Any]) -> None:
         """Write an event's line as :meth:`emit` would, from the event without a LogRecord.
@@ -269,7 +268,10 @@ class LineHandler(logging.StreamHandler):
         Building a LogRecord (clock, thread, process, the logger's lookups) and passing it
         through the handler chain cost a busy worker more than the line itself.
         """
-        line = DIRECT_FORMATS[type(self.formatter)](time.time(), level, name, fields)
+        self._add(DIRECT_FORMATS[type(self.formatter)](time.time(), level, name, fields), level)
+
+    def _add(self, line: str, level: int) -> None:
+        """Hold ``line``; write the held lines now if it is a warning or they are many."""
         with self.lock:  # type: ignore[union-attr]
             self._lines.append(line)
             if level >= logging.WARNING or len(self._lines) >= self.BATCH_LINES:

@@ -197,7 +197,7 @@ def _insert_or_get(
     record = IdempotencyRecord(scope=scope, key=key, fingerprint=fingerprint)
     with connection.cursor() as cursor:
         cursor.execute(
-            _insert_sql(connection),
+            _INSERT_SQL.get(connection.vendor) or _insert_sql(connection),
             [scope, key, fingerprint, record.response_content_type, record.response_body],
         )
         row = cursor.fetchone()
@@ -212,6 +212,10 @@ def _insert_or_get(
 _UPSERT_VENDORS = frozenset({"postgresql", "sqlite"})
 
 
+#: The dedup row's insert by database vendor, built once (it was built on every request).
+_INSERT_SQL: dict[str, str] = {}
+
+
 def _insert_sql(connection) -> str:
     """The insert of a new dedup row that yields its id, or nothing when the key is taken."""
     quote = connection.ops.quote_name
@@ -219,10 +223,12 @@ def _insert_sql(connection) -> str:
     fields = ["scope", "key", "fingerprint", "response_content_type", "response_body"]
     names = ", ".join(quote(_column(name)) for name in fields)
     conflict = ", ".join(quote(_column(name)) for name in ("scope", "key"))
-    return (
+    sql = (
         f"INSERT INTO {quote(meta.db_table)} ({names}) VALUES ({', '.join(['%s'] * len(fields))})"
         f" ON CONFLICT ({conflict}) DO NOTHING RETURNING {quote(_column('id'))}"
     )
+    _INSERT_SQL[connection.vendor] = sql
+    return sql
 
 
 def _column(name: str) -> str:

@@ -397,10 +397,14 @@ def drain_in_flushes(store: PostgresStore, queue: str, limit: int) -> int:
         ]
 
 
-def prepared() -> list[tuple[str, int, int]]:
+def rows(sql: str) -> list[tuple]:
     with connection.cursor() as cursor:
-        cursor.execute(PREPARED)
+        cursor.execute(sql)
         return cursor.fetchall()
+
+
+def prepared() -> list[tuple[str, int, int]]:
+    return rows(PREPARED)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -432,9 +436,7 @@ def test_a_producer_connection_prepares_its_enqueue_and_keeps_its_plan_mode(
 
 
 def plan_cache_mode() -> str:
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW plan_cache_mode")
-        return cursor.fetchone()[0]
+    return rows("SHOW plan_cache_mode")[0][0]
 
 
 @pytest.mark.django_db(transaction=True)

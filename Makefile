@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 NOX_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test test-matrix pytest lint demo bench clean distclean
+.PHONY: help venv test test-matrix pytest lint demo bench screenshots clean distclean
 
 help:
 	@echo "make venv   create .venv and install rivet with every extra and the dev tools"
@@ -17,6 +17,7 @@ help:
 	@echo "make lint   ruff check, ruff format --check, mypy rivet/, the migration check"
 	@echo "make demo   run the demo on SQLite files in demo/"
 	@echo "make bench  the benchmark: bench/results.md, results.json, throughput.png (BENCH_SOAK, BENCH_PREFETCH, BENCH_ARGS)"
+	@echo "make screenshots  the admin's browser tests, saving their screenshots into docs/img/"
 	@echo "make clean  remove caches, build output and demo/ (distclean: .venv too)"
 
 venv: $(STAMP)
@@ -31,15 +32,24 @@ $(STAMP): pyproject.toml
 # Debian's chromium when root with apt-get, else stopping with how to get one).
 # scripts/find_postgres.py chooses the server (DATABASE_URL, .env, Docker, or a throwaway
 # initdb cluster), exports DATABASE_URL and EFFECT_DATABASE_URL, and stops what it started.
+# scripts/tree_unchanged.py fails the run when the suite left the checkout other than it found it.
 test: venv
 	$(VPY) scripts/find_chromium.py >/dev/null
+	$(VPY) scripts/tree_unchanged.py snapshot
 	$(VPY) scripts/find_postgres.py run -- $(VPY) -m pytest $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory lint
+	$(VPY) scripts/tree_unchanged.py check
 
 # Every supported Python + Django pair (noxfile.py), each in a fresh virtualenv under .nox/, on
 # databases named after the cell. nox comes with the test extras; a missing interpreter fails.
 test-matrix: venv
 	$(VENV)/bin/nox $(NOX_ARGS)
+
+# The browser tests with their screenshots kept in docs/img/ (make test keeps them in a temp folder).
+screenshots: venv
+	$(VPY) scripts/find_chromium.py >/dev/null
+	RIVET_SCREENSHOT_DIR=$(CURDIR)/docs/img $(VPY) scripts/find_postgres.py run -- \
+		$(VPY) -m pytest -q tests/acceptance/test_admin_browser.py
 
 # pytest against whatever DATABASE_URL says, without discovery.
 pytest: venv

@@ -49,7 +49,16 @@ def install() -> bool:
         return False
     print("find_chromium: installing Debian's chromium with apt-get", file=sys.stderr)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install_cmd = ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]
+    # Another installer may hold dpkg's lock for a while: wait for it rather than fail.
+    install_cmd = [
+        "apt-get",
+        "-o",
+        "DPkg::Lock::Timeout=300",
+        "install",
+        "-y",
+        "--no-install-recommends",
+        "chromium",
+    ]
     if subprocess.run(install_cmd, env=env, check=False).returncode == 0:
         return True
     subprocess.run(["apt-get", "update"], env=env, check=False)

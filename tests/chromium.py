@@ -5,7 +5,9 @@ database calls from a thread with a running loop. So the browser runs in a threa
 (``in_browser``), and the test's own thread keeps the database: it writes the rows before and
 checks them after. No ``DJANGO_ALLOW_ASYNC_UNSAFE``.
 
-Screenshots go to docs/img/ (the docs show them), or to ``RIVET_SCREENSHOT_DIR``.
+Screenshots go to a temporary folder, so a test run leaves the checkout as it found it;
+``RIVET_SCREENSHOT_DIR`` names a folder to keep them (``make screenshots`` sets it to docs/img/,
+the pictures the docs show).
 """
 
 from __future__ import annotations
@@ -51,8 +53,11 @@ def chromium_path() -> str:
 
 
 @pytest.fixture(scope="session")
-def screenshot_dir() -> Path:
-    folder = Path(os.environ.get("RIVET_SCREENSHOT_DIR") or REPO / "docs" / "img")
+def screenshot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    chosen = os.environ.get("RIVET_SCREENSHOT_DIR")
+    if not chosen:
+        return tmp_path_factory.mktemp("screenshots")
+    folder = Path(chosen)
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput, InvalidName, PayloadTooLarge
+from rivet import tracing
 from rivet.text import unstorable
 from rivet.values import TaskSpec
 
@@ -168,6 +169,7 @@ def build_spec(
         run_at=run_at,
         priority=_check_int("priority", priority, PRIORITY_MIN, PRIORITY_MAX),
         max_attempts=_check_int("max_attempts", attempts, 1, MAX_ATTEMPTS_LIMIT),
+        trace_context=tracing.carrier(),
     )
 
 

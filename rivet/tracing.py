@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing (``pip install 'django-rivet[otel]'``): a task carries its producer's trace.
+"""OpenTelemetry tracing (the `otel` extra): a task carries its producer's trace to each attempt.
 
 rivet uses the OpenTelemetry API only; the host configures the SDK (a tracer provider and an
 exporter) as for any other library. Without the ``opentelemetry-api`` package nothing here

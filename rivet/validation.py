@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from rivet import tracing
 from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput, InvalidName, PayloadTooLarge
-from rivet import tracing
 from rivet.text import unstorable
 from rivet.values import TaskSpec
 

@@ -41,11 +41,15 @@ FAILED_ENDINGS = frozenset({"retried", "dead", "fenced", "lost"})
 #: Endings marked by an event as well as the ``rivet.ending`` attribute.
 EVENT_ENDINGS = {"fenced": "rivet.fenced", "dead": "rivet.dead"}
 
-_api: Any = None  # the opentelemetry modules once looked for: (trace, propagate), or False
+_api: Any = None  # once looked for: see _otel; False when opentelemetry is not installed
 
 
 def _otel() -> Any:
-    """``(trace, propagate)`` from opentelemetry-api, or None when it is not installed."""
+    """``(trace, propagate, tracer)`` from opentelemetry-api, or None when it is not installed.
+
+    The tracer is looked up once: before the host sets its provider it is a proxy that
+    delegates to the provider once there is one.
+    """
     global _api
     if _api is None:
         if importlib.util.find_spec("opentelemetry") is None:
@@ -53,7 +57,7 @@ def _otel() -> Any:
         else:
             from opentelemetry import propagate, trace
 
-            _api = (trace, propagate)
+            _api = (trace, propagate, trace.get_tracer(TRACER_NAME))
     return _api or None
 
 
@@ -65,8 +69,8 @@ def enabled() -> bool:
 def carrier() -> dict[str, str] | None:
     """The current trace context as W3C headers, or None: no current span, or no OpenTelemetry."""
     api = _otel()
-    if api is None:
-        return None
+    if api is None or not api[0].get_current_span().get_span_context().is_valid:
+        return None  # the common case, checked cheaply: enqueue_many asks once per task
     headers: dict[str, str] = {}
     api[1].inject(headers)
     return headers or None
@@ -86,9 +90,8 @@ def server_span(name: str, headers: Mapping[str, str], **attributes: Any) -> Ite
     if api is None:
         yield None
         return
-    trace, propagate = api
+    trace, propagate, tracer = api
     parent = propagate.extract({k.lower(): v for k, v in headers.items()})
-    tracer = trace.get_tracer(TRACER_NAME)
     kind = trace.SpanKind.SERVER
     with tracer.start_as_current_span(name, context=parent, kind=kind) as span:
         span.set_attributes(attributes)
@@ -102,7 +105,7 @@ def span(name: str, **attributes: Any) -> Iterator[Any]:
     if api is None:
         yield None
         return
-    with api[0].get_tracer(TRACER_NAME).start_as_current_span(name) as current:
+    with api[2].start_as_current_span(name) as current:
         current.set_attributes(attributes)
         yield current
 
@@ -168,9 +171,9 @@ def start_attempt(
     api = _otel()
     if api is None:
         return NO_SPAN
-    trace, propagate = api
+    trace, propagate, tracer = api
     parent = propagate.extract(dict(trace_context)) if trace_context else None
-    span = trace.get_tracer(TRACER_NAME).start_span(
+    span = tracer.start_span(
         f"{ATTEMPT_SPAN} {kind}",
         context=parent,
         kind=trace.SpanKind.CONSUMER,

@@ -9,6 +9,8 @@ follows one trace across real processes.
 
 from __future__ import annotations
 
+import sys
+
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -109,3 +111,23 @@ def test_a_fenced_write_is_an_event_on_the_stale_attempts_span(store, jobs, span
     assert event.name == "rivet.fenced"
     assert event.attributes["rivet.op"] == "fail"
     assert event.attributes["rivet.reason"] == "lease lost (fenced)"
+
+
+def test_without_opentelemetry_nothing_is_stored_or_recorded(monkeypatch, store, spans):
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)  # as if not installed
+    monkeypatch.setattr(tracing, "_api", None)  # looked for again
+    with tracer.start_as_current_span("request"):
+        task_id = rivet.enqueue("noop", using=store).task_id
+        headers = {"Accept": "application/json"}
+        tracing.inject(headers)
+    assert store.task_get(task_id).trace_context is None
+    assert headers == {"Accept": "application/json"}
+    assert not tracing.enabled()
+    span = tracing.start_attempt(
+        task_id=task_id, queue="q", kind="noop", attempt=1, epoch=1, trace_context=None
+    )
+    assert span is tracing.NO_SPAN
+    with span.current(), tracing.span("x") as inner:
+        assert inner is None
+    span.end("acked")
+    assert [s.name for s in spans.get_finished_spans()] == ["request"]

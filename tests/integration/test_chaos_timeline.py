@@ -23,7 +23,7 @@ from tests.factories import task_in
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_events_fenced_writes_and_done_tasks_share_the_event_logs_clock(tmp_path) -> None:
     began = datetime.now(UTC)
     log = EventLog(tmp_path / "events.jsonl")

@@ -19,7 +19,6 @@ imports it and every function is a no-op costing one attribute read.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
@@ -52,11 +51,11 @@ def _otel() -> Any:
     """
     global _api
     if _api is None:
-        if importlib.util.find_spec("opentelemetry") is None:
+        try:
+            from opentelemetry import propagate, trace
+        except ImportError:  # not installed (or another opentelemetry-* package without the API)
             _api = False
         else:
-            from opentelemetry import propagate, trace
-
             _api = (trace, propagate, trace.get_tracer(TRACER_NAME))
     return _api or None
 

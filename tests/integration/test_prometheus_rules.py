@@ -8,6 +8,7 @@ the host's ``GET rivet/metrics/`` and a worker's metrics endpoint, and compared.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -34,12 +35,16 @@ METRIC = re.compile(r"\brivet_[a-z0-9_]+\b")
 
 @pytest.fixture(scope="module")
 def promtool() -> str:
-    found = subprocess.run(
-        ["python3", str(REPO / "scripts" / "find_promtool.py")], capture_output=True, text=True
+    """promtool's path (scripts/find_promtool.py finds it; `make test` installs it first)."""
+    spec = importlib.util.spec_from_file_location(
+        "find_promtool", REPO / "scripts" / "find_promtool.py"
     )
-    if found.returncode != 0:
-        pytest.fail(found.stderr)
-    return found.stdout.strip()
+    finder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(finder)
+    path = finder.find()
+    if path is None:
+        pytest.fail(finder.HELP, pytrace=False)
+    return path
 
 
 def rule_exprs() -> list[str]:

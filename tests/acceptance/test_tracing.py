@@ -11,6 +11,7 @@ ends; its effect request, answered by the service, still names it as the parent.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import uuid
 from pathlib import Path
@@ -28,13 +29,11 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 CHILD = Path(__file__).resolve().parents[1] / "otel_child"
 
 
-def traced(env: dict[str, str], folder: Path) -> dict[str, str]:
-    path = env.get("PYTHONPATH")
-    return {
-        **env,
-        "TEST_OTEL_SPANS": str(folder),
-        "PYTHONPATH": f"{CHILD}:{path}" if path else str(CHILD),
-    }
+def traced(folder: Path) -> dict[str, str]:
+    """The variables that give a child the SDK and its span file (tests/otel_child)."""
+    inherited = os.environ.get("PYTHONPATH")
+    path = os.pathsep.join([str(CHILD), inherited]) if inherited else str(CHILD)
+    return {"TEST_OTEL_SPANS": str(folder), "PYTHONPATH": path}
 
 
 def read_spans(folder: Path) -> list[dict]:
@@ -53,7 +52,7 @@ def test_one_trace_from_the_request_through_two_attempts_to_one_effect_write(
 ):
     folder = tmp_path / "spans"
     folder.mkdir()
-    child = {"TEST_OTEL_SPANS": str(folder), "PYTHONPATH": str(CHILD)}
+    child = traced(folder)
     service = start_service(effect_database_url, tmp_path / "service.log", threads=4, **child)
     try:
         queue, key = f"t-{uuid.uuid4().hex[:8]}", f"pay-{uuid.uuid4().hex}"

@@ -29,13 +29,16 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # scripts/find_chromium.py finds the browser the admin's browser tests drive (installing
-# Debian's chromium when root with apt-get, else stopping with how to get one).
+# Debian's chromium when root with apt-get, else stopping with how to get one);
+# scripts/find_promtool.py does the same for promtool (Debian's prometheus), which checks
+# and unit-tests the Prometheus rules rivet ships.
 # scripts/find_postgres.py chooses the server (DATABASE_URL, .env, Docker, or a throwaway
 # initdb cluster), exports DATABASE_URL and EFFECT_DATABASE_URL, and stops what it started.
 # scripts/tree_unchanged.py fails the run when the suite left the checkout other than it found it.
 test: venv
 	$(VPY) scripts/find_chromium.py >/dev/null
 	$(VPY) scripts/tree_unchanged.py snapshot
+	$(VPY) scripts/find_promtool.py >/dev/null
 	$(VPY) scripts/find_postgres.py run -- $(VPY) -m pytest $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory lint
 	$(VPY) scripts/tree_unchanged.py check

@@ -28,6 +28,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Continues the caller's trace (a no-op without OpenTelemetry): see rivet.tracing.
+    "effect_project.effects.tracing.TraceMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.common.CommonMiddleware",
 ]

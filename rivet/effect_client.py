@@ -23,6 +23,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
+from rivet import tracing
 from rivet.errors import EffectError, EffectRejected, EffectUnavailable
 from rivet.extras import missing_extra
 
@@ -68,21 +69,23 @@ def post_effect(
     url: the service's base URL, e.g. settings.EFFECT_SERVICE_URL ("http://127.0.0.1:8081").
     timeout: seconds for each read of the answer; connect_timeout: to open a connection.
     """
-    status, headers, text = _send(
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json",
+        "Idempotency-Key": key,
+    }
+    tracing.inject(headers)  # the attempt's trace goes on into the effect service
+    status, answer_headers, text = _send(
         "POST",
         _endpoint(url, "effects"),
         body=json.dumps(body, separators=(",", ":")).encode(),
-        headers={
-            "Content-Type": "application/json",
-            "Accept": "application/json",
-            "Idempotency-Key": key,
-        },
+        headers=headers,
         timeout=urllib3.Timeout(connect=min(connect_timeout, timeout), read=timeout),
     )
     return EffectResponse(
         status=status,
         body=_decode(text, status),
-        replay=headers.get(REPLAY_HEADER, "").lower() == "true",
+        replay=answer_headers.get(REPLAY_HEADER, "").lower() == "true",
     )
 
 

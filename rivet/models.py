@@ -36,6 +36,9 @@ class Task(models.Model):
     result = models.JSONField(null=True, blank=True)
     #: An operator cancelled the task while it was leased: its worker buries it, never acks it.
     cancel_requested = models.BooleanField(default=False, db_default=False)
+    #: The producer's W3C trace context ({"traceparent": ..., "tracestate": ...}) when it
+    #: enqueued inside a trace (rivet.tracing); the worker's attempt spans are its children.
+    trace_context = models.JSONField(null=True, blank=True, editable=False)
 
     class Meta:
         db_table = "rivet_task"

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from rivet import tracing
 from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput, InvalidName, PayloadTooLarge
 from rivet.text import unstorable
@@ -168,6 +169,7 @@ def build_spec(
         run_at=run_at,
         priority=_check_int("priority", priority, PRIORITY_MIN, PRIORITY_MAX),
         max_attempts=_check_int("max_attempts", attempts, 1, MAX_ATTEMPTS_LIMIT),
+        trace_context=tracing.carrier(),
     )
 
 

@@ -84,6 +84,8 @@ class TaskSpec:
     run_at: datetime | None = None
     priority: int = 0
     max_attempts: int = 3
+    #: The producer's W3C trace context (``traceparent``, ``tracestate``), or None (rivet.tracing).
+    trace_context: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
         if not self.payload_json:  # built by hand, not by rivet.validation.build_spec
@@ -173,6 +175,8 @@ class Claimed:
     epoch: int
     owner: str
     priority: int = 0
+    #: The producer's W3C trace context, the parent of the attempt's span (rivet.tracing).
+    trace_context: dict[str, str] | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any], owner: str) -> Claimed:
@@ -188,6 +192,7 @@ class Claimed:
             epoch=row["lease_epoch"],
             owner=owner,
             priority=row["priority"],
+            trace_context=row.get("trace_context"),
         )
 
     @property
@@ -223,6 +228,8 @@ class TaskRecord:
     cancel_requested: bool = False
     #: The failed attempts of the task's whole life, oldest first (see ``history_entry``).
     errors: list[dict[str, Any]] = field(default_factory=list)
+    #: The producer's W3C trace context, or None (rivet.tracing).
+    trace_context: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

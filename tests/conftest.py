@@ -28,6 +28,15 @@ _inherited = os.environ.get("PYTHONWARNINGS")
 os.environ["PYTHONWARNINGS"] = f"{_inherited},{CHILD_WARNINGS}" if _inherited else CHILD_WARNINGS
 
 
+@pytest.fixture
+def spans():
+    """The OpenTelemetry SDK's in-memory exporter of this process, empty (tests/otel.py)."""
+    from tests.otel import exporter
+
+    exporter().clear()
+    return exporter()
+
+
 def _describe(alias: str) -> str:
     db = settings.DATABASES[alias]
     where = db.get("HOST") or "local socket"

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from django.conf import settings
@@ -33,6 +33,7 @@ from chaos_project.chaos.pacing import Pacer
 from chaos_project.chaos.pidfd import require_pidfd
 from chaos_project.chaos.plan import FAILPOINT, KILL, ZOMBIE, ChaosPlan
 from chaos_project.chaos.report import report_lines, run_summary, summary_lines, verdict_lines
+from chaos_project.chaos.timeline import Timeline, read_timeline
 from chaos_project.chaos.verifier import Verdict, effect_connection, verify
 from chaos_project.services import (
     MANAGE_PY,
@@ -102,6 +103,8 @@ class ChaosResult:
     """What the campaign table and --json show (see report.run_summary)."""
     faults: dict[str, int] = field(default_factory=dict)
     """Faults injected, by name (--faults)."""
+    timeline: Timeline | None = None
+    """The run on one clock, for its plot (chaos.timeline)."""
 
 
 class ChaosRun:
@@ -152,7 +155,9 @@ class ChaosRun:
                 unfenced_zombies=unfenced,
             )
             self._check_effect_store(service_url, expected=verdict.figures.effects_written)
-        return self._finish(verdict, log, log_dir, outcome, time.monotonic() - started)
+            timeline = read_timeline(log, queue=o.queue, duration=o.duration)
+        result = self._finish(verdict, log, log_dir, outcome, time.monotonic() - started)
+        return replace(result, timeline=timeline)
 
     # -- setting up --------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from effect_project.effects.models import Effect
+from rivet import tracing
 from rivet.errors import RivetError
 from rivet.idempotency.conf import setting
 from rivet.idempotency.decorators import KEY_HEADER, idempotent
@@ -38,7 +39,9 @@ class EffectCreateView(APIView):
     def post(self, request: Request) -> Response:
         if not isinstance(request.data, dict):
             raise ValidationError({"body": 'must be a JSON object, e.g. {"amount": 100}'})
-        effect = Effect.objects.create(key=request.headers[KEY_HEADER], body=request.data)
+        key = request.headers[KEY_HEADER]
+        with tracing.span("effect.write", **{"effect.key": key}):
+            effect = Effect.objects.create(key=key, body=request.data)
         if settings.EFFECT_FAIL_BETWEEN_WRITES:
             raise FailpointHit("EFFECT_FAIL_BETWEEN_WRITES: effect written, answer not stored")
         return Response(EffectSerializer(effect).data, status=201)

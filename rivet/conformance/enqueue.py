@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta, timezone
 from functools import partial
 from typing import Any
@@ -231,3 +232,21 @@ def check_enqueue_joins_the_callers_transaction(h: Harness) -> None:
         kept = enqueue(h, q, idem_key=f"{q}:doomed")
     expect_eq(get(h, kept).state, "pending", "task enqueued in a committed transaction")
     expect_eq(ids(claim(h, q)), [kept], "claim of the committed task")
+
+
+@check()
+def check_trace_context_travels_to_the_claim(h: Harness) -> None:
+    q = fresh_queue()
+    parent = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    traced = {**parent, "tracestate": "congo=t61rcWkgMzE"}
+    one = replace(build_spec(queue=q, kind="cf.noop", payload={"n": 0}), trace_context=traced)
+    many = [
+        replace(build_spec(queue=q, kind="cf.noop", payload={"n": 1}), trace_context=parent),
+        build_spec(queue=q, kind="cf.noop", payload={"n": 2}),
+    ]
+    first = h.store.task_enqueue(one).task_id
+    h.store.task_enqueue_many(many)
+    expect_eq(get(h, first).trace_context, traced, "trace context read back by task_get")
+    expect_eq(get(h, first).payload, {"n": 0}, "payload beside a trace context")
+    leased = {c.payload["n"]: c.trace_context for c in claim(h, q, limit=3)}
+    expect_eq(leased, {0: traced, 1: parent, 2: None}, "trace contexts the claim hands back")

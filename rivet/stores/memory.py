@@ -113,6 +113,7 @@ class MemoryStore(Store):
             created_at=now,
             updated_at=now,
             last_error="",
+            trace_context=_copy(spec.trace_context),
         )
         self._wakeup.notify_all()
         return v.EnqueueResult(task_id=task_id)
@@ -203,7 +204,8 @@ class MemoryStore(Store):
             updated_at=now,
         )
         self._tasks[task.id] = task
-        return v.Claimed.from_row({**vars(task), "payload": _copy(task.payload)}, owner)
+        row = {**vars(task), "payload": _copy(task.payload)}
+        return v.Claimed.from_row({**row, "trace_context": _copy(task.trace_context)}, owner)
 
     def _bury(self, task: v.TaskRecord, error: str, now: datetime) -> None:
         self._tasks[task.id] = dataclasses.replace(

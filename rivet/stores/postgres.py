@@ -29,7 +29,7 @@ from psycopg.rows import dict_row
 
 from rivet import logs
 from rivet.conf import rivet_settings
-from rivet.stores.sql import ClaimWalk, SqlStore, same_work
+from rivet.stores.sql import ClaimWalk, SqlStore, json_text, same_work
 from rivet.stores.sqlfile import load_queries
 from rivet.values import EnqueueResult, TaskSpec
 
@@ -259,6 +259,7 @@ class PostgresStore(SqlStore):
             "run_ats": [spec.run_at for spec in specs],
             "delays": [float(spec.delay_secs) for spec in specs],
             "priorities": [spec.priority for spec in specs],
+            "trace_contexts": [json_text(spec.trace_context) for spec in specs],
         }
 
     def _insert_staged(self, cursor: Any, specs: Sequence[TaskSpec]) -> dict[str, Any]:
@@ -278,6 +279,7 @@ class PostgresStore(SqlStore):
                         spec.run_at,
                         float(spec.delay_secs),
                         spec.priority,
+                        json_text(spec.trace_context),
                     )
                 )
         return self._rows(cursor, "stage_insert", {})[0]

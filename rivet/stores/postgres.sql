@@ -8,13 +8,14 @@
 WITH inserted AS (
     INSERT INTO rivet_task (
         queue, kind, payload, idem_key, unique_key, state, attempts, max_attempts,
-        lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error
+        lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error,
+        trace_context
     )
     VALUES (
         %(queue)s::text, %(kind)s::text, %(payload)s::jsonb, %(idem_key)s::text,
         %(unique_key)s::text, 'pending', 0, %(max_attempts)s::integer, 0, NULL,
         coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
-        %(priority)s::integer, now(), now(), ''
+        %(priority)s::integer, now(), now(), '', %(trace_context)s::jsonb
     )
     ON CONFLICT DO NOTHING
     RETURNING id, queue
@@ -29,21 +30,22 @@ WITH batch AS MATERIALIZED (
     FROM unnest(
         %(queues)s::text[], %(kinds)s::text[], %(payloads)s::text[], %(idem_keys)s::text[],
         %(unique_keys)s::text[], %(max_attempts)s::integer[], %(run_ats)s::timestamptz[],
-        %(delays)s::float8[], %(priorities)s::smallint[]
+        %(delays)s::float8[], %(priorities)s::smallint[], %(trace_contexts)s::text[]
     ) WITH ORDINALITY AS b (
         queue, kind, payload, idem_key, unique_key, max_attempts, run_at, delay, priority,
-        position
+        trace_context, position
     )
 ),
 inserted AS (
     INSERT INTO rivet_task (
         id, queue, kind, payload, idem_key, unique_key, state, attempts, max_attempts,
-        lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error
+        lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error,
+        trace_context
     )
     SELECT
         b.id, b.queue, b.kind, b.payload::jsonb, b.idem_key, b.unique_key, 'pending', 0,
         b.max_attempts, 0, NULL, coalesce(b.run_at, now() + make_interval(secs => b.delay)),
-        b.priority, now(), now(), ''
+        b.priority, now(), now(), '', b.trace_context::jsonb
     FROM batch AS b
     ORDER BY b.position
     ON CONFLICT DO NOTHING
@@ -74,14 +76,16 @@ CREATE TEMPORARY TABLE IF NOT EXISTS rivet_enqueue_stage (
     max_attempts integer NOT NULL,
     run_at timestamptz,
     delay float8 NOT NULL,
-    priority smallint NOT NULL
+    priority smallint NOT NULL,
+    trace_context jsonb
 ) ON COMMIT DELETE ROWS;
 DELETE FROM rivet_enqueue_stage
 
 -- name: stage_copy
 -- Stream a batch into the staging table (COPY); each row takes its task id from the sequence.
 COPY rivet_enqueue_stage (
-    position, queue, kind, payload, idem_key, unique_key, max_attempts, run_at, delay, priority
+    position, queue, kind, payload, idem_key, unique_key, max_attempts, run_at, delay, priority,
+    trace_context
 ) FROM STDIN
 
 -- name: stage_insert
@@ -90,12 +94,13 @@ COPY rivet_enqueue_stage (
 WITH inserted AS (
     INSERT INTO rivet_task (
         id, queue, kind, payload, idem_key, unique_key, state, attempts, max_attempts,
-        lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error
+        lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error,
+        trace_context
     )
     SELECT
         s.id, s.queue, s.kind, s.payload, s.idem_key, s.unique_key, 'pending', 0,
         s.max_attempts, 0, NULL, coalesce(s.run_at, now() + make_interval(secs => s.delay)),
-        s.priority, now(), now(), ''
+        s.priority, now(), now(), '', s.trace_context
     FROM rivet_enqueue_stage AS s
     ORDER BY s.position
     ON CONFLICT DO NOTHING
@@ -190,7 +195,8 @@ leased AS (
     WHERE t.id = picked.id AND NOT picked.doomed
     RETURNING
         t.id, t.queue, t.kind, t.payload::text AS payload, t.idem_key, t.attempts,
-        t.max_attempts, t.lease_epoch, t.priority, t.cancel_requested, picked.ready_us
+        t.max_attempts, t.lease_epoch, t.priority, t.cancel_requested, picked.ready_us,
+        t.trace_context::text AS trace_context
 ),
 decided AS (
     SELECT * FROM decided_by_worker
@@ -257,12 +263,13 @@ fenced AS (
 )
 SELECT
     id, queue, kind, payload, idem_key, attempts, max_attempts, lease_epoch, priority,
-    cancel_requested, ready_us, NULL::bigint AS position, NULL::text AS woken
+    cancel_requested, ready_us, NULL::bigint AS position, NULL::text AS woken, trace_context
 FROM leased
 UNION ALL
 SELECT
     id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, cancelled, NULL, position,
-    CASE WHEN state = 'pending' AND delay <= 0 THEN pg_notify(%(channel)s::text, queue)::text END
+    CASE WHEN state = 'pending' AND delay <= 0 THEN pg_notify(%(channel)s::text, queue)::text END,
+    NULL
 FROM applied
 
 -- name: generic_plans
@@ -280,7 +287,8 @@ SHOW autovacuum
 SELECT
     id, queue, kind, payload::text AS payload, idem_key, unique_key, state, attempts,
     max_attempts, lease_epoch, lease_owner, visible_at, priority, created_at, updated_at,
-    last_error, result::text AS result, cancel_requested, errors::text AS errors
+    last_error, result::text AS result, cancel_requested, errors::text AS errors,
+    trace_context::text AS trace_context
 FROM rivet_task
 WHERE id = %(task_id)s
 
@@ -289,7 +297,8 @@ WHERE id = %(task_id)s
 SELECT
     id, queue, kind, payload::text AS payload, idem_key, unique_key, state, attempts,
     max_attempts, lease_epoch, lease_owner, visible_at, priority, created_at, updated_at,
-    last_error, result::text AS result, cancel_requested, errors::text AS errors
+    last_error, result::text AS result, cancel_requested, errors::text AS errors,
+    trace_context::text AS trace_context
 FROM rivet_task
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
     AND (%(state)s::text IS NULL OR state = %(state)s)

@@ -150,7 +150,11 @@ class ClaimWalk:
             elif row["doomed"]:
                 self.doomed.append(row)
             else:
-                row = {**row, "payload": json_value(row["payload"])}
+                row = {
+                    **row,
+                    "payload": json_value(row["payload"]),
+                    "trace_context": json_value(row["trace_context"]),
+                }
                 self.claimed.append(Claimed.from_row(row, self.owner))
         self.seen += [row["id"] for row in rows]
         if len(rows) < wanted:
@@ -258,6 +262,7 @@ class SqlStore(Store):
         fields.update({column: self._time(row[column]) for column in TIME_COLUMNS})
         fields["cancel_requested"] = bool(row["cancel_requested"])
         fields["errors"] = json_value(row["errors"]) or []
+        fields["trace_context"] = json_value(row["trace_context"])
         return TaskRecord(**fields)
 
     # -- enqueue -----------------------------------------------------------------------------
@@ -273,6 +278,7 @@ class SqlStore(Store):
             "run_at": self._at(spec.run_at),
             "delay": float(spec.delay_secs),
             "priority": spec.priority,
+            "trace_context": json_text(spec.trace_context),
         }
 
     def task_enqueue(self, spec: TaskSpec) -> EnqueueResult:

@@ -28,12 +28,14 @@ SELECT strftime('%Y-%m-%d %H:%M:%f', 'now');
 -- Insert one task; a clash on idem_key or on the unique-pending index inserts nothing.
 INSERT INTO rivet_task (
     queue, kind, payload, idem_key, unique_key, state, attempts, max_attempts,
-    lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error, result
+    lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error, result,
+    trace_context
 )
 VALUES (
     :queue, :kind, :payload, :idem_key, :unique_key, 'pending', 0, :max_attempts,
     0, NULL, COALESCE(:run_at, strftime('%Y-%m-%d %H:%M:%f', 'now', printf('%+.6f seconds', :delay))), :priority,
-    strftime('%Y-%m-%d %H:%M:%f', 'now'), strftime('%Y-%m-%d %H:%M:%f', 'now'), '', NULL
+    strftime('%Y-%m-%d %H:%M:%f', 'now'), strftime('%Y-%m-%d %H:%M:%f', 'now'), '', NULL,
+    :trace_context
 )
 ON CONFLICT DO NOTHING
 RETURNING id;
@@ -68,7 +70,7 @@ UPDATE rivet_task SET
     updated_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending'
 RETURNING id, queue, kind, payload, idem_key, attempts, max_attempts, lease_epoch, priority,
-    last_error, cancel_requested;
+    last_error, cancel_requested, trace_context;
 
 -- name: lease_extend
 -- Push visible_at to now + ttl for every (id, epoch) pair still held; return them, cancel marks too.
@@ -133,7 +135,7 @@ VALUES (
 -- One task row by id.
 SELECT id, queue, kind, payload, idem_key, unique_key, state, attempts, max_attempts,
     lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error, result, cancel_requested,
-    errors
+    errors, trace_context
 FROM rivet_task
 WHERE id = :task_id;
 
@@ -141,7 +143,7 @@ WHERE id = :task_id;
 -- Task rows filtered by queue and state (NULL = any), oldest id first.
 SELECT id, queue, kind, payload, idem_key, unique_key, state, attempts, max_attempts,
     lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error, result, cancel_requested,
-    errors
+    errors, trace_context
 FROM rivet_task
 WHERE (:queue IS NULL OR queue = :queue) AND (:state IS NULL OR state = :state)
 ORDER BY id

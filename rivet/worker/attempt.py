@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 import threading
 
+from rivet import tracing
 from rivet.jobs import JobContext, JobDefinition, StopSignal
 from rivet.values import Claimed, Lease
 
@@ -86,6 +87,15 @@ class Attempt:
         #: A decision is queued for the next flush: later stops do not decide again.
         self.decided = False
         self._lock = threading.Lock()
+        #: The attempt's trace span (a child of the producer's context), ended when settled.
+        self.span = tracing.start_attempt(
+            task_id=claimed.task_id,
+            queue=claimed.queue,
+            kind=claimed.kind,
+            attempt=claimed.attempt,
+            epoch=claimed.epoch,
+            trace_context=claimed.trace_context,
+        )
 
     @property
     def lease(self) -> Lease:

@@ -430,7 +430,8 @@ class Worker:
                 self.failpoints.fire("before_effect")
             began = time.perf_counter()
             try:
-                outcome = Outcome(result=definition(attempt.context))
+                with attempt.span.current():
+                    outcome = Outcome(result=definition(attempt.context))
             finally:
                 self.metrics.handler_seconds(attempt.claimed, time.perf_counter() - began)
         except BaseException as exc:  # a handler may raise anything; it is the attempt's error

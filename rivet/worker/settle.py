@@ -276,7 +276,7 @@ class Settler:
     def _buried(
         self, attempt: Attempt, decision: Any, error: str = "", exc: Any = None, **_: Any
     ) -> None:
-        self._done(attempt, "dead")
+        self._done(attempt, "dead", error=decision.error)
         logs.task_event("dead", attempt.claimed, logging.WARNING, error=decision.error)
         if exc is not None:  # the handler's error (not an operator's cancel)
             self._run_failed_hook(attempt, exc)
@@ -288,17 +288,19 @@ class Settler:
 
     def _fenced(self, attempt: Attempt, decision: Decision, **_: Any) -> None:
         reason = attempt.stop_reason or f"the lease was claimed again before the {decision.op}"
-        self._done(attempt, "fenced")
+        self._done(attempt, "fenced", op=decision.op, reason=reason)
         logs.task_event("fenced", attempt.claimed, logging.WARNING, op=decision.op, reason=reason)
         self._send(signals.task_fenced, attempt, op=decision.op, reason=reason)
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def _done(self, attempt: Attempt, count: str) -> None:
+    def _done(self, attempt: Attempt, count: str, **event: Any) -> None:
+        """The attempt ended as ``count``: counted, and its span ended (``event``: the span's)."""
         attempt.mark_settled()
         self.guard.untrack(attempt)
         self.counts[count] += 1
         self.worker.metrics.event(count, attempt.claimed)
+        attempt.span.end(count, **event)
 
     def _run_failed_hook(self, attempt: Attempt, exc: BaseException) -> None:
         hook = attempt.definition.failed if attempt.definition else None

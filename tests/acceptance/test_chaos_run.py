@@ -39,6 +39,8 @@ def test_chaos_run_holds_every_invariant_and_the_report_matches_the_databases(
 
     summary = json.loads(summary_path.read_text())
     assert summary["ok"] and summary["seed"] == 7
+    # The timeline plot beside the JSON (chaos_project.chaos.timeline).
+    assert (tmp_path / "run-timeline.png").read_bytes().startswith(b"\x89PNG")
     # Every zombie that bit was fenced; every armed worker reached its failpoint.
     assert summary["zombies"]["unfenced"] == 0
     assert summary["zombies"]["fenced"] == summary["events"]["zombie"] > 0

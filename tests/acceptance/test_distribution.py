@@ -32,6 +32,8 @@ DATA_FILES = [
     "rivet/templates/admin/rivet/task/change_list.html",
     "rivet/templates/admin/rivet/deadletter/change_list.html",
     "rivet/migrations/0001_initial.py",
+    "rivet/contrib/prometheus/rivet-rules.yml",
+    "rivet/contrib/grafana/rivet-dashboard.json",
 ]
 
 HOST_SETTINGS = """

@@ -59,6 +59,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "rivet.retry",
             "rivet.signals",
             "rivet.text",
+            "rivet.tracing",
             "rivet.validation",
             "rivet.values",
         ),

@@ -26,6 +26,7 @@ from chaos_project.chaos.faults import EFFECT_RESTART, FAULTS, parse_faults
 from chaos_project.chaos.fleet import count_chaos, read_event_log
 from chaos_project.chaos.harness import ChaosOptions, ChaosRun
 from chaos_project.chaos.report import report_lines, verdict_lines
+from chaos_project.chaos.timeline import timeline_path, write_timeline
 from chaos_project.chaos.verifier import Verdict, verify
 from rivet.errors import RivetError
 
@@ -353,8 +354,9 @@ class Command(BaseCommand):
         add(
             "--json",
             type=Path,
-            help="also write the outcome as JSON to this file (default: none; a campaign "
-            "writes campaign.json beside its per-seed output)",
+            help="also write the outcome as JSON to this file, and the run's timeline plot "
+            "beside it as NAME-timeline.png (default: none; a campaign writes campaign.json "
+            "beside its per-seed output)",
         )
         add(
             "--effect-url",
@@ -400,7 +402,20 @@ class Command(BaseCommand):
         if options["json"]:
             options["json"].write_text(json.dumps(result.summary, indent=2) + "\n")
             self._say(f"json: {options['json']}")
+            self._plot_timeline(result, options["json"])
         _verdict_exit(result.verdict)
+
+    def _plot_timeline(self, result, json_path: Path) -> None:
+        """The run's timeline plot beside its JSON (needs matplotlib, the bench extra)."""
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            self._say("timeline plot skipped: matplotlib is missing (pip install -e '.[bench]')")
+            return
+        verdict = "every invariant held" if result.verdict.ok else "FAILED"
+        title = f"rivet chaos run, seed {result.summary['seed']}: {verdict}"
+        path = write_timeline(timeline_path(json_path), result.timeline, title=title)
+        self._say(f"timeline: {path}")
 
     def _campaign(self, options) -> None:
         first = options["first_seed"]

@@ -261,15 +261,10 @@ class ClaimBatch:
 
 @dataclass(frozen=True, kw_only=True)
 class Flushed:
-    """What one ``task_settle_and_claim`` did: the decisions' outcomes, in order, and the claim.
-
-    ``claim_error`` is set when the decisions (and possibly part of the claim) were committed
-    and a later claim statement failed: the outcomes are true, the batch is what was leased.
-    """
+    """What one ``task_settle_and_claim`` did: the decisions' outcomes, in order, and the claim."""
 
     settled: list[Settled] = field(default_factory=list)
     batch: ClaimBatch = field(default_factory=ClaimBatch)
-    claim_error: Exception | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

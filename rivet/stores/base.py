@@ -31,6 +31,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from rivet import values as v
+from rivet.errors import StoreError
+
+
+class ClaimFailed(StoreError):
+    """A flush's decisions were committed, then its claim failed (the driver error is the
+    __cause__); ``settled`` holds the committed decisions' outcomes, in the order given."""
+
+    def __init__(self, message: str, *, settled: list[v.Settled]) -> None:
+        super().__init__(message)
+        self.settled = settled
 
 
 class Store(ABC):
@@ -79,9 +89,9 @@ class Store(ABC):
 
         The worker's hot path: one call per flush. The decisions are applied exactly as
         ``task_settle`` applies them; when that fails nothing was applied and the error is
-        raised. The claim never leases a task the decisions name (the next claim may). When
-        only the claim fails after the decisions were committed, the error is returned as
-        ``claim_error`` so the outcomes are not lost.
+        raised. The claim never leases a task the decisions name (the next claim may). A
+        claim that fails raises; when the decisions were committed before it failed, the
+        error is ClaimFailed, which carries their outcomes.
         """
 
     @abstractmethod

@@ -14,6 +14,7 @@ import json
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -22,7 +23,7 @@ from django.db import IntegrityError, InterfaceError, OperationalError
 
 from rivet.conf import rivet_settings
 from rivet.errors import IdempotencyMismatch, StoreError, StoreUnavailable
-from rivet.stores.base import Store
+from rivet.stores.base import ClaimFailed, Store
 from rivet.values import (
     CANCELLED_SUFFIX,
     WORKER_LOST_SUFFIX,
@@ -100,6 +101,11 @@ def settle_row(decision: Decision) -> dict[str, Any]:
     return row
 
 
+def outcomes(decisions: Sequence[Decision], applied: dict[int, bool]) -> list[Settled]:
+    """Each decision's outcome, in order, from {position: cancelled} of the rows applied."""
+    return [outcome_of(decision, applied.get(i)) for i, decision in enumerate(decisions)]
+
+
 def outcome_of(decision: Decision, applied: bool | None) -> Settled:
     """Settled for a decision: ``applied`` is None (fenced), False (applied), True (cancelled)."""
     if applied is None or isinstance(decision, Fence):
@@ -111,54 +117,84 @@ def outcome_of(decision: Decision, applied: bool | None) -> Settled:
     return Settled.RETRIED if isinstance(decision, Retry) else Settled.BURIED
 
 
-class ClaimWalk:
-    """Where one claim is in its queues: what it leased and the doomed rows it met.
+class PartlyCommitted(Exception):  # noqa: N818 - internal, always turned into ClaimFailed
+    """A dialect's claim statement failed after an earlier one committed the settle rows."""
 
-    Queues are walked in the order given; a statement that met fewer rows than it asked for
-    exhausted its queue. A doomed row (attempts used up, or cancelled) is buried, by the claim
-    statement itself (``buried`` rows) or by the caller in the same transaction (``doomed``).
+    def __init__(self, applied: dict[int, bool], error: StoreError) -> None:
+        super().__init__(str(error))
+        self.applied = applied
+        self.error = error
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClaimPlan:
+    """What one claim asks for: up to ``limit`` tasks for ``owner``, queues in the order given.
+
+    ``exclude``: tasks the same flush settles; its claim never leases them (the next may).
     """
 
-    def __init__(
-        self, *, queues: Sequence[str], limit: int, owner: str, exclude: Sequence[int] = ()
-    ) -> None:
-        self.queues = list(queues)
-        self.limit = limit
-        self.owner = owner
-        self.params: dict[str, Any] = {}
-        self.claimed: list[Claimed] = []
-        self.doomed: list[dict[str, Any]] = []
-        self.buried = 0
-        #: Tasks the flush settles: its claim never leases them (the next claim may).
-        self.exclude = list(exclude)
-        self.seen: list[int] = list(self.exclude)
-        #: A claim statement's error after earlier statements were committed (see Flushed).
-        self.error: Exception | None = None
+    queues: tuple[str, ...]
+    limit: int
+    owner: str
+    exclude: tuple[int, ...] = ()
 
-    def next_pick(self, ids: Callable[[Sequence[int]], Any]) -> dict[str, Any] | None:
-        """Parameters of the next claim statement, or None when the claim is complete."""
-        wanted = self.limit - len(self.claimed)
-        if wanted <= 0 or not self.queues:
-            return None
-        return {**self.params, "queue": self.queues[0], "limit": wanted, "seen": ids(self.seen)}
+    def pick(self, queue: str, wanted: int, seen: Sequence[int]) -> dict[str, Any]:
+        """The parameters of one claim statement (``seen``: ids it must skip)."""
+        return {"queue": queue, "limit": wanted, "seen": list(seen)}
 
-    def took(self, rows: list[dict[str, Any]], wanted: int) -> None:
-        """Take the rows one claim statement met, in claim order."""
+
+@dataclass(frozen=True, kw_only=True)
+class Met:
+    """The rows one claim statement met, sorted out in claim order.
+
+    ``doomed``: rows no claim may run (attempts used up, or cancelled), for the caller to bury
+    in the same transaction; ``buried``: how many the statement buried itself.
+    """
+
+    claimed: list[Claimed]
+    doomed: list[dict[str, Any]]
+    buried: int
+    ids: list[int]
+
+    @classmethod
+    def of(cls, rows: list[dict[str, Any]], owner: str) -> Met:
+        claimed, doomed, buried = [], [], 0
         for row in rows:
             if row.get("buried"):
-                self.buried += 1
+                buried += 1
             elif row["doomed"]:
-                self.doomed.append(row)
+                doomed.append(row)
             else:
                 row = {**row, "payload": json_value(row["payload"])}
-                self.claimed.append(Claimed.from_row(row, self.owner))
-        self.seen += [row["id"] for row in rows]
-        if len(rows) < wanted:
-            self.queues.pop(0)
-            self.seen = list(self.exclude)
+                claimed.append(Claimed.from_row(row, owner))
+        return cls(claimed=claimed, doomed=doomed, buried=buried, ids=[r["id"] for r in rows])
 
-    def batch(self) -> ClaimBatch:
-        return ClaimBatch(claimed=self.claimed, buried=self.buried + len(self.doomed))
+
+#: One claim statement: its pick parameters in, the rows it met (in claim order) out.
+ClaimStatement = Callable[[dict[str, Any]], list[dict[str, Any]]]
+
+
+def walk_claim(plan: ClaimPlan, statement: ClaimStatement) -> tuple[ClaimBatch, list[dict]]:
+    """Claim statements until ``plan.limit`` tasks are leased or every queue is exhausted.
+
+    A statement that met fewer rows than it asked for exhausted its queue. Returns the batch
+    and the doomed rows the caller must bury (counted in the batch as buried).
+    """
+    claimed: list[Claimed] = []
+    doomed: list[dict[str, Any]] = []
+    buried = 0
+    queues, seen = list(plan.queues), list(plan.exclude)
+    while queues and (wanted := plan.limit - len(claimed)) > 0:
+        rows = statement(plan.pick(queues[0], wanted, seen))
+        met = Met.of(rows, plan.owner)
+        claimed += met.claimed
+        doomed += met.doomed
+        buried += met.buried
+        seen += met.ids
+        if len(rows) < wanted:
+            queues.pop(0)
+            seen = list(plan.exclude)
+    return ClaimBatch(claimed=claimed, buried=buried + len(doomed)), doomed
 
 
 class SqlStore(Store):
@@ -318,8 +354,6 @@ class SqlStore(Store):
         flushed = self.task_settle_and_claim(
             [], queues=queues, owner=owner, limit=limit, lease_ttl=lease_ttl
         )
-        if flushed.claim_error is not None and not flushed.batch.claimed:
-            raise flushed.claim_error
         return flushed.batch
 
     def task_settle_and_claim(
@@ -332,37 +366,43 @@ class SqlStore(Store):
         lease_ttl: float,
     ) -> Flushed:
         rows = [settle_row(decision) for decision in decisions]
-        walk = ClaimWalk(
-            queues=queues if limit > 0 else (),
+        plan = ClaimPlan(
+            queues=tuple(queues) if limit > 0 else (),
             limit=limit,
             owner=owner,
-            exclude=[decision.lease.task_id for decision in decisions],
+            exclude=tuple(decision.lease.task_id for decision in decisions),
         )
-        if not rows and not walk.queues:
+        if not rows and not plan.queues:
             return Flushed()
-        with self._translated("task_settle_and_claim"):
-            applied = self._settle_claim(rows, walk, float(lease_ttl))
-        return Flushed(
-            settled=[outcome_of(d, applied.get(i)) for i, d in enumerate(decisions)],
-            batch=walk.batch(),
-            claim_error=walk.error,
-        )
+        try:
+            with self._translated("task_settle_and_claim"):
+                applied, batch = self._settle_claim(rows, plan, float(lease_ttl))
+        except PartlyCommitted as exc:
+            settled = outcomes(decisions, exc.applied)
+            raise ClaimFailed(str(exc.error), settled=settled) from exc.error.__cause__
+        return Flushed(settled=outcomes(decisions, applied), batch=batch)
 
-    def _settle_claim(self, rows: list[dict[str, Any]], walk: ClaimWalk, ttl: float) -> dict:
-        """Apply settle rows and walk the claim in one transaction; {position: cancelled}."""
+    def _settle_claim(
+        self, rows: list[dict[str, Any]], plan: ClaimPlan, ttl: float
+    ) -> tuple[dict[int, bool], ClaimBatch]:
+        """Apply settle rows and claim in one transaction: ({position: cancelled}, batch)."""
         with self._writing() as cursor:
             applied = self._settle_rows(cursor, rows) if rows else {}
-            if walk.queues:
-                walk.params = self._claim_params(cursor, walk.owner, ttl)
-                self._walk(cursor, walk)
-            if walk.doomed:
-                self._bury_doomed(cursor, walk.doomed)
-        return applied
+            batch, doomed = ClaimBatch(), list[dict[str, Any]]()
+            if plan.queues:
+                params = self._claim_params(cursor, plan.owner, ttl)
+                batch, doomed = walk_claim(plan, self._claim_statement(cursor, params))
+            if doomed:
+                self._bury_doomed(cursor, doomed)
+        return applied, batch
 
-    def _walk(self, cursor: Any, walk: ClaimWalk) -> None:
-        """Claim statements until the batch is full or every queue is exhausted."""
-        while (pick := walk.next_pick(self._ids)) is not None:
-            walk.took(self._claim_rows(cursor, pick), pick["limit"])
+    def _claim_statement(self, cursor: Any, params: dict[str, Any]) -> ClaimStatement:
+        """One claim statement on ``cursor``, for ``walk_claim``."""
+
+        def statement(pick: dict[str, Any]) -> list[dict[str, Any]]:
+            return self._claim_rows(cursor, {**params, **pick, "seen": self._ids(pick["seen"])})
+
+        return statement
 
     def _bury_doomed(self, cursor: Any, rows: list[dict[str, Any]]) -> None:
         """Bury rows no claim may run (attempts used up, or cancelled), under their epoch."""

@@ -31,7 +31,7 @@ class RecordingStore(MemoryStore):
 
     def task_settle_and_claim(self, decisions, **claim):
         if decisions:
-            self.counted_before.append(self.worker.settler.counts["acked"] if self.worker else 0)
+            self.counted_before.append(self.worker.counts["acked"] if self.worker else 0)
             self.flushes.append(len(decisions))
             if self.hold is not None:
                 self.hold.wait(10)
@@ -142,7 +142,7 @@ def test_a_hung_handler_keeps_its_thread_and_slot_until_it_returns(jobs):
     )
     bg = Background(worker)
     try:
-        wait_until(lambda: worker._counts["abandoned"] == 1, "the stuck handler to be abandoned")
+        wait_until(lambda: worker.counts["abandoned"] == 1, "the stuck handler to be abandoned")
         assert worker.busy_slots() == 1  # the abandoned handler still holds its slot
         for _ in range(3):
             enqueue(store, "noop")

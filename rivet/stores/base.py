@@ -52,6 +52,8 @@ class Store(ABC):
     joins_django_transaction: bool = False
     #: True when idle workers can sleep on a wake-up (LISTEN) instead of polling.
     supports_wakeup: bool = False
+    #: The Django database alias that holds the store's rows (None: a store without one).
+    using: str | None = None
 
     @abstractmethod
     def task_enqueue(self, spec: v.TaskSpec) -> v.EnqueueResult:
@@ -125,8 +127,14 @@ class Store(ABC):
         """Tasks filtered by queue and state, oldest id first."""
 
     @abstractmethod
+    def queue_overview(self, queues: Sequence[str] | None = None) -> list[v.QueueStats]:
+        """Counts of each of ``queues`` (zeros for an empty one), or of every queue that holds
+        a task or a fenced write; in queue order. Cheap on a big table: done is counted up to
+        DONE_COUNT_LIMIT, past it a store may answer the database's estimate (done_estimated)."""
+
     def queue_stats(self, queue: str) -> v.QueueStats:
         """Ready, leased, delayed, done, dead, oldest-ready age and fenced writes for a queue."""
+        return self.queue_overview([queue])[0]
 
     @abstractmethod
     def dead_requeue(self, queue: str, task_id: int) -> bool:

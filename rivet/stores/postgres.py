@@ -11,13 +11,14 @@ LISTEN wake-up.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -30,9 +31,10 @@ from psycopg.rows import dict_row
 
 from rivet import logs
 from rivet.conf import rivet_settings
-from rivet.stores.sql import ClaimPlan, PartlyCommitted, SqlStore, same_work, walk_claim
+from rivet.stores.claim import ClaimPlan, PartlyCommitted, walk_claim
+from rivet.stores.sql import SqlStore, same_work
 from rivet.stores.sqlfile import load_queries
-from rivet.values import ClaimBatch, EnqueueResult, TaskSpec
+from rivet.values import ClaimBatch, EnqueueResult, QueueStats, TaskSpec
 
 QUERIES = load_queries(Path(__file__).with_name("postgres.sql"))
 
@@ -139,6 +141,23 @@ class PostgresStore(SqlStore):
         if not connection.in_atomic_block:
             with suppress(DjangoDatabaseError):
                 connection.close_if_unusable_or_obsolete()
+
+    # -- queue counts ------------------------------------------------------------------------
+
+    @contextmanager
+    def _overview_reading(self) -> Iterator[Any]:
+        with self._writing() as cursor:
+            cursor.execute(self.queries["jit_off"])
+            yield cursor
+
+    def _queue_stats(self, cursor: Any, row: dict[str, Any]) -> QueueStats:
+        if row["done"] <= self.done_count_limit:
+            return super()._queue_stats(cursor, row)
+        (answer,) = self._rows(cursor, "done_estimate", {"queue": row["queue"]})
+        (plan,) = answer.values()
+        plan = json.loads(plan) if isinstance(plan, str) else plan
+        estimate = max(int(plan[0]["Plan"]["Plan Rows"]), row["done"])
+        return replace(super()._queue_stats(cursor, row), done=estimate, done_estimated=True)
 
     # -- settle and claim: one statement ----------------------------------------------------
 

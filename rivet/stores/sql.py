@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import json
 from abc import abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -24,14 +23,15 @@ from django.db import IntegrityError, InterfaceError, OperationalError
 from rivet.conf import rivet_settings
 from rivet.errors import IdempotencyMismatch, StoreError, StoreUnavailable
 from rivet.stores.base import ClaimFailed, Store
+from rivet.stores.claim import ClaimPlan, ClaimStatement, PartlyCommitted, walk_claim
 from rivet.values import (
     CANCELLED_SUFFIX,
+    DONE_COUNT_LIMIT,
     WORKER_LOST_SUFFIX,
     Ack,
     Bury,
     CancelOutcome,
     ClaimBatch,
-    Claimed,
     Decision,
     EnqueueResult,
     Fence,
@@ -117,86 +117,6 @@ def outcome_of(decision: Decision, applied: bool | None) -> Settled:
     return Settled.RETRIED if isinstance(decision, Retry) else Settled.BURIED
 
 
-class PartlyCommitted(Exception):  # noqa: N818 - internal, always turned into ClaimFailed
-    """A dialect's claim statement failed after an earlier one committed the settle rows."""
-
-    def __init__(self, applied: dict[int, bool], error: StoreError) -> None:
-        super().__init__(str(error))
-        self.applied = applied
-        self.error = error
-
-
-@dataclass(frozen=True, kw_only=True)
-class ClaimPlan:
-    """What one claim asks for: up to ``limit`` tasks for ``owner``, queues in the order given.
-
-    ``exclude``: tasks the same flush settles; its claim never leases them (the next may).
-    """
-
-    queues: tuple[str, ...]
-    limit: int
-    owner: str
-    exclude: tuple[int, ...] = ()
-
-    def pick(self, queue: str, wanted: int, seen: Sequence[int]) -> dict[str, Any]:
-        """The parameters of one claim statement (``seen``: ids it must skip)."""
-        return {"queue": queue, "limit": wanted, "seen": list(seen)}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Met:
-    """The rows one claim statement met, sorted out in claim order.
-
-    ``doomed``: rows no claim may run (attempts used up, or cancelled), for the caller to bury
-    in the same transaction; ``buried``: how many the statement buried itself.
-    """
-
-    claimed: list[Claimed]
-    doomed: list[dict[str, Any]]
-    buried: int
-    ids: list[int]
-
-    @classmethod
-    def of(cls, rows: list[dict[str, Any]], owner: str) -> Met:
-        claimed, doomed, buried = [], [], 0
-        for row in rows:
-            if row.get("buried"):
-                buried += 1
-            elif row["doomed"]:
-                doomed.append(row)
-            else:
-                row = {**row, "payload": json_value(row["payload"])}
-                claimed.append(Claimed.from_row(row, owner))
-        return cls(claimed=claimed, doomed=doomed, buried=buried, ids=[r["id"] for r in rows])
-
-
-#: One claim statement: its pick parameters in, the rows it met (in claim order) out.
-ClaimStatement = Callable[[dict[str, Any]], list[dict[str, Any]]]
-
-
-def walk_claim(plan: ClaimPlan, statement: ClaimStatement) -> tuple[ClaimBatch, list[dict]]:
-    """Claim statements until ``plan.limit`` tasks are leased or every queue is exhausted.
-
-    A statement that met fewer rows than it asked for exhausted its queue. Returns the batch
-    and the doomed rows the caller must bury (counted in the batch as buried).
-    """
-    claimed: list[Claimed] = []
-    doomed: list[dict[str, Any]] = []
-    buried = 0
-    queues, seen = list(plan.queues), list(plan.exclude)
-    while queues and (wanted := plan.limit - len(claimed)) > 0:
-        rows = statement(plan.pick(queues[0], wanted, seen))
-        met = Met.of(rows, plan.owner)
-        claimed += met.claimed
-        doomed += met.doomed
-        buried += met.buried
-        seen += met.ids
-        if len(rows) < wanted:
-            queues.pop(0)
-            seen = list(plan.exclude)
-    return ClaimBatch(claimed=claimed, buried=buried + len(doomed)), doomed
-
-
 class SqlStore(Store):
     """The shared half of a SQL store; subclasses supply the dialect half."""
 
@@ -207,6 +127,8 @@ class SqlStore(Store):
     #: Driver errors that mean "unreachable, or the connection dropped": StoreUnavailable.
     transient_errors: tuple[type[Exception], ...] = ()
     using: str
+    #: A queue's done tasks counted before the overview may take the database's estimate.
+    done_count_limit = DONE_COUNT_LIMIT
 
     # -- the dialect half --------------------------------------------------------------------
 
@@ -233,7 +155,11 @@ class SqlStore(Store):
 
     def _ids(self, ids: Sequence[int]) -> Any:
         """A list of ids as the dialect's queries take it."""
-        return list(ids)
+        return self._list(ids)
+
+    def _list(self, values: Sequence[Any]) -> Any:
+        """A list (of ids, of names) as the dialect's queries take it."""
+        return list(values)
 
     def _at(self, moment: datetime | None) -> Any:
         """An explicit time (run_at) as the dialect's queries take it."""
@@ -247,7 +173,7 @@ class SqlStore(Store):
         return {"owner": owner, "ttl": float(lease_ttl)}
 
     def _oldest_ready_age(self, row: dict[str, Any]) -> float | None:
-        """Take the oldest ready age (seconds) out of a queue_stats row."""
+        """Take the oldest ready age (seconds) out of a queue_overview row."""
         age = row.pop("oldest_ready_age_secs")
         return None if age is None else float(age)
 
@@ -468,11 +394,21 @@ class SqlStore(Store):
             rows = self._rows(cursor, "task_list", params)
         return [self._record(row) for row in rows]
 
-    def queue_stats(self, queue: str) -> QueueStats:
-        with self._translated("queue_stats"), self._reading() as cursor:
-            row = self._rows(cursor, "queue_stats", {"queue": queue})[0]
+    def queue_overview(self, queues: Sequence[str] | None = None) -> list[QueueStats]:
+        names = None if queues is None else self._list(queues)
+        params = {"queues": names, "done_cap": self.done_count_limit + 1}
+        with self._translated("queue_overview"), self._overview_reading() as cursor:
+            rows = self._rows(cursor, "queue_overview", params)
+            return [self._queue_stats(cursor, row) for row in rows]
+
+    def _overview_reading(self) -> AbstractContextManager[Any]:
+        """A cursor for the overview's statements."""
+        return self._reading()
+
+    def _queue_stats(self, cursor: Any, row: dict[str, Any]) -> QueueStats:
+        """One queue_overview row as QueueStats (a dialect may estimate a capped done)."""
         age = self._oldest_ready_age(row)
-        return QueueStats(queue=queue, oldest_ready_age_secs=age, **row)
+        return QueueStats(oldest_ready_age_secs=age, **row)
 
     def fenced_count(self, queue: str | None = None, op: str | None = None) -> int:
         with self._translated("fenced_count"), self._reading() as cursor:

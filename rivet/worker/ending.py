@@ -91,8 +91,8 @@ class Reporter:
     def report(self, ended: Ended) -> None:
         if ended.exc is not None:
             self.counts["failed"] += 1
-        self.counts[ended.end] += 1
-        self.metrics.event(ended.end, ended.attempt.claimed)
+        self.counts[ended.end.value] += 1
+        self.metrics.event(ended.end.value, ended.attempt.claimed)
         match ended.end:
             case End.ACKED:
                 self._acked(ended)

@@ -124,23 +124,24 @@ class Worker:
         """
         self.config = config
         self.store = store
-        self.queues = list(config.queues)
         self.owner = config.owner or default_owner()
-        self.lease_ttl = config.lease_ttl
-        self.concurrency = config.concurrency
         #: Claimed tasks that may wait for a handler thread.
         self.prefetch = default_prefetch() if config.prefetch is None else config.prefetch
         self.registry = registry
         self.clock = clock
         self.failpoints = failpoints or active()
         self.pruner = pruner
-        self.guard = Guard(store=store, lease_ttl=self.lease_ttl, clock=clock, notify=self._notify)
+        self.guard = Guard(
+            store=store, lease_ttl=self.config.lease_ttl, clock=clock, notify=self._notify
+        )
         self._events: queue_module.SimpleQueue = queue_module.SimpleQueue()
         self._running: dict[Any, Attempt] = {}
         self._stopping = threading.Event()
         self._listener_done = threading.Event()
         self.metrics = (
-            WorkerMetrics(slots=self.concurrency, busy=self.busy_slots) if metrics else NO_METRICS
+            WorkerMetrics(slots=self.config.concurrency, busy=self.busy_slots)
+            if metrics
+            else NO_METRICS
         )
         self.reporter = Reporter(
             sender=self,
@@ -157,7 +158,7 @@ class Worker:
             failpoints=self.failpoints,
             clock=clock,
         )
-        self.handlers = HandlerPool(self.concurrency, self._execute)
+        self.handlers = HandlerPool(self.config.concurrency, self._execute)
         self._gave_up = False
         self._requeued = False
         self._exit_code = EXIT_OK
@@ -178,10 +179,10 @@ class Worker:
         logs.event(
             "worker_started",
             owner=self.owner,
-            queues=",".join(self.queues),
-            concurrency=self.concurrency,
+            queues=",".join(self.config.queues),
+            concurrency=self.config.concurrency,
             prefetch=self.prefetch,
-            lease_ttl=self.lease_ttl,
+            lease_ttl=self.config.lease_ttl,
             pool_size=self.config.pool_size,
         )
         self._server_warnings()
@@ -259,7 +260,7 @@ class Worker:
         """The wake-up thread: turn each enqueue notification into a wake-up of the loop."""
         while not self._listener_done.is_set():
             try:
-                if self.store.wait_for_work(self.queues, LISTEN_SLICE_SECS):
+                if self.store.wait_for_work(self.config.queues, LISTEN_SLICE_SECS):
                     self._events.put(None)
             except Exception as exc:
                 logs.event("listen_failed", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
@@ -308,7 +309,7 @@ class Worker:
 
     def _free_slots(self) -> int:
         """How many tasks the next claim asks for: free slots and free prefetch room."""
-        free = self.concurrency + self.prefetch - self._busy()
+        free = self.config.concurrency + self.prefetch - self._busy()
         if self.config.max_jobs is not None:
             free = min(free, self.config.max_jobs - self._finished() - self._unsettled())
         return max(free, 0)
@@ -337,10 +338,10 @@ class Worker:
         try:
             flushed = self.store.task_settle_and_claim(
                 decided,
-                queues=self.queues,
+                queues=self.config.queues,
                 owner=self.owner,
                 limit=wanted,
-                lease_ttl=self.lease_ttl,
+                lease_ttl=self.config.lease_ttl,
             )
         except ClaimFailed as exc:  # the decisions were committed, the claim was not
             self._applied(exc.settled)
@@ -405,7 +406,7 @@ class Worker:
             claimed=claimed,
             definition=definition,
             started=started,
-            lease_ttl=self.lease_ttl,
+            lease_ttl=self.config.lease_ttl,
             timeout_secs=timeout or self.config.job_timeout,
         )
         self._running[attempt.lease] = attempt
@@ -472,7 +473,9 @@ class Worker:
     def _check_abandoned(self) -> None:
         now = self.clock()
         for attempt in list(self._running.values()):
-            late = attempt.stopped_at is not None and now - attempt.stopped_at >= self.lease_ttl
+            late = (
+                attempt.stopped_at is not None and now - attempt.stopped_at >= self.config.lease_ttl
+            )
             if late and attempt.busy and attempt.began:
                 self._abandon(attempt)
         stuck = sum(1 for a in self._running.values() if a.state is AttemptState.ABANDONED)

@@ -15,8 +15,10 @@
 Batches. A decision is queued, not written: the worker's loop flushes every queued decision in
 one store call (``task_settle_and_claim``, one statement on PostgreSQL, together with the next
 claim) as soon as the previous flush returned, so a lone task is settled at once and a busy
-worker batches by itself. Nothing is counted, logged or signalled as done before the flush
-that wrote it returned: the reports run after the commit.
+worker batches by itself. Each call that learns how attempts ended (``applied``, ``failed``,
+``flush_all``, a stop at shutdown) returns them as typed ``Ended`` values
+(``rivet.worker.ending``) for the loop to report: nothing is counted, logged or signalled as
+done before the flush that wrote it returned.
 
 A flush that fails because the database is unreachable is tried again with a short backoff,
 without blocking the loop (heartbeats, stops and SIGTERM go on), until one lease past each
@@ -183,10 +185,28 @@ class Settler:
 
     # -- queueing and flushing decisions ----------------------------------------------------
 
-    def _queue(self, attempt: Attempt, decision: Decision, **report: Any) -> None:
+    def _queue(
+        self,
+        attempt: Attempt,
+        decision: Decision,
+        *,
+        result: Any = None,
+        error: str = "",
+        exc: BaseException | None = None,
+        applied_as: End | None = None,
+    ) -> None:
         attempt.decided = True
         give_up = max(attempt.lease_deadline, self.clock()) + self.guard.lease_ttl
-        self.pending.append(Pending(attempt=attempt, decision=decision, give_up=give_up, **report))
+        item = Pending(
+            attempt=attempt,
+            decision=decision,
+            give_up=give_up,
+            result=result,
+            error=error,
+            exc=exc,
+            applied_as=applied_as,
+        )
+        self.pending.append(item)
 
     def due(self) -> list[Decision]:
         """The decisions to send with the next flush: all queued, unless backing off."""

@@ -11,8 +11,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from rivet import logs, signals
 from rivet.failpoints import Failpoints
@@ -43,9 +42,8 @@ BY_SETTLED = {
 }
 
 
-@dataclass(frozen=True, kw_only=True)
-class Ended:
-    """One attempt's end, and what its report needs.
+class Ended(NamedTuple):
+    """One attempt's end, and what its report needs (a NamedTuple: one per attempt).
 
     ``exc``: the handler's exception when the attempt failed (it counts as failed; a burial
     runs the ``failed`` hook with it); ``error``: that failure as last_error stores it.

@@ -35,7 +35,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import close_old_connections
 
@@ -63,9 +63,11 @@ class Outcome:
     error: BaseException | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class Pending:
-    """A decision waiting for the next flush, and what its attempt's report will need."""
+class Pending(NamedTuple):
+    """A decision waiting for the next flush, and what its attempt's report will need.
+
+    A NamedTuple, not a dataclass: one is made per attempt on the hot path.
+    """
 
     attempt: Attempt
     decision: Decision
@@ -91,8 +93,12 @@ class Pending:
             exc=self.exc,
             retry_in=decision.delay if isinstance(decision, Retry) else 0.0,
             dead_error=decision.error if isinstance(decision, Bury) else "",
-            reason=self.attempt.stop_reason
-            or f"the lease was claimed again before the {decision.op}",
+            reason=self._fence_reason() if end is End.FENCED else "",
+        )
+
+    def _fence_reason(self) -> str:
+        return (
+            self.attempt.stop_reason or f"the lease was claimed again before the {self.decision.op}"
         )
 
     def lost(self, exc: BaseException) -> Ended:

@@ -170,13 +170,10 @@ class PostgresStore(SqlStore):
         when a later claim statement fails, the first one's decisions are committed, and the
         error says so (PartlyCommitted, raised to the caller as ClaimFailed).
         """
-        if not plan.queues:
-            with self._reading() as cursor:
+        atomic = connections[self.using].in_atomic_block  # then a savepoint around it all
+        with self._writing() if atomic else self._reading() as cursor:
+            if not plan.queues:
                 return self._statement(cursor, rows, None).applied, ClaimBatch()
-        if connections[self.using].in_atomic_block:
-            with self._writing() as cursor:
-                return self._walk_from(cursor, rows, plan, ttl)
-        with self._reading() as cursor:
             return self._walk_from(cursor, rows, plan, ttl)
 
     def _walk_from(

@@ -232,9 +232,14 @@ class TaskRecord:
     trace_context: dict[str, str] | None = None
 
 
+#: A queue's done tasks are counted up to this many; past it a store may give the database's
+#: estimate instead (``QueueStats.done_estimated``): done is the count that grows without end.
+DONE_COUNT_LIMIT = 10_000
+
+
 @dataclass(frozen=True, kw_only=True)
 class QueueStats:
-    """Counts for one queue, as the database sees them now."""
+    """Counts for one queue, as the database sees them now (``Store.queue_overview``)."""
 
     queue: str
     ready: int = 0
@@ -244,6 +249,8 @@ class QueueStats:
     dead: int = 0
     oldest_ready_age_secs: float | None = None
     fenced: int = 0
+    #: True when ``done`` is past DONE_COUNT_LIMIT and the database's estimate, not a count.
+    done_estimated: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -255,7 +262,31 @@ class QueueStats:
             "dead": self.dead,
             "oldest_ready_age_secs": self.oldest_ready_age_secs,
             "fenced": self.fenced,
+            "done_estimated": self.done_estimated,
         }
+
+    @property
+    def done_text(self) -> str:
+        """done as a person reads it: ``~1 234 567`` when it is an estimate."""
+        return f"~{self.done:,}".replace(",", " ") if self.done_estimated else str(self.done)
+
+    @property
+    def oldest_ready_age(self) -> str:
+        return format_age(self.oldest_ready_age_secs)
+
+
+def format_age(secs: float | None) -> str:
+    """An age as an operator reads it: '-', '4.2s', '3m 5s', '2h 10m', '3d 4h'."""
+    if secs is None:
+        return "-"
+    secs = max(secs, 0.0)
+    if secs < 60:
+        return f"{secs:.1f}s"
+    whole = int(secs)
+    for unit, size, sub, sub_size in (("d", 86400, "h", 3600), ("h", 3600, "m", 60)):
+        if whole >= size:
+            return f"{whole // size}{unit} {whole % size // sub_size}{sub}"
+    return f"{whole // 60}m {whole % 60}s"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -268,15 +299,10 @@ class ClaimBatch:
 
 @dataclass(frozen=True, kw_only=True)
 class Flushed:
-    """What one ``task_settle_and_claim`` did: the decisions' outcomes, in order, and the claim.
-
-    ``claim_error`` is set when the decisions (and possibly part of the claim) were committed
-    and a later claim statement failed: the outcomes are true, the batch is what was leased.
-    """
+    """What one ``task_settle_and_claim`` did: the decisions' outcomes, in order, and the claim."""
 
     settled: list[Settled] = field(default_factory=list)
     batch: ClaimBatch = field(default_factory=ClaimBatch)
-    claim_error: Exception | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,8 +30,6 @@ def drain(*, queue: str, batch: int, owner: str, lease_ttl: float) -> int:
         flushed = store.task_settle_and_claim(
             acks, queues=[queue], owner=owner, limit=batch, lease_ttl=lease_ttl
         )
-        if flushed.claim_error is not None:
-            raise flushed.claim_error
         acked += sum(1 for settled in flushed.settled if settled is Settled.ACKED)
         claimed = flushed.batch.claimed
         if not claimed:

@@ -30,45 +30,6 @@ WITH RECURSIVE pairs (state, kind) AS (
 )
 SELECT DISTINCT kind FROM pairs ORDER BY kind
 
--- name: jit_off
--- No JIT compilation for the rest of this transaction: these queries are index probes.
-SET LOCAL jit = off
-
--- name: queue_overview
--- Per queue: ready, leased, delayed, dead, oldest ready age, and done counted up to a cap.
-WITH RECURSIVE queues (queue) AS (
-    (SELECT queue FROM rivet_task ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT t.queue FROM rivet_task AS t WHERE t.queue > queues.queue ORDER BY t.queue LIMIT 1)
-    FROM queues
-    WHERE queues.queue IS NOT NULL
-)
-SELECT
-    queues.queue, pending.ready, pending.leased, pending.delayed, done.n AS done, dead.n AS dead,
-    extract(epoch FROM now() - pending.oldest_ready)::float8 AS oldest_ready_age_secs
-FROM queues
-CROSS JOIN LATERAL (
-    SELECT
-        count(*) FILTER (WHERE visible_at <= now()) AS ready,
-        count(*) FILTER (WHERE visible_at > now() AND lease_owner IS NOT NULL) AS leased,
-        count(*) FILTER (WHERE visible_at > now() AND lease_owner IS NULL) AS delayed,
-        min(visible_at) FILTER (WHERE visible_at <= now()) AS oldest_ready
-    FROM rivet_task
-    WHERE queue = queues.queue AND state = 'pending'
-) AS pending
-CROSS JOIN LATERAL (
-    SELECT count(*) AS n FROM rivet_task WHERE queue = queues.queue AND state = 'dead'
-) AS dead
-CROSS JOIN LATERAL (
-    SELECT count(*) AS n
-    FROM (
-        SELECT 1 FROM rivet_task WHERE queue = queues.queue AND state = 'done'
-        LIMIT %(done_cap)s
-    ) AS capped
-) AS done
-WHERE queues.queue IS NOT NULL
-ORDER BY queues.queue
-
 -- name: table_estimate
 -- The planner's row estimate of the whole task table (-1 or 0 when never analyzed).
 SELECT reltuples::bigint FROM pg_class WHERE oid = 'rivet_task'::regclass

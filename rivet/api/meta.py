@@ -57,7 +57,7 @@ class MetricsView(RivetView):
 
     @schema.metrics
     def get(self, request, *args, **kwargs) -> Response:
-        return Response(queue_exposition(self.get_alias()), content_type=CONTENT_TYPE)
+        return Response(queue_exposition(self.get_store()), content_type=CONTENT_TYPE)
 
 
 class FloorOnly(RivetPermission):

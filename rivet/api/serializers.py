@@ -9,6 +9,7 @@ from rest_framework import serializers
 
 from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput, PayloadTooLarge
+from rivet.models import Task
 from rivet.producer import task_spec
 from rivet.validation import (
     MAX_ATTEMPTS_LIMIT,
@@ -18,7 +19,7 @@ from rivet.validation import (
     PRIORITY_MIN,
     check_name,
 )
-from rivet.values import CancelOutcome, TaskState
+from rivet.values import CancelOutcome
 
 #: The header a client may send its idempotency key in (the IETF Idempotency-Key draft).
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -139,31 +140,19 @@ class AttemptErrorSerializer(serializers.Serializer):
     error = serializers.CharField(help_text="why, as last_error said then")
 
 
-class TaskSerializer(serializers.Serializer):
-    """A snapshot of one task row."""
+class TaskSerializer(serializers.ModelSerializer):
+    """A snapshot of one task row: the model's columns, less the internal cancel mark."""
 
-    id = serializers.IntegerField()
-    queue = serializers.CharField()
-    kind = serializers.CharField()
-    payload = serializers.JSONField(allow_null=True)
-    idem_key = serializers.CharField(allow_null=True)
-    unique_key = serializers.CharField(allow_null=True)
-    state = serializers.ChoiceField(choices=TaskState.choices)
-    attempts = serializers.IntegerField()
-    max_attempts = serializers.IntegerField()
-    lease_epoch = serializers.IntegerField()
-    lease_owner = serializers.CharField(allow_null=True)
-    visible_at = serializers.DateTimeField()
-    priority = serializers.IntegerField()
-    created_at = serializers.DateTimeField()
-    updated_at = serializers.DateTimeField()
-    last_error = serializers.CharField(
-        allow_blank=True, help_text="why the current life is failing; empty once done"
-    )
     errors = AttemptErrorSerializer(
         many=True, help_text="every failed attempt of the whole life, oldest first, bounded"
     )
-    result = serializers.JSONField(allow_null=True)
+
+    class Meta:
+        model = Task
+        exclude = ("cancel_requested",)
+        extra_kwargs = {
+            "last_error": {"help_text": "why the current life is failing; empty once done"}
+        }
 
 
 class CancelResultSerializer(serializers.Serializer):
@@ -199,6 +188,9 @@ class QueueStatsSerializer(serializers.Serializer):
     dead = serializers.IntegerField()
     oldest_ready_age_secs = serializers.FloatField(allow_null=True)
     fenced = serializers.IntegerField(help_text="stale acks and fails the fence refused")
+    done_estimated = serializers.BooleanField(
+        help_text="done is past 10 000 and PostgreSQL's estimate, not a count"
+    )
 
 
 class SweepResultSerializer(serializers.Serializer):

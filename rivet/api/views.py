@@ -1,9 +1,10 @@
 """rivet's HTTP API views. Writes go through the Store (the calls ``rivet_dlq`` makes).
 
-The store is the configured one (``rivet.producer.resolve_store``); listings read the same
-database through the ORM so they can page with a cursor. An enqueue runs on Django's
-connection for that database, so with ``ATOMIC_REQUESTS`` it commits or rolls back with the
-request.
+The store is the configured one (``rivet.producer.resolve_store``); every task the API shows
+is read from the store's database (``Store.using``) through the ORM, one row or a page of them
+(paged with a cursor), and queue counts come from ``Store.queue_overview``. An enqueue runs on
+Django's connection for that database, so with ``ATOMIC_REQUESTS`` it commits or rolls back
+with the request.
 """
 
 from __future__ import annotations
@@ -34,11 +35,10 @@ from rivet.api.serializers import (
 )
 from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput, PayloadTooLarge, RivetConfigError
-from rivet.metrics import queue_overview
 from rivet.models import Task
 from rivet.stores.base import Store
 from rivet.validation import check_name
-from rivet.values import CancelOutcome, TaskRecord, TaskState
+from rivet.values import CancelOutcome, TaskState
 
 VIEW, ADD = "rivet.view_task", "rivet.add_task"
 REQUEUE, PURGE = "rivet.requeue_deadletter", "rivet.purge_deadletter"
@@ -99,20 +99,23 @@ class RivetView(generics.GenericAPIView):
 
     def get_alias(self) -> str:
         store = self.get_store()
-        alias = getattr(store, "using", None)
-        if alias is None:
+        if store.using is None:
             raise RivetConfigError(
-                f"the {store.name} store keeps no database rows; rivet's HTTP API lists tasks "
+                f"the {store.name} store keeps no database rows; rivet's HTTP API reads tasks "
                 "from a SQL store (PostgreSQL or SQLite)"
             )
-        return alias
+        return store.using
 
-    def render_task(self, task: TaskRecord | Task, status_code: int = 200) -> Response:
+    def tasks(self) -> QuerySet[Task]:
+        """The task rows of the store's database: every read of the API starts here."""
+        return Task.objects.using(self.get_alias())
+
+    def render_task(self, task: Task, status_code: int = 200) -> Response:
         return Response(TaskSerializer(task).data, status=status_code)
 
-    def find_task(self, task_id: str | int) -> TaskRecord:
+    def find_task(self, task_id: str | int) -> Task:
         number = parse_task_id(task_id)
-        task = None if number is None else self.get_store().task_get(number)
+        task = None if number is None else self.tasks().filter(pk=number).first()
         if task is None:
             raise NotFound(f"no task with id {task_id}", code="not_found")
         return task
@@ -148,7 +151,7 @@ class TaskListCreateView(RivetView):
 
     def get_queryset(self) -> QuerySet[Task]:
         params = self.request.query_params
-        rows = Task.objects.using(self.get_alias()).all()
+        rows = self.tasks()
         for name in ("queue", "kind"):
             value = _filter_name(params, name)
             if value is not None:
@@ -232,11 +235,8 @@ class TaskBulkView(RivetView):
             raise serializers.ValidationError({"tasks": errors})
         return checked
 
-    def _load(self, ids: list[int]) -> dict[int, Any]:
-        store = self.get_store()
-        if getattr(store, "using", None) is None:
-            return {task_id: store.task_get(task_id) for task_id in ids}
-        return Task.objects.using(getattr(store, "using")).in_bulk(ids)  # noqa: B009
+    def _load(self, ids: list[int]) -> dict[int, Task]:
+        return self.tasks().in_bulk(ids)
 
 
 class TaskDetailView(RivetView):
@@ -272,7 +272,7 @@ class QueueListView(RivetView):
 
     @schema.list_queues
     def get(self, request, *args, **kwargs) -> Response:
-        stats = queue_overview(self.get_alias())
+        stats = self.get_store().queue_overview()
         return Response(QueueStatsSerializer([s.as_dict() for s in stats], many=True).data)
 
 
@@ -307,7 +307,7 @@ class DeadLetterListView(RivetView):
     serializer_class = TaskSerializer
 
     def get_queryset(self) -> QuerySet[Task]:
-        rows = Task.objects.using(self.get_alias()).filter(state=TaskState.DEAD)
+        rows = self.tasks().filter(state=TaskState.DEAD)
         queue = _filter_name(self.request.query_params, "queue")
         return rows if queue is None else rows.filter(queue=queue)
 
@@ -324,7 +324,7 @@ else:
 
 
 class DeadLetterMixin(_ViewBase):
-    def dead_task(self, task_id: str) -> TaskRecord:
+    def dead_task(self, task_id: str) -> Task:
         task = self.find_task(task_id)
         if task.state != TaskState.DEAD:
             raise Conflict(

@@ -164,6 +164,20 @@ def check_queue_stats_counts(h: Harness) -> None:
 
 
 @check()
+def check_queue_overview_names_every_queue(h: Harness) -> None:
+    dead_q, ready_q, empty_q = sorted(fresh_queue() for _ in range(3))
+    enqueue(h, ready_q)
+    bury(h, dead_q)
+    listed = [stats.queue for stats in h.store.queue_overview()]
+    expect(dead_q in listed and ready_q in listed, f"queues with tasks in the overview: {listed}")
+    expect(empty_q not in listed, "a queue without tasks or fenced writes in the overview")
+    asked = h.store.queue_overview([ready_q, empty_q, dead_q])
+    expect_eq([s.queue for s in asked], [dead_q, ready_q, empty_q], "queues asked for, in order")
+    counts = [(s.ready, s.dead, s.done, s.done_estimated) for s in asked]
+    expect_eq(counts, [(0, 1, 0, False), (1, 0, 0, False), (0, 0, 0, False)], "their counts")
+
+
+@check()
 def check_task_list_filters_and_orders(h: Harness) -> None:
     q, other_q = fresh_queue(), fresh_queue()
     first = enqueue(h, q, priority=9)

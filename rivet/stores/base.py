@@ -31,6 +31,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from rivet import values as v
+from rivet.errors import StoreError
+
+
+class ClaimFailed(StoreError):
+    """A flush's decisions were committed, then its claim failed (the driver error is the
+    __cause__); ``settled`` holds the committed decisions' outcomes, in the order given."""
+
+    def __init__(self, message: str, *, settled: list[v.Settled]) -> None:
+        super().__init__(message)
+        self.settled = settled
 
 
 class Store(ABC):
@@ -42,6 +52,8 @@ class Store(ABC):
     joins_django_transaction: bool = False
     #: True when idle workers can sleep on a wake-up (LISTEN) instead of polling.
     supports_wakeup: bool = False
+    #: The Django database alias that holds the store's rows (None: a store without one).
+    using: str | None = None
 
     @abstractmethod
     def task_enqueue(self, spec: v.TaskSpec) -> v.EnqueueResult:
@@ -79,9 +91,9 @@ class Store(ABC):
 
         The worker's hot path: one call per flush. The decisions are applied exactly as
         ``task_settle`` applies them; when that fails nothing was applied and the error is
-        raised. The claim never leases a task the decisions name (the next claim may). When
-        only the claim fails after the decisions were committed, the error is returned as
-        ``claim_error`` so the outcomes are not lost.
+        raised. The claim never leases a task the decisions name (the next claim may). A
+        claim that fails raises; when the decisions were committed before it failed, the
+        error is ClaimFailed, which carries their outcomes.
         """
 
     @abstractmethod
@@ -115,8 +127,14 @@ class Store(ABC):
         """Tasks filtered by queue and state, oldest id first."""
 
     @abstractmethod
+    def queue_overview(self, queues: Sequence[str] | None = None) -> list[v.QueueStats]:
+        """Counts of each of ``queues`` (zeros for an empty one), or of every queue that holds
+        a task or a fenced write; in queue order. Cheap on a big table: done is counted up to
+        DONE_COUNT_LIMIT, past it a store may answer the database's estimate (done_estimated)."""
+
     def queue_stats(self, queue: str) -> v.QueueStats:
         """Ready, leased, delayed, done, dead, oldest-ready age and fenced writes for a queue."""
+        return self.queue_overview([queue])[0]
 
     @abstractmethod
     def dead_requeue(self, queue: str, task_id: int) -> bool:

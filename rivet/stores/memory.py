@@ -301,24 +301,32 @@ class MemoryStore(Store):
             ]
         return rows[:limit]
 
-    def queue_stats(self, queue: str) -> v.QueueStats:
+    def queue_overview(self, queues: Sequence[str] | None = None) -> list[v.QueueStats]:
         with self._lock:
-            now = self.clock()
-            tasks = [t for t in self._tasks.values() if t.queue == queue]
-            pending = [t for t in tasks if t.state == "pending"]
-            ready = [t for t in pending if t.visible_at <= now]
-            future = [t for t in pending if t.visible_at > now]
-            oldest = min((t.visible_at for t in ready), default=None)
-            return v.QueueStats(
-                queue=queue,
-                ready=len(ready),
-                leased=sum(1 for t in future if t.lease_owner is not None),
-                delayed=sum(1 for t in future if t.lease_owner is None),
-                done=sum(1 for t in tasks if t.state == "done"),
-                dead=sum(1 for t in tasks if t.state == "dead"),
-                oldest_ready_age_secs=(now - oldest).total_seconds() if oldest else None,
-                fenced=sum(1 for f in self._fences if f[1] == queue),
-            )
+            names = set(queues) if queues is not None else self._queue_names()
+            return [self._queue_stats(queue, self.clock()) for queue in sorted(names)]
+
+    def _queue_names(self) -> set[str]:
+        """Every queue that holds a task or a fenced write."""
+        fenced = {queue for _, queue, _, _ in self._fences if queue}
+        return {task.queue for task in self._tasks.values()} | fenced
+
+    def _queue_stats(self, queue: str, now: datetime) -> v.QueueStats:
+        tasks = [t for t in self._tasks.values() if t.queue == queue]
+        pending = [t for t in tasks if t.state == "pending"]
+        ready = [t for t in pending if t.visible_at <= now]
+        future = [t for t in pending if t.visible_at > now]
+        oldest = min((t.visible_at for t in ready), default=None)
+        return v.QueueStats(
+            queue=queue,
+            ready=len(ready),
+            leased=sum(1 for t in future if t.lease_owner is not None),
+            delayed=sum(1 for t in future if t.lease_owner is None),
+            done=sum(1 for t in tasks if t.state == "done"),
+            dead=sum(1 for t in tasks if t.state == "dead"),
+            oldest_ready_age_secs=(now - oldest).total_seconds() if oldest else None,
+            fenced=sum(1 for f in self._fences if f[1] == queue),
+        )
 
     def fenced_count(self, queue: str | None = None, op: str | None = None) -> int:
         with self._lock:

@@ -11,12 +11,14 @@ LISTEN wake-up.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -29,9 +31,10 @@ from psycopg.rows import dict_row
 
 from rivet import logs
 from rivet.conf import rivet_settings
-from rivet.stores.sql import ClaimWalk, SqlStore, json_text, same_work
+from rivet.stores.claim import ClaimPlan, PartlyCommitted, walk_claim
+from rivet.stores.sql import SqlStore, json_text, same_work
 from rivet.stores.sqlfile import load_queries
-from rivet.values import EnqueueResult, TaskSpec
+from rivet.values import ClaimBatch, EnqueueResult, QueueStats, TaskSpec
 
 QUERIES = load_queries(Path(__file__).with_name("postgres.sql"))
 
@@ -62,6 +65,34 @@ def settle_claim_text(limit: int) -> str:
     and the ~0.7 ms of planning a statement took here is paid once per limit, not per flush.
     """
     return QUERIES["settle_claim"].replace("%(limit)s::integer", str(int(limit)))
+
+
+@dataclass(frozen=True)
+class FlushRows:
+    """What one settle_claim statement answered, sorted out by each row's ``position``.
+
+    ``applied``: {position of a settle row: cancelled} of the rows applied (a fenced row is
+    absent); ``met``: the rows the claim met, in claim order, those it buried flagged.
+    """
+
+    applied: dict[int, bool]
+    met: list[dict[str, Any]]
+
+    @classmethod
+    def of(cls, rows: list[dict[str, Any]], settling: int) -> FlushRows:
+        applied: dict[int, bool] = {}
+        met: list[dict[str, Any]] = []
+        for row in rows:
+            position = row["position"]
+            if position is None:  # leased by the claim
+                met.append({**row, "doomed": False})
+            elif position <= settling:  # a settle row, 1-based
+                applied[position - 1] = row["cancel_requested"]
+            else:  # a doomed row the claim met and buried
+                met.append({"id": row["id"], "buried": True})
+        # RETURNING has no order: claim order is priority, then time ready, then id.
+        met.sort(key=claim_order)
+        return cls(applied=applied, met=met)
 
 
 def claim_order(row: dict[str, Any]) -> tuple:
@@ -111,57 +142,77 @@ class PostgresStore(SqlStore):
             with suppress(DjangoDatabaseError):
                 connection.close_if_unusable_or_obsolete()
 
+    # -- queue counts ------------------------------------------------------------------------
+
+    @contextmanager
+    def _overview_reading(self) -> Iterator[Any]:
+        with self._writing() as cursor:
+            cursor.execute(self.queries["jit_off"])
+            yield cursor
+
+    def _queue_stats(self, cursor: Any, row: dict[str, Any]) -> QueueStats:
+        if row["done"] <= self.done_count_limit:
+            return super()._queue_stats(cursor, row)
+        (answer,) = self._rows(cursor, "done_estimate", {"queue": row["queue"]})
+        (plan,) = answer.values()
+        plan = json.loads(plan) if isinstance(plan, str) else plan
+        estimate = max(int(plan[0]["Plan"]["Plan Rows"]), row["done"])
+        return replace(super()._queue_stats(cursor, row), done=estimate, done_estimated=True)
+
     # -- settle and claim: one statement ----------------------------------------------------
 
-    def _settle_claim(self, rows: list[dict[str, Any]], walk: ClaimWalk, ttl: float) -> dict:
+    def _settle_claim(
+        self, rows: list[dict[str, Any]], plan: ClaimPlan, ttl: float
+    ) -> tuple[dict[int, bool], ClaimBatch]:
         """The settle rows and the first claim in one statement; more claims only if needed.
 
         Outside the caller's transaction each statement commits by itself (one round trip):
-        a later claim statement that fails leaves the first one's work committed, so its
-        error is kept on the walk, not raised.
+        when a later claim statement fails, the first one's decisions are committed, and the
+        error says so (PartlyCommitted, raised to the caller as ClaimFailed).
         """
-        walk.params = {"owner": walk.owner, "ttl": ttl}
-        if connections[self.using].in_atomic_block:
-            with self._writing() as cursor:
-                applied = self._first(cursor, rows, walk)
-                self._walk(cursor, walk)
-            return applied
-        with self._reading() as cursor:
-            applied = self._first(cursor, rows, walk)
-            try:
-                self._walk(cursor, walk)
-            except (DjangoDatabaseError, psycopg.Error) as exc:
-                walk.error = self._store_error("task_settle_and_claim", exc)
-        return applied
+        atomic = connections[self.using].in_atomic_block  # then a savepoint around it all
+        with self._writing() if atomic else self._reading() as cursor:
+            if not plan.queues:
+                return self._statement(cursor, rows, None).applied, ClaimBatch()
+            return self._walk_from(cursor, rows, plan, ttl)
 
-    def _first(self, cursor: Any, rows: list[dict[str, Any]], walk: ClaimWalk) -> dict:
-        pick = walk.next_pick(self._ids)
-        applied, met = self._statement(cursor, rows, pick)
-        if pick is not None:
-            walk.took(met, pick["limit"])
-        return applied
+    def _walk_from(
+        self, cursor: Any, rows: list[dict[str, Any]], plan: ClaimPlan, ttl: float
+    ) -> tuple[dict[int, bool], ClaimBatch]:
+        """Walk the claim; its first statement also applies the settle rows."""
+        claim = {"owner": plan.owner, "ttl": ttl}
+        first: list[FlushRows] = []
+
+        def statement(pick: dict[str, Any]) -> list[dict[str, Any]]:
+            if first:
+                return self._later_claim(cursor, {**claim, **pick}, first[0].applied, len(rows))
+            first.append(self._statement(cursor, rows, {**claim, **pick}))
+            return first[0].met
+
+        batch, _ = walk_claim(plan, statement)  # the statement buries doomed rows itself
+        return first[0].applied, batch
+
+    def _later_claim(
+        self, cursor: Any, params: dict[str, Any], applied: dict[int, bool], settled: int
+    ) -> list[dict[str, Any]]:
+        """A claim statement after the first; outside a transaction the first is committed."""
+        try:
+            return self._statement(cursor, [], params).met
+        except (DjangoDatabaseError, psycopg.Error) as exc:
+            if connections[self.using].in_atomic_block or not settled:
+                raise
+            raise PartlyCommitted(applied, self._store_error("task_settle_and_claim", exc)) from exc
 
     def _statement(
         self, cursor: Any, rows: list[dict[str, Any]], pick: dict[str, Any] | None
-    ) -> tuple[dict[int, bool], list[dict[str, Any]]]:
-        """Run settle_claim: ({position: cancelled} applied, the rows the claim met)."""
+    ) -> FlushRows:
+        """Run settle_claim: the settle rows applied and the rows its claim met."""
         params: dict[str, Any] = {
             f"{column}s": [row[column] for row in rows] for column in SETTLE_COLUMNS
         }
         params.update(pick or NO_CLAIM)
-        applied: dict[int, bool] = {}
-        met: list[dict[str, Any]] = []
         text = settle_claim_text(params["limit"])
-        for row in self._bound_rows(cursor, text, params, generic=True):
-            position = row["position"]
-            if position is None:
-                met.append({**row, "doomed": False})
-            elif position <= len(rows):
-                applied[position - 1] = row["cancel_requested"]
-            else:
-                met.append({"id": row["id"], "buried": True})
-        met.sort(key=claim_order)
-        return applied, met
+        return FlushRows.of(self._bound_rows(cursor, text, params, generic=True), len(rows))
 
     def _rows(self, cursor: Any, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         if query in PREPARED_QUERIES:
@@ -213,10 +264,10 @@ class PostgresStore(SqlStore):
             return raw.fetchall() if raw.description else []
 
     def _claim_rows(self, cursor: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
-        return self._statement(cursor, [], params)[1]
+        return self._statement(cursor, [], params).met
 
     def _settle_rows(self, cursor: Any, rows: list[dict[str, Any]]) -> dict[int, bool]:
-        return self._statement(cursor, rows, None)[0]
+        return self._statement(cursor, rows, None).applied
 
     # -- enqueue -----------------------------------------------------------------------------
 

@@ -305,24 +305,69 @@ WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
 ORDER BY id
 LIMIT %(limit)s
 
--- name: queue_stats
--- Ready, leased, delayed, done and dead counts, the oldest ready age and fenced writes of a queue.
+-- name: queue_overview
+-- Per queue (those %(queues)s names, or every queue with a task or a fenced write): ready, leased,
+-- delayed, dead, fenced writes, oldest ready age, and done counted up to %(done_cap)s. Queues come
+-- from loose index scans and each count from an index probe, so a big table stays cheap.
+WITH RECURSIVE task_queues (queue) AS (
+    (SELECT queue FROM rivet_task WHERE %(queues)s::text[] IS NULL ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT t.queue FROM rivet_task AS t WHERE t.queue > q.queue ORDER BY t.queue LIMIT 1)
+    FROM task_queues AS q
+    WHERE q.queue IS NOT NULL
+),
+fenced_queues (queue) AS (
+    (SELECT queue FROM rivet_fenced_write WHERE %(queues)s::text[] IS NULL ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (
+        SELECT f.queue FROM rivet_fenced_write AS f WHERE f.queue > q.queue ORDER BY f.queue LIMIT 1
+    )
+    FROM fenced_queues AS q
+    WHERE q.queue IS NOT NULL
+),
+queues (queue) AS (
+    SELECT queue FROM task_queues WHERE queue IS NOT NULL
+    UNION
+    SELECT queue FROM fenced_queues WHERE queue IS NOT NULL
+    UNION
+    SELECT unnest(%(queues)s::text[])
+)
 SELECT
-    count(*) FILTER (WHERE state = 'pending' AND visible_at <= now()) AS ready,
-    count(*) FILTER (
-        WHERE state = 'pending' AND visible_at > now() AND lease_owner IS NOT NULL
-    ) AS leased,
-    count(*) FILTER (
-        WHERE state = 'pending' AND visible_at > now() AND lease_owner IS NULL
-    ) AS delayed,
-    count(*) FILTER (WHERE state = 'done') AS done,
-    count(*) FILTER (WHERE state = 'dead') AS dead,
-    extract(
-        epoch FROM now() - min(visible_at) FILTER (WHERE state = 'pending' AND visible_at <= now())
-    )::float8 AS oldest_ready_age_secs,
-    (SELECT count(*) FROM rivet_fenced_write WHERE queue = %(queue)s) AS fenced
-FROM rivet_task
-WHERE queue = %(queue)s
+    queues.queue, pending.ready, pending.leased, pending.delayed, done.n AS done, dead.n AS dead,
+    fenced.n AS fenced,
+    extract(epoch FROM now() - pending.oldest_ready)::float8 AS oldest_ready_age_secs
+FROM queues
+CROSS JOIN LATERAL (
+    SELECT
+        count(*) FILTER (WHERE visible_at <= now()) AS ready,
+        count(*) FILTER (WHERE visible_at > now() AND lease_owner IS NOT NULL) AS leased,
+        count(*) FILTER (WHERE visible_at > now() AND lease_owner IS NULL) AS delayed,
+        min(visible_at) FILTER (WHERE visible_at <= now()) AS oldest_ready
+    FROM rivet_task
+    WHERE queue = queues.queue AND state = 'pending'
+) AS pending
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n FROM rivet_task WHERE queue = queues.queue AND state = 'dead'
+) AS dead
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n
+    FROM (
+        SELECT 1 FROM rivet_task WHERE queue = queues.queue AND state = 'done' LIMIT %(done_cap)s
+    ) AS capped
+) AS done
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n FROM rivet_fenced_write WHERE queue = queues.queue
+) AS fenced
+ORDER BY queues.queue
+
+-- name: done_estimate
+-- The planner's estimate of a queue's done tasks (EXPLAIN: nothing is scanned).
+EXPLAIN (FORMAT JSON) SELECT 1 FROM rivet_task WHERE queue = %(queue)s AND state = 'done'
+
+-- name: jit_off
+-- No JIT compilation for the rest of this transaction: the overview's queries are index probes,
+-- and on a big table their cost guess would make compiling them take longer than running them.
+SET LOCAL jit = off
 
 -- name: fenced_count
 -- How many fenced writes were recorded, by queue and op (NULL = any).

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from abc import abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
@@ -22,15 +22,16 @@ from django.db import IntegrityError, InterfaceError, OperationalError
 
 from rivet.conf import rivet_settings
 from rivet.errors import IdempotencyMismatch, StoreError, StoreUnavailable
-from rivet.stores.base import Store
+from rivet.stores.base import ClaimFailed, Store
+from rivet.stores.claim import ClaimPlan, ClaimStatement, PartlyCommitted, walk_claim
 from rivet.values import (
     CANCELLED_SUFFIX,
+    DONE_COUNT_LIMIT,
     WORKER_LOST_SUFFIX,
     Ack,
     Bury,
     CancelOutcome,
     ClaimBatch,
-    Claimed,
     Decision,
     EnqueueResult,
     Fence,
@@ -100,6 +101,11 @@ def settle_row(decision: Decision) -> dict[str, Any]:
     return row
 
 
+def outcomes(decisions: Sequence[Decision], applied: dict[int, bool]) -> list[Settled]:
+    """Each decision's outcome, in order, from {position: cancelled} of the rows applied."""
+    return [outcome_of(decision, applied.get(i)) for i, decision in enumerate(decisions)]
+
+
 def outcome_of(decision: Decision, applied: bool | None) -> Settled:
     """Settled for a decision: ``applied`` is None (fenced), False (applied), True (cancelled)."""
     if applied is None or isinstance(decision, Fence):
@@ -109,60 +115,6 @@ def outcome_of(decision: Decision, applied: bool | None) -> Settled:
     if isinstance(decision, Ack):
         return Settled.ACKED
     return Settled.RETRIED if isinstance(decision, Retry) else Settled.BURIED
-
-
-class ClaimWalk:
-    """Where one claim is in its queues: what it leased and the doomed rows it met.
-
-    Queues are walked in the order given; a statement that met fewer rows than it asked for
-    exhausted its queue. A doomed row (attempts used up, or cancelled) is buried, by the claim
-    statement itself (``buried`` rows) or by the caller in the same transaction (``doomed``).
-    """
-
-    def __init__(
-        self, *, queues: Sequence[str], limit: int, owner: str, exclude: Sequence[int] = ()
-    ) -> None:
-        self.queues = list(queues)
-        self.limit = limit
-        self.owner = owner
-        self.params: dict[str, Any] = {}
-        self.claimed: list[Claimed] = []
-        self.doomed: list[dict[str, Any]] = []
-        self.buried = 0
-        #: Tasks the flush settles: its claim never leases them (the next claim may).
-        self.exclude = list(exclude)
-        self.seen: list[int] = list(self.exclude)
-        #: A claim statement's error after earlier statements were committed (see Flushed).
-        self.error: Exception | None = None
-
-    def next_pick(self, ids: Callable[[Sequence[int]], Any]) -> dict[str, Any] | None:
-        """Parameters of the next claim statement, or None when the claim is complete."""
-        wanted = self.limit - len(self.claimed)
-        if wanted <= 0 or not self.queues:
-            return None
-        return {**self.params, "queue": self.queues[0], "limit": wanted, "seen": ids(self.seen)}
-
-    def took(self, rows: list[dict[str, Any]], wanted: int) -> None:
-        """Take the rows one claim statement met, in claim order."""
-        for row in rows:
-            if row.get("buried"):
-                self.buried += 1
-            elif row["doomed"]:
-                self.doomed.append(row)
-            else:
-                row = {
-                    **row,
-                    "payload": json_value(row["payload"]),
-                    "trace_context": json_value(row["trace_context"]),
-                }
-                self.claimed.append(Claimed.from_row(row, self.owner))
-        self.seen += [row["id"] for row in rows]
-        if len(rows) < wanted:
-            self.queues.pop(0)
-            self.seen = list(self.exclude)
-
-    def batch(self) -> ClaimBatch:
-        return ClaimBatch(claimed=self.claimed, buried=self.buried + len(self.doomed))
 
 
 class SqlStore(Store):
@@ -175,6 +127,8 @@ class SqlStore(Store):
     #: Driver errors that mean "unreachable, or the connection dropped": StoreUnavailable.
     transient_errors: tuple[type[Exception], ...] = ()
     using: str
+    #: A queue's done tasks counted before the overview may take the database's estimate.
+    done_count_limit = DONE_COUNT_LIMIT
 
     # -- the dialect half --------------------------------------------------------------------
 
@@ -201,7 +155,11 @@ class SqlStore(Store):
 
     def _ids(self, ids: Sequence[int]) -> Any:
         """A list of ids as the dialect's queries take it."""
-        return list(ids)
+        return self._list(ids)
+
+    def _list(self, values: Sequence[Any]) -> Any:
+        """A list (of ids, of names) as the dialect's queries take it."""
+        return list(values)
 
     def _at(self, moment: datetime | None) -> Any:
         """An explicit time (run_at) as the dialect's queries take it."""
@@ -215,7 +173,7 @@ class SqlStore(Store):
         return {"owner": owner, "ttl": float(lease_ttl)}
 
     def _oldest_ready_age(self, row: dict[str, Any]) -> float | None:
-        """Take the oldest ready age (seconds) out of a queue_stats row."""
+        """Take the oldest ready age (seconds) out of a queue_overview row."""
         age = row.pop("oldest_ready_age_secs")
         return None if age is None else float(age)
 
@@ -324,8 +282,6 @@ class SqlStore(Store):
         flushed = self.task_settle_and_claim(
             [], queues=queues, owner=owner, limit=limit, lease_ttl=lease_ttl
         )
-        if flushed.claim_error is not None and not flushed.batch.claimed:
-            raise flushed.claim_error
         return flushed.batch
 
     def task_settle_and_claim(
@@ -338,37 +294,43 @@ class SqlStore(Store):
         lease_ttl: float,
     ) -> Flushed:
         rows = [settle_row(decision) for decision in decisions]
-        walk = ClaimWalk(
-            queues=queues if limit > 0 else (),
+        plan = ClaimPlan(
+            queues=tuple(queues) if limit > 0 else (),
             limit=limit,
             owner=owner,
-            exclude=[decision.lease.task_id for decision in decisions],
+            exclude=tuple(decision.lease.task_id for decision in decisions),
         )
-        if not rows and not walk.queues:
+        if not rows and not plan.queues:
             return Flushed()
-        with self._translated("task_settle_and_claim"):
-            applied = self._settle_claim(rows, walk, float(lease_ttl))
-        return Flushed(
-            settled=[outcome_of(d, applied.get(i)) for i, d in enumerate(decisions)],
-            batch=walk.batch(),
-            claim_error=walk.error,
-        )
+        try:
+            with self._translated("task_settle_and_claim"):
+                applied, batch = self._settle_claim(rows, plan, float(lease_ttl))
+        except PartlyCommitted as exc:
+            settled = outcomes(decisions, exc.applied)
+            raise ClaimFailed(str(exc.error), settled=settled) from exc.error.__cause__
+        return Flushed(settled=outcomes(decisions, applied), batch=batch)
 
-    def _settle_claim(self, rows: list[dict[str, Any]], walk: ClaimWalk, ttl: float) -> dict:
-        """Apply settle rows and walk the claim in one transaction; {position: cancelled}."""
+    def _settle_claim(
+        self, rows: list[dict[str, Any]], plan: ClaimPlan, ttl: float
+    ) -> tuple[dict[int, bool], ClaimBatch]:
+        """Apply settle rows and claim in one transaction: ({position: cancelled}, batch)."""
         with self._writing() as cursor:
             applied = self._settle_rows(cursor, rows) if rows else {}
-            if walk.queues:
-                walk.params = self._claim_params(cursor, walk.owner, ttl)
-                self._walk(cursor, walk)
-            if walk.doomed:
-                self._bury_doomed(cursor, walk.doomed)
-        return applied
+            batch, doomed = ClaimBatch(), list[dict[str, Any]]()
+            if plan.queues:
+                params = self._claim_params(cursor, plan.owner, ttl)
+                batch, doomed = walk_claim(plan, self._claim_statement(cursor, params))
+            if doomed:
+                self._bury_doomed(cursor, doomed)
+        return applied, batch
 
-    def _walk(self, cursor: Any, walk: ClaimWalk) -> None:
-        """Claim statements until the batch is full or every queue is exhausted."""
-        while (pick := walk.next_pick(self._ids)) is not None:
-            walk.took(self._claim_rows(cursor, pick), pick["limit"])
+    def _claim_statement(self, cursor: Any, params: dict[str, Any]) -> ClaimStatement:
+        """One claim statement on ``cursor``, for ``walk_claim``."""
+
+        def statement(pick: dict[str, Any]) -> list[dict[str, Any]]:
+            return self._claim_rows(cursor, {**params, **pick, "seen": self._ids(pick["seen"])})
+
+        return statement
 
     def _bury_doomed(self, cursor: Any, rows: list[dict[str, Any]]) -> None:
         """Bury rows no claim may run (attempts used up, or cancelled), under their epoch."""
@@ -434,11 +396,21 @@ class SqlStore(Store):
             rows = self._rows(cursor, "task_list", params)
         return [self._record(row) for row in rows]
 
-    def queue_stats(self, queue: str) -> QueueStats:
-        with self._translated("queue_stats"), self._reading() as cursor:
-            row = self._rows(cursor, "queue_stats", {"queue": queue})[0]
+    def queue_overview(self, queues: Sequence[str] | None = None) -> list[QueueStats]:
+        names = None if queues is None else self._list(queues)
+        params = {"queues": names, "done_cap": self.done_count_limit + 1}
+        with self._translated("queue_overview"), self._overview_reading() as cursor:
+            rows = self._rows(cursor, "queue_overview", params)
+            return [self._queue_stats(cursor, row) for row in rows]
+
+    def _overview_reading(self) -> AbstractContextManager[Any]:
+        """A cursor for the overview's statements."""
+        return self._reading()
+
+    def _queue_stats(self, cursor: Any, row: dict[str, Any]) -> QueueStats:
+        """One queue_overview row as QueueStats (a dialect may estimate a capped done)."""
         age = self._oldest_ready_age(row)
-        return QueueStats(queue=queue, oldest_ready_age_secs=age, **row)
+        return QueueStats(oldest_ready_age_secs=age, **row)
 
     def fenced_count(self, queue: str | None = None, op: str | None = None) -> int:
         with self._translated("fenced_count"), self._reading() as cursor:

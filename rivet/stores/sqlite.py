@@ -79,8 +79,8 @@ class SqliteStore(SqlStore):
 
     # -- the dialect half --------------------------------------------------------------------
 
-    def _ids(self, ids: Sequence[int]) -> str:
-        return json.dumps(list(ids))
+    def _list(self, values: Sequence[Any]) -> str:
+        return json.dumps(list(values))
 
     def _at(self, moment: datetime | None) -> str | None:
         return None if moment is None else _sql_time(moment)

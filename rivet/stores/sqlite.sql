@@ -149,10 +149,19 @@ WHERE (:queue IS NULL OR queue = :queue) AND (:state IS NULL OR state = :state)
 ORDER BY id
 LIMIT :limit;
 
--- name: queue_stats
--- Counts for one queue at one database instant, the oldest ready age and fenced writes.
-WITH clock AS (SELECT strftime('%Y-%m-%d %H:%M:%f', 'now') AS now)
+-- name: queue_overview
+-- Per queue (those in the JSON list :queues, or every queue with a task or a fenced write), at one
+-- database instant: ready, leased, delayed, done, dead, fenced writes, oldest ready.
+WITH clock AS (SELECT strftime('%Y-%m-%d %H:%M:%f', 'now') AS now),
+queues (queue) AS (
+    SELECT queue FROM rivet_task WHERE :queues IS NULL
+    UNION
+    SELECT queue FROM rivet_fenced_write WHERE :queues IS NULL
+    UNION
+    SELECT value FROM json_each(coalesce(:queues, '[]'))
+)
 SELECT
+    queues.queue AS queue,
     clock.now AS now,
     COUNT(t.id) FILTER (WHERE t.state = 'pending' AND t.visible_at <= clock.now) AS ready,
     COUNT(t.id) FILTER (
@@ -166,8 +175,10 @@ SELECT
     MIN(t.visible_at) FILTER (
         WHERE t.state = 'pending' AND t.visible_at <= clock.now
     ) AS oldest_ready_at,
-    (SELECT COUNT(*) FROM rivet_fenced_write f WHERE f.queue = :queue) AS fenced
-FROM clock LEFT JOIN rivet_task t ON t.queue = :queue;
+    (SELECT COUNT(*) FROM rivet_fenced_write f WHERE f.queue = queues.queue) AS fenced
+FROM queues CROSS JOIN clock LEFT JOIN rivet_task t ON t.queue = queues.queue
+GROUP BY queues.queue, clock.now
+ORDER BY queues.queue;
 
 -- name: fenced_count
 -- Fenced writes recorded, filtered by queue and op (NULL = any).

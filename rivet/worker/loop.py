@@ -46,8 +46,7 @@ import logging
 import queue as queue_module
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,21 +54,22 @@ from django.db import close_old_connections, connections
 
 from rivet import logs, signals
 from rivet.conf import rivet_settings
-from rivet.errors import InvalidInput, UnknownJob
+from rivet.errors import UnknownJob
 from rivet.failpoints import Failpoints, active, fired_by
 from rivet.jobs import JobRegistry, registry
 from rivet.retry import RetryPolicy
-from rivet.stores.base import Store
-from rivet.validation import check_name
+from rivet.stores.base import ClaimFailed, Store
 from rivet.values import ClaimBatch, Claimed, Settled
 from rivet.worker.attempt import Attempt, AttemptState, StopKind
+from rivet.worker.config import WorkerConfig
+from rivet.worker.ending import Ended, Reporter, describe
 from rivet.worker.guard import Guard
 from rivet.worker.metrics import NO_METRICS, WorkerMetrics
 from rivet.worker.options import checked
 from rivet.worker.pool import HandlerPool
 from rivet.worker.process import default_owner
 from rivet.worker.prune import Pruner
-from rivet.worker.settle import Outcome, Settler, describe, send_signal
+from rivet.worker.settle import Outcome, Settler
 
 EXIT_OK = 0
 EXIT_STORE_ERROR = 1  # --once could not claim: the database failed
@@ -106,71 +106,59 @@ class Worker:
 
     def __init__(
         self,
+        config: WorkerConfig,
         *,
         store: Store,
-        queues: Sequence[str],
-        owner: str | None = None,
-        lease_ttl: float = 30.0,
-        concurrency: int = 4,
-        prefetch: int | None = None,
-        retry_policy: RetryPolicy | None = None,
-        pool_size: int = 10,
-        poll_interval: float = 1.0,
-        job_timeout: float | None = None,
-        shutdown_timeout: float = 30.0,
-        once: bool = False,
-        max_jobs: int | None = None,
-        max_abandoned: int | None = None,
         registry: JobRegistry = registry,
+        retry_policy: RetryPolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
         failpoints: Failpoints | None = None,
         metrics: bool = False,
-        task_log_level: str = "info",
         pruner: Pruner | None = None,
     ) -> None:
+        """``config`` says what to do; the rest are the collaborators it is done with.
+
+        ``retry_policy``: the config's unless given (a test's random source); ``metrics``:
+        count into Prometheus counters (rivet_worker serves them on --metrics-port);
+        ``pruner``: retention, on a thread of its own (``rivet.worker.prune``).
+        """
+        self.config = config
         self.store = store
-        self.queues = [check_name("queue", q) for q in queues]
-        self.owner = owner or default_owner()
-        self.lease_ttl = checked("lease_ttl", lease_ttl)
-        self.concurrency = checked("concurrency", concurrency)
-        #: Claimed tasks that may wait for a handler thread (None: RIVET['PREFETCH']).
-        self.prefetch = default_prefetch() if prefetch is None else checked("prefetch", prefetch)
-        self.retry_policy = retry_policy or RetryPolicy()
-        self.pool_size = checked("pool_size", pool_size)
-        self.poll_interval = checked("poll_interval", poll_interval)
-        self.job_timeout = None if job_timeout is None else checked("job_timeout", job_timeout)
-        self.shutdown_timeout = checked("shutdown_timeout", shutdown_timeout)
-        self.once = once
-        self.max_jobs = None if max_jobs is None else checked("max_jobs", max_jobs)
-        self.max_abandoned = max_abandoned or max(1, self.concurrency // 2)
+        self.owner = config.owner or default_owner()
+        #: Claimed tasks that may wait for a handler thread.
+        self.prefetch = default_prefetch() if config.prefetch is None else config.prefetch
         self.registry = registry
         self.clock = clock
         self.failpoints = failpoints or active()
-        #: The level of routine per-task lines (claimed, acked, retry).
-        self.task_log_level = logs.LEVELS[checked("task_log_level", task_log_level)]
-        self.pruner = pruner  # retention: prunes on a thread of its own (rivet.worker.prune)
-        if not self.queues:
-            raise InvalidInput("a worker needs at least one queue")
-        self.guard = Guard(store=store, lease_ttl=self.lease_ttl, clock=clock, notify=self._notify)
+        self.pruner = pruner
+        self.guard = Guard(
+            store=store, lease_ttl=self.config.lease_ttl, clock=clock, notify=self._notify
+        )
         self._events: queue_module.SimpleQueue = queue_module.SimpleQueue()
         self._running: dict[Any, Attempt] = {}
         self._stopping = threading.Event()
         self._listener_done = threading.Event()
-        self._counts: Counter[str] = Counter()
-        #: Prometheus counters (rivet_worker serves them on --metrics-port), or no-ops.
         self.metrics = (
-            WorkerMetrics(slots=self.concurrency, busy=self.busy_slots) if metrics else NO_METRICS
+            WorkerMetrics(slots=self.config.concurrency, busy=self.busy_slots)
+            if metrics
+            else NO_METRICS
         )
+        self.reporter = Reporter(
+            sender=self,
+            metrics=self.metrics,
+            task_log_level=logs.LEVELS[config.task_log_level],
+            failpoints=self.failpoints,
+        )
+        #: Attempts by how they ended, claims, burials and abandoned threads.
+        self.counts = self.reporter.counts
         self.settler = Settler(
-            worker=self,
             store=store,
             guard=self.guard,
-            retry_policy=self.retry_policy,
+            retry_policy=retry_policy or config.retry_policy,
             failpoints=self.failpoints,
             clock=clock,
-            counts=self._counts,
         )
-        self.handlers = HandlerPool(self.concurrency, self._execute)
+        self.handlers = HandlerPool(self.config.concurrency, self._execute)
         self._gave_up = False
         self._requeued = False
         self._exit_code = EXIT_OK
@@ -191,11 +179,11 @@ class Worker:
         logs.event(
             "worker_started",
             owner=self.owner,
-            queues=",".join(self.queues),
-            concurrency=self.concurrency,
+            queues=",".join(self.config.queues),
+            concurrency=self.config.concurrency,
             prefetch=self.prefetch,
-            lease_ttl=self.lease_ttl,
-            pool_size=self.pool_size,
+            lease_ttl=self.config.lease_ttl,
+            pool_size=self.config.pool_size,
         )
         self._server_warnings()
         self.guard.start()
@@ -217,7 +205,7 @@ class Worker:
                 self.pruner.close()
             connections.close_all()
         code = EXIT_ABANDONED if (stranded or self._gave_up) else self._exit_code
-        stats = WorkerStats(**self._counts, exit_code=code)
+        stats = WorkerStats(**self.counts, exit_code=code)
         summary: dict[str, Any] = _summary(stats)
         logs.event("worker_stopped", owner=self.owner, exit_code=code, **summary)
         logs.flush()
@@ -235,7 +223,7 @@ class Worker:
             logs.event(name, logging.WARNING, note=note)
 
     def _start_listener(self) -> threading.Thread | None:
-        if not self.store.supports_wakeup or self.once:
+        if not self.store.supports_wakeup or self.config.once:
             return None
         listener = threading.Thread(target=self._listen, name="rivet-listen", daemon=True)
         listener.start()
@@ -248,10 +236,10 @@ class Worker:
             if self._enough_jobs():
                 return
             got = self._flush()
-            if self.once and got is None:
+            if self.config.once and got is None:
                 self._exit_code = EXIT_STORE_ERROR
                 return
-            if self.once and not got and not self._unsettled():
+            if self.config.once and not got and not self._unsettled():
                 if not self._requeued:
                     return
                 # A retry just written may be runnable already (no backoff): claim again now,
@@ -266,21 +254,21 @@ class Worker:
         """
         if not self._running:
             close_old_connections()
-        self._wait_some(self.poll_interval)
+        self._wait_some(self.config.poll_interval)
 
     def _listen(self) -> None:
         """The wake-up thread: turn each enqueue notification into a wake-up of the loop."""
         while not self._listener_done.is_set():
             try:
-                if self.store.wait_for_work(self.queues, LISTEN_SLICE_SECS):
+                if self.store.wait_for_work(self.config.queues, LISTEN_SLICE_SECS):
                     self._events.put(None)
             except Exception as exc:
                 logs.event("listen_failed", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
-                self._listener_done.wait(self.poll_interval)
+                self._listener_done.wait(self.config.poll_interval)
 
     def _drain(self) -> int:
         """Wait for in-flight handlers up to shutdown_timeout; abandon the rest."""
-        deadline = self.clock() + self.shutdown_timeout
+        deadline = self.clock() + self.config.shutdown_timeout
         while (self._busy() or self.settler.pending) and self.clock() < deadline:
             self._flush(claim=False)
             self._wait_some(min(0.1, max(deadline - self.clock(), 0.0)))
@@ -288,14 +276,14 @@ class Worker:
         for attempt in [a for a in self._running.values() if a.busy]:
             if attempt.withdraw(StopKind.SHUTDOWN, "worker shutting down before it ran", now):
                 # Prefetched, never taken by a thread: nothing ran; its lease lapses.
-                self.settler.settle_stopped(attempt)
+                self._report(self.settler.settle_stopped(attempt))
                 attempt.mark_returned()
                 continue
             attempt.stop(StopKind.SHUTDOWN, "worker shutting down", now)
             if attempt.owes_decision:
-                self.settler.settle_stopped(attempt)
+                self._report(self.settler.settle_stopped(attempt))
             self._abandon(attempt)
-        self.settler.flush_all()
+        self._report(*self.settler.flush_all())
         self._forget_finished()
         return self._busy()
 
@@ -321,17 +309,17 @@ class Worker:
 
     def _free_slots(self) -> int:
         """How many tasks the next claim asks for: free slots and free prefetch room."""
-        free = self.concurrency + self.prefetch - self._busy()
-        if self.max_jobs is not None:
-            free = min(free, self.max_jobs - self._finished() - self._unsettled())
+        free = self.config.concurrency + self.prefetch - self._busy()
+        if self.config.max_jobs is not None:
+            free = min(free, self.config.max_jobs - self._finished() - self._unsettled())
         return max(free, 0)
 
     def _finished(self) -> int:
         settled = ("acked", "retried", "dead", "cancelled", "fenced", "lost")
-        return sum(self._counts[k] for k in settled)
+        return sum(self.counts[k] for k in settled)
 
     def _enough_jobs(self) -> bool:
-        return self.max_jobs is not None and self._finished() >= self.max_jobs
+        return self.config.max_jobs is not None and self._finished() >= self.config.max_jobs
 
     def _flush(self, claim: bool = True) -> int | None:
         """Write the queued decisions and claim into the free slots, in one store call.
@@ -350,26 +338,37 @@ class Worker:
         try:
             flushed = self.store.task_settle_and_claim(
                 decided,
-                queues=self.queues,
+                queues=self.config.queues,
                 owner=self.owner,
                 limit=wanted,
-                lease_ttl=self.lease_ttl,
+                lease_ttl=self.config.lease_ttl,
             )
+        except ClaimFailed as exc:  # the decisions were committed, the claim was not
+            self._applied(exc.settled)
+            self._claim_failed(exc)
+            return 0
         except Exception as exc:
             if decided:
-                self.settler.failed(exc)
+                self._report(*self.settler.failed(exc))
                 self._forget_finished()
                 return 0
             self._claim_failed(exc)
             return None
-        # A retry the flush just wrote is runnable for the next claim, not for this one.
-        self._requeued = Settled.RETRIED in flushed.settled
-        if decided:
-            self.settler.applied(flushed.settled)
-            self._forget_finished()
-        if flushed.claim_error is not None:
-            self._claim_failed(flushed.claim_error)
+        self._applied(flushed.settled)
         return self._take(flushed.batch, started)
+
+    def _applied(self, settled: list[Settled]) -> None:
+        """The flush wrote the due decisions: report each attempt's end."""
+        # A retry the flush just wrote is runnable for the next claim, not for this one.
+        self._requeued = Settled.RETRIED in settled
+        if settled:
+            self._report(*self.settler.applied(settled))
+            self._forget_finished()
+
+    def _report(self, *ends: Ended | None) -> None:
+        for ended in ends:
+            if ended is not None:
+                self.reporter.report(ended)
 
     def _claim_failed(self, exc: BaseException) -> None:
         logs.event(
@@ -380,7 +379,7 @@ class Worker:
     def _take(self, batch: ClaimBatch, started: float) -> int:
         """Start the tasks a claim leased; count the ones it buried on the way."""
         if batch.buried:
-            self._counts["buried"] += batch.buried
+            self.counts["buried"] += batch.buried
             self.metrics.buried(batch.buried)
             logs.event("buried", owner=self.owner, count=batch.buried)
         for claimed in batch.claimed:
@@ -397,9 +396,9 @@ class Worker:
             }
 
     def _start(self, claimed: Claimed, started: float) -> None:
-        self._counts["claimed"] += 1
+        self.counts["claimed"] += 1
         self.metrics.event("claimed", claimed)
-        logs.task_event("claimed", claimed, self.task_log_level)
+        logs.task_event("claimed", claimed, self.reporter.task_log_level)
         self.failpoints.fire("after_claim")
         definition = self.registry.find(claimed.kind)
         timeout = definition.timeout_secs if definition else None
@@ -407,8 +406,8 @@ class Worker:
             claimed=claimed,
             definition=definition,
             started=started,
-            lease_ttl=self.lease_ttl,
-            timeout_secs=timeout or self.job_timeout,
+            lease_ttl=self.config.lease_ttl,
+            timeout_secs=timeout or self.config.job_timeout,
         )
         self._running[attempt.lease] = attempt
         if definition is None:
@@ -425,7 +424,7 @@ class Worker:
             self._events.put((attempt, NOT_RUN))  # stopped while it waited: never run
             return
         try:
-            send_signal(signals.task_processing, self, attempt)
+            self.reporter.send(signals.task_processing, attempt)
             if "before_effect" not in fired_by(definition.handler):
                 self.failpoints.fire("before_effect")
             began = time.perf_counter()
@@ -466,20 +465,22 @@ class Worker:
             attempt.mark_returned()
         if attempt.owes_decision:
             if outcome is None or attempt.stop_kind is not None:
-                self.settler.settle_stopped(attempt)
+                self._report(self.settler.settle_stopped(attempt))
             else:
-                self.settler.settle(attempt, outcome)
+                self._report(self.settler.settle(attempt, outcome))
         if attempt.state is AttemptState.FINISHED:
             self._running.pop(attempt.lease, None)
 
     def _check_abandoned(self) -> None:
         now = self.clock()
         for attempt in list(self._running.values()):
-            late = attempt.stopped_at is not None and now - attempt.stopped_at >= self.lease_ttl
+            late = (
+                attempt.stopped_at is not None and now - attempt.stopped_at >= self.config.lease_ttl
+            )
             if late and attempt.busy and attempt.began:
                 self._abandon(attempt)
         stuck = sum(1 for a in self._running.values() if a.state is AttemptState.ABANDONED)
-        if stuck >= self.max_abandoned and not self._gave_up:
+        if stuck >= self.config.abandon_limit and not self._gave_up:
             self._gave_up = True
             logs.event("too_many_abandoned", logging.ERROR, owner=self.owner, abandoned=stuck)
             self.stop()
@@ -494,7 +495,7 @@ class Worker:
 
     def _abandon(self, attempt: Attempt) -> None:
         if attempt.abandon():
-            self._counts["abandoned"] += 1
+            self.counts["abandoned"] += 1
             self.metrics.event("abandoned", attempt.claimed)
             logs.task_event(
                 "abandoned", attempt.claimed, logging.WARNING, reason=attempt.stop_reason

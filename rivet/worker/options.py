@@ -3,7 +3,8 @@
 Every value goes through one parser, whichever of the three it came from, so a bad value is
 refused the same way and the message names where it came from (``--concurrency``,
 ``RIVET_LEASE_TTL_SECS`` or ``RIVET['POOL_SIZE']``) and what is expected. The same table
-serves the system checks (``rivet.checks``) and the Worker's keyword arguments (``checked``).
+serves the system checks (``rivet.checks``) and ``WorkerConfig`` (``rivet.worker.config``),
+whose fields go through ``checked``.
 """
 
 from __future__ import annotations
@@ -336,7 +337,7 @@ BY_DEST = {option.dest: option for option in OPTIONS}
 
 
 def checked(dest: str, value: Any) -> Any:
-    """A Worker keyword argument through its option's parser; InvalidInput names it."""
+    """A WorkerConfig field through its option's parser; InvalidInput names it."""
     try:
         return BY_DEST[dest].parse(value)
     except Expected as exc:

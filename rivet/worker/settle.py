@@ -15,8 +15,10 @@
 Batches. A decision is queued, not written: the worker's loop flushes every queued decision in
 one store call (``task_settle_and_claim``, one statement on PostgreSQL, together with the next
 claim) as soon as the previous flush returned, so a lone task is settled at once and a busy
-worker batches by itself. Nothing is counted, logged or signalled as done before the flush
-that wrote it returned: the reports run after the commit.
+worker batches by itself. Each call that learns how attempts ended (``applied``, ``failed``,
+``flush_all``, a stop at shutdown) returns them as typed ``Ended`` values
+(``rivet.worker.ending``) for the loop to report: nothing is counted, logged or signalled as
+done before the flush that wrote it returned.
 
 A flush that fails because the database is unreachable is tried again with a short backoff,
 without blocking the loop (heartbeats, stops and SIGTERM go on), until one lease past each
@@ -31,21 +33,21 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from django.db import close_old_connections
 
-from rivet import decisions, logs, signals
+from rivet import decisions, logs
 from rivet.errors import Permanent, StoreUnavailable
 from rivet.failpoints import Failpoints
 from rivet.retry import RetryPolicy
 from rivet.stores.base import Store
 from rivet.validation import clip_error
-from rivet.values import Decision, Settled
+from rivet.values import Bury, Decision, Retry, Settled
 from rivet.worker.attempt import Attempt, StopKind
+from rivet.worker.ending import BY_SETTLED, End, Ended, describe
 from rivet.worker.guard import Guard
 
 #: First wait before a failed write is tried again; it doubles up to WRITE_RETRY_MAX_SECS.
@@ -62,87 +64,113 @@ class Outcome:
 
 
 class Pending(NamedTuple):
-    """A decision waiting for the next flush, and how to report what the store did with it."""
+    """A decision waiting for the next flush, and what its attempt's report will need.
+
+    A NamedTuple, not a dataclass: one is made per attempt on the hot path.
+    """
 
     attempt: Attempt
     decision: Decision
-    report: Callable[[Settled], None]
     give_up: float  # monotonic: past it, a write the database never answered is abandoned
+    result: Any = None
+    error: str = ""  # the handler's failure, as last_error stores it
+    exc: BaseException | None = None
+    #: The end when the store applies the decision (None: by what it applied, BY_SETTLED).
+    applied_as: End | None = None
 
+    def ended(self, settled: Settled) -> Ended:
+        """This attempt's end, now that the store answered ``settled``."""
+        end = BY_SETTLED[settled]
+        if self.applied_as is not None and end is not End.FENCED:
+            end = self.applied_as
+        decision = self.decision
+        return Ended(
+            attempt=self.attempt,
+            end=end,
+            op=decision.op,
+            result=self.result,
+            error=self.error,
+            exc=self.exc,
+            retry_in=decision.delay if isinstance(decision, Retry) else 0.0,
+            dead_error=decision.error if isinstance(decision, Bury) else "",
+            reason=self._fence_reason() if end is End.FENCED else "",
+        )
 
-def describe(error: BaseException) -> str:
-    """``<ExcType>: <message>``, the form last_error stores."""
-    return f"{type(error).__name__}: {error}"
+    def _fence_reason(self) -> str:
+        return (
+            self.attempt.stop_reason or f"the lease was claimed again before the {self.decision.op}"
+        )
+
+    def lost(self, exc: BaseException) -> Ended:
+        """This attempt's end when its write failed for good."""
+        return Ended(
+            attempt=self.attempt,
+            end=End.LOST,
+            op=self.decision.op,
+            exc=self.exc,
+            write_error=describe(exc),
+        )
 
 
 class Settler:
-    """Decides how attempts end and reports what the store did; runs on the loop thread."""
+    """Decides how attempts end; returns their ends once the store wrote them (loop thread)."""
 
     def __init__(
         self,
         *,
-        worker: Any,
         store: Store,
         guard: Guard,
         retry_policy: RetryPolicy,
         failpoints: Failpoints,
         clock: Callable[[], float],
-        counts: Counter[str],
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.worker = worker
         self.store = store
         self.guard = guard
         self.retry_policy = retry_policy
         self.failpoints = failpoints
         self.clock = clock
-        self.counts = counts
         self.sleep = sleep
         #: Decisions not yet written, in the order they were made.
         self.pending: list[Pending] = []
         self._wait = WRITE_RETRY_FIRST_SECS
         self._retry_at = 0.0
 
-    def settle(self, attempt: Attempt, outcome: Outcome) -> None:
+    def settle(self, attempt: Attempt, outcome: Outcome) -> Ended | None:
         """The handler returned or raised: ack or fail, unless the guard stopped it."""
         if self.clock() >= attempt.lease_deadline and attempt.stop_kind is None:
             # A late result (the worker was paused?): confirm the lease before writing.
             if not self.guard.heartbeat([attempt]) and attempt.stop_kind is None:
                 attempt.stop(StopKind.EXPIRED, "lease deadline passed, no heartbeat", self.clock())
         if attempt.stop_kind is not None:
-            self.settle_stopped(attempt)
-        elif outcome.error is not None:
+            return self.settle_stopped(attempt)
+        if outcome.error is not None:
             self.fail(attempt, outcome.error)
         else:
             self.ack(attempt, outcome.result)
+        return None
 
-    def settle_stopped(self, attempt: Attempt) -> None:
-        """The guard (or shutdown) stopped the handler; settle by the reason it stopped."""
+    def settle_stopped(self, attempt: Attempt) -> Ended | None:
+        """The guard (or shutdown) stopped the handler: queue the decision its reason calls
+        for; a shutdown writes nothing and ends the attempt at once (its lease lapses)."""
         kind = attempt.stop_kind
         if kind is StopKind.TIMEOUT:
             self.fail(attempt, TimeoutError(attempt.stop_reason))
         elif kind is StopKind.FENCED:
-            self._apply(attempt, decisions.lost(attempt.claimed))
+            self._queue(attempt, decisions.lost(attempt.claimed))
         elif kind is StopKind.CANCELLED:
-            self._apply(attempt, decisions.cancelled(attempt.claimed))
+            self._queue(attempt, decisions.cancelled(attempt.claimed))
         elif kind is StopKind.EXPIRED:
             self._expired(attempt)
         else:  # SHUTDOWN: logged by the worker as abandoned; the lease lapses
-            self._done(attempt, "lost")
+            return self._ended(Ended(attempt=attempt, end=End.LOST))
+        return None
 
     def _expired(self, attempt: Attempt) -> None:
         """Give the task back under its epoch: fenced and recorded if another worker has it."""
         reason = attempt.stop_reason
         logs.task_event("lease_expired", attempt.claimed, logging.WARNING, reason=reason)
-        decision = decisions.expired(attempt.claimed)
-
-        def report(settled: Settled) -> None:
-            if settled is Settled.FENCED:
-                self._fenced(attempt, decision)
-            else:
-                self._done(attempt, "lost")
-
-        self._queue(attempt, decision, report)
+        self._queue(attempt, decisions.expired(attempt.claimed), applied_as=End.LOST)
 
     def ack(self, attempt: Attempt, result: Any) -> None:
         try:
@@ -150,30 +178,41 @@ class Settler:
         except (TypeError, ValueError) as exc:
             return self.fail(attempt, TypeError(f"handler result is not JSON-serialisable: {exc}"))
         self.failpoints.fire("after_effect_before_ack")
-        self._apply(attempt, decisions.succeeded(attempt.claimed, result), result=result)
+        self._queue(attempt, decisions.succeeded(attempt.claimed, result), result=result)
 
     def fail(self, attempt: Attempt, exc: BaseException) -> None:
-        self.counts["failed"] += 1
         error = clip_error(describe(exc))
         if isinstance(exc, Permanent):
             decision: Decision = decisions.failed_permanently(attempt.claimed, error)
         else:
             delay = self.retry_policy.delay(attempt.claimed.attempt)
             decision = decisions.failed(attempt.claimed, error, delay)
-        self._apply(attempt, decision, error=error, exc=exc)
+        self._queue(attempt, decision, error=error, exc=exc)
 
     # -- queueing and flushing decisions ----------------------------------------------------
 
-    def _apply(self, attempt: Attempt, decision: Decision, **report: Any) -> None:
-        def reported(settled: Settled) -> None:
-            REPORTS[settled](self, attempt, decision, **report)
-
-        self._queue(attempt, decision, reported)
-
-    def _queue(self, attempt: Attempt, decision: Decision, report: Callable[..., None]) -> None:
+    def _queue(
+        self,
+        attempt: Attempt,
+        decision: Decision,
+        *,
+        result: Any = None,
+        error: str = "",
+        exc: BaseException | None = None,
+        applied_as: End | None = None,
+    ) -> None:
         attempt.decided = True
         give_up = max(attempt.lease_deadline, self.clock()) + self.guard.lease_ttl
-        self.pending.append(Pending(attempt, decision, report, give_up))
+        item = Pending(
+            attempt=attempt,
+            decision=decision,
+            give_up=give_up,
+            result=result,
+            error=error,
+            exc=exc,
+            applied_as=applied_as,
+        )
+        self.pending.append(item)
 
     def due(self) -> list[Decision]:
         """The decisions to send with the next flush: all queued, unless backing off."""
@@ -185,39 +224,42 @@ class Settler:
         """When queued decisions may be flushed (a monotonic time), or None: nothing queued."""
         return max(self._retry_at, 0.0) if self.pending else None
 
-    def applied(self, outcomes: Sequence[Settled]) -> None:
-        """The flush of ``due()`` committed: report each attempt by what the store did."""
+    def applied(self, outcomes: Sequence[Settled]) -> list[Ended]:
+        """The flush of ``due()`` committed: each attempt's end by what the store did."""
         flushed, self.pending = self.pending[: len(outcomes)], self.pending[len(outcomes) :]
         self._wait, self._retry_at = WRITE_RETRY_FIRST_SECS, 0.0
-        for item, settled in zip(flushed, outcomes, strict=True):
-            item.report(settled)
+        return [
+            self._ended(item.ended(settled))
+            for item, settled in zip(flushed, outcomes, strict=True)
+        ]
 
-    def failed(self, exc: BaseException) -> None:
+    def failed(self, exc: BaseException) -> list[Ended]:
         """The flush of ``due()`` raised: back off, give up, or write one by one."""
         close_old_connections()
         if not isinstance(exc, StoreUnavailable) and len(self.pending) > 1:
-            self._one_by_one()
-        else:
-            self._back_off(exc)
+            return self._one_by_one()
+        return self._back_off(exc)
 
-    def flush_all(self) -> None:
+    def flush_all(self) -> list[Ended]:
         """Flush until nothing is queued, sleeping through backoffs (at shutdown)."""
+        ended: list[Ended] = []
         while self.pending:
             self.sleep(max((self.next_due() or 0.0) - self.clock(), 0.0))
             decided = self.due()
             try:
                 outcomes = self.store.task_settle(decided)
             except Exception as exc:
-                self.failed(exc)
+                ended += self.failed(exc)
             else:
-                self.applied(outcomes)
+                ended += self.applied(outcomes)
+        return ended
 
-    def _back_off(self, exc: BaseException) -> None:
+    def _back_off(self, exc: BaseException) -> list[Ended]:
         retry = isinstance(exc, StoreUnavailable)
-        now, kept = self.clock(), []
+        now, kept, ended = self.clock(), [], []
         for item in self.pending:
             if not retry or now + self._wait >= item.give_up:
-                self._write_failed(item, exc)
+                ended.append(self._ended(item.lost(exc)))
                 continue
             kept.append(item)
             logs.task_event(
@@ -231,10 +273,11 @@ class Settler:
         self.pending = kept
         self._retry_at = now + self._wait
         self._wait = min(self._wait * 2, WRITE_RETRY_MAX_SECS)
+        return ended
 
-    def _one_by_one(self) -> None:
+    def _one_by_one(self) -> list[Ended]:
         """Write each queued decision alone: only the ones the store refuses are lost."""
-        queued, self.pending = self.pending, []
+        queued, self.pending, ended = self.pending, [], []
         for item in queued:
             try:
                 (settled,) = self.store.task_settle([item.decision])
@@ -242,105 +285,13 @@ class Settler:
                 self.pending.append(item)
             except Exception as exc:
                 close_old_connections()
-                self._write_failed(item, exc)
+                ended.append(self._ended(item.lost(exc)))
             else:
-                item.report(settled)
+                ended.append(self._ended(item.ended(settled)))
+        return ended
 
-    def _write_failed(self, item: Pending, exc: BaseException) -> None:
-        self._done(item.attempt, "lost")
-        logs.task_event(
-            "write_failed",
-            item.attempt.claimed,
-            logging.ERROR,
-            op=item.decision.op,
-            error=describe(exc),
-        )
-
-    def _acked(self, attempt: Attempt, decision: Decision, result: Any = None) -> None:
-        self._done(attempt, "acked")
-        logs.task_event("acked", attempt.claimed, self.worker.task_log_level)
-        self._send(signals.task_processed, attempt, result=result)
-        self.failpoints.fire("after_ack")
-
-    def _retried(self, attempt: Attempt, decision: Any, error: str = "", **_: Any) -> None:
-        self._done(attempt, "retried")
-        logs.task_event(
-            "retry",
-            attempt.claimed,
-            self.worker.task_log_level,
-            error=error,
-            retry_in=round(decision.delay, 3),
-        )
-        self._send(signals.task_released, attempt, error=error, retry_delay=decision.delay)
-
-    def _buried(
-        self, attempt: Attempt, decision: Any, error: str = "", exc: Any = None, **_: Any
-    ) -> None:
-        self._done(attempt, "dead", error=decision.error)
-        logs.task_event("dead", attempt.claimed, logging.WARNING, error=decision.error)
-        if exc is not None:  # the handler's error (not an operator's cancel)
-            self._run_failed_hook(attempt, exc)
-            self._send(signals.task_failed, attempt, error=error, exception=exc)
-
-    def _cancelled(self, attempt: Attempt, decision: Decision, **_: Any) -> None:
-        self._done(attempt, "cancelled")
-        logs.task_event("cancelled", attempt.claimed, logging.WARNING)
-
-    def _fenced(self, attempt: Attempt, decision: Decision, **_: Any) -> None:
-        reason = attempt.stop_reason or f"the lease was claimed again before the {decision.op}"
-        self._done(attempt, "fenced", op=decision.op, reason=reason)
-        logs.task_event("fenced", attempt.claimed, logging.WARNING, op=decision.op, reason=reason)
-        self._send(signals.task_fenced, attempt, op=decision.op, reason=reason)
-
-    # -- helpers -----------------------------------------------------------------------------
-
-    def _done(self, attempt: Attempt, count: str, **event: Any) -> None:
-        """The attempt ended as ``count``: counted, and its span ended (``event``: the span's)."""
-        attempt.mark_settled()
-        self.guard.untrack(attempt)
-        self.counts[count] += 1
-        self.worker.metrics.event(count, attempt.claimed)
-        attempt.span.end(count, **event)
-
-    def _run_failed_hook(self, attempt: Attempt, exc: BaseException) -> None:
-        hook = attempt.definition.failed if attempt.definition else None
-        if hook is None:
-            return
-        try:
-            hook(attempt.context, exc)
-        except Exception as hook_error:
-            logs.task_event(
-                "failed_hook_error", attempt.claimed, logging.ERROR, error=describe(hook_error)
-            )
-
-    def _send(self, signal: Any, attempt: Attempt, **extra: Any) -> None:
-        send_signal(signal, self.worker, attempt, **extra)
-
-
-REPORTS: dict[Settled, Callable[..., None]] = {
-    Settled.ACKED: Settler._acked,
-    Settled.RETRIED: Settler._retried,
-    Settled.BURIED: Settler._buried,
-    Settled.CANCELLED: Settler._cancelled,
-    Settled.FENCED: Settler._fenced,
-}
-
-
-def send_signal(signal: Any, worker: Any, attempt: Attempt, **extra: Any) -> None:
-    """Send a worker signal; a receiver's exception is logged, never raised into the worker."""
-    responses = signal.send_robust(
-        sender=type(worker),
-        worker=worker,
-        context=attempt.context,
-        claimed=attempt.claimed,
-        **extra,
-    )
-    for receiver, response in responses:
-        if isinstance(response, Exception):
-            logs.task_event(
-                "signal_receiver_error",
-                attempt.claimed,
-                logging.ERROR,
-                receiver=getattr(receiver, "__qualname__", str(receiver)),
-                error=describe(response),
-            )
+    def _ended(self, ended: Ended) -> Ended:
+        """The attempt owes no more writes: the guard stops heartbeating it."""
+        ended.attempt.mark_settled()
+        self.guard.untrack(ended.attempt)
+        return ended

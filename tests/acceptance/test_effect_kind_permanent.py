@@ -14,23 +14,18 @@ import chaos_project.effect_kind  # noqa: F401 - registers the effect kind
 from rivet.effect_client import post_effect
 from rivet.failpoints import Failpoints
 from rivet.producer import enqueue
-from rivet.retry import RetryPolicy
 from rivet.stores.memory import FakeClock, MemoryStore
 from rivet.values import PERMANENT_SUFFIX
-from rivet.worker import Worker
+from rivet.worker import Worker, WorkerConfig
 
 pytestmark = pytest.mark.acceptance
 
 
 def run_once(store: MemoryStore) -> None:
-    Worker(
-        store=store,
-        queues=["effects"],
-        owner="effect-test",
-        retry_policy=RetryPolicy(backoff_secs=0.0, cap_secs=0.0),
-        once=True,
-        failpoints=Failpoints(),
-    ).run()
+    config = WorkerConfig(
+        queues=("effects",), owner="effect-test", retry_backoff=0, retry_backoff_cap=0, once=True
+    )
+    Worker(config, store=store, failpoints=Failpoints()).run()
 
 
 def test_a_key_reused_with_another_body_is_buried_at_once(effect_service, effect_db, settings):

@@ -96,7 +96,12 @@ def million_tasks():
     )
 
 
-def open_page(client, label, url, params=None, max_queries=15):
+#: The queries one changelist may take: the page's own, and the queue overview's, which asks the
+#: planner once for each queue past DONE_COUNT_LIMIT done tasks (three queues here).
+MAX_QUERIES = 18
+
+
+def open_page(client, label, url, params=None, max_queries=MAX_QUERIES):
     with CaptureQueriesContext(connection) as queries:
         started = time.perf_counter()
         response = client.get(url, params or {})
@@ -139,7 +144,8 @@ def test_changelists_stay_cheap_on_a_million_tasks(client, million_tasks):
     assert len(cl.result_list) == cl.list_per_page
     overview = {row.queue: row for row in page.context["queue_overview"]}
     assert sorted(overview) == ["default", "mail", "sms"]
-    assert overview["sms"].dead > 0 and overview["mail"].done_display == "10 000+"
+    assert overview["sms"].dead > 0 and overview["mail"].done_estimated
+    assert overview["mail"].done > 10_000 and overview["mail"].done_text.startswith("~")
     kinds = {spec.title: spec for spec in cl.filter_specs}["kind"].lookup_choices
     assert len(kinds) == 8
 

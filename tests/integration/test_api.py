@@ -538,23 +538,28 @@ def test_error_bodies_are_json_even_from_the_metrics_endpoint(alias) -> None:
 
 
 @pytest.mark.django_db(databases=["default"])
-def test_done_is_estimated_on_a_big_postgres_table(monkeypatch) -> None:
-    """Past DONE_ESTIMATE_ABOVE rows the planner's figure stands in for a count of done rows;
-    a queue that only has done tasks is still found (PostgreSQL's most common values)."""
-    from rivet import metrics
+def test_done_is_estimated_past_the_count_limit_on_postgres(monkeypatch) -> None:
+    """Past the store's done_count_limit the planner's figure stands in for a count of done
+    rows, and the gauges, the API and the admin say so (done_estimated)."""
+    from rivet.stores.postgres import PostgresStore
 
     for _ in range(40):
         task_in("default", queue="archive", done=True)
     task_in("default", queue="live")
     with connections["default"].cursor() as cursor:
         cursor.execute("ANALYZE rivet_task")
-    monkeypatch.setattr(metrics, "DONE_ESTIMATE_ABOVE", 0)
-    estimated = {stats.queue: stats for stats in metrics.queue_overview("default")}
-    assert set(estimated) == {"archive", "live"}
-    assert estimated["archive"].done > 0  # the planner's figure, not necessarily 40
-    assert (estimated["live"].ready, estimated["live"].dead) == (1, 0)  # counted, exactly
-    monkeypatch.setattr(metrics, "DONE_ESTIMATE_ABOVE", 10**9)
-    assert {s.queue: s.done for s in metrics.queue_overview("default")}["archive"] == 40
+    store = PostgresStore(using="default")
+    monkeypatch.setattr(PostgresStore, "done_count_limit", 5)
+    estimated = {stats.queue: stats for stats in store.queue_overview()}
+    assert {"archive", "live"} <= set(estimated)
+    archive = estimated["archive"]
+    assert archive.done_estimated and archive.done > 5  # the planner's figure, at least 6
+    assert archive.done_text == f"~{archive.done}"
+    live = estimated["live"]
+    assert (live.ready, live.dead, live.done, live.done_estimated) == (1, 0, 0, False)
+    monkeypatch.setattr(PostgresStore, "done_count_limit", 10**9)
+    (archive,) = store.queue_overview(["archive"])
+    assert (archive.done, archive.done_estimated, archive.done_text) == (40, False, "40")
 
 
 def test_a_body_over_the_hosts_upload_limit_answers_413(api, alias, settings) -> None:

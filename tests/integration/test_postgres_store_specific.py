@@ -484,3 +484,17 @@ def test_server_warnings_name_autovacuum_when_it_is_off(store: PostgresStore) ->
         assert event == "autovacuum_off" and "VACUUM rivet_task" in note
     else:
         assert warnings == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refused_settle_inside_the_callers_transaction_leaves_it_usable(
+    store: PostgresStore, queue: str
+) -> None:
+    from rivet.values import Ack
+
+    task_id = store.task_enqueue(spec(queue)).task_id
+    (claimed,) = store.task_claim(queues=[queue], owner="w", limit=1, lease_ttl=30).claimed
+    with transaction.atomic():
+        with pytest.raises(StoreError):
+            store.task_settle([Ack(lease=claimed.lease, result="nul \x00 in jsonb")])
+        assert store.task_get(task_id).state == "pending"  # a savepoint kept the transaction

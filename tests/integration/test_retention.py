@@ -17,7 +17,7 @@ from rivet.models import FencedWrite, Task
 from rivet.stores.postgres import PostgresStore
 from rivet.validation import build_spec
 from rivet.values import Lease, Settled
-from rivet.worker import Worker
+from rivet.worker import Worker, WorkerConfig
 from rivet.worker.prune import KEY_CAVEAT, Pruner
 from tests.processes import child_environ, manage, postgres_url
 
@@ -147,7 +147,7 @@ def test_a_worker_with_a_retention_prunes_while_it_runs(store) -> None:
     pending = store.task_enqueue(build_spec(queue="elsewhere", kind="noop")).task_id
     age_everything(2 * HOUR)
     pruner = Pruner(store=store, older_than=HOUR, every=0.2, batch_size=3, owner="w-prune")
-    worker = Worker(store=store, queues=["idle"], poll_interval=0.1, pruner=pruner)
+    worker = Worker(WorkerConfig(queues=("idle",), poll_interval=0.1), store=store, pruner=pruner)
     runner = threading.Thread(target=worker.run, daemon=True)
     runner.start()
     try:

@@ -103,3 +103,37 @@ def test_a_sqlite_batch_the_database_refuses_changes_nothing(queue):
     after = flush(store, batch[:2], queue, limit=5)
     assert after.settled == [Settled.FENCED, Settled.ACKED]
     assert store.fenced_count(queue) == 1
+
+
+class FailSecond(Statements):
+    """Lets the first statement through and fails every later one, as a dropped server would."""
+
+    def __call__(self, execute, sql, params, many, context):
+        self.sql.append(sql)
+        if len(self.sql) > 1:
+            raise connections["default"].Database.OperationalError("server closed the connection")
+        return execute(sql, params, many, context)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_that_fails_after_the_decisions_committed_raises_with_their_outcomes(
+    postgres, queue
+):
+    from rivet.stores.base import ClaimFailed
+
+    (task,) = fill(postgres, queue, 1)
+    (claimed,) = flush(postgres, [], queue, 1).batch.claimed
+    fill(postgres, f"{queue}-b", 1)
+    failing = FailSecond()
+    with connections["default"].execute_wrapper(failing), pytest.raises(ClaimFailed) as error:
+        # The first statement acks and finds queue one empty; the claim of queue two fails.
+        postgres.task_settle_and_claim(
+            [succeeded(claimed, "ok")],
+            queues=[queue, f"{queue}-b"],
+            owner="w1",
+            limit=1,
+            lease_ttl=30,
+        )
+    assert len(failing.sql) == 2
+    assert error.value.settled == [Settled.ACKED]
+    assert postgres.task_get(task).state == "done"  # committed by the first statement

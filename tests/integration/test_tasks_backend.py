@@ -28,7 +28,7 @@ from rivet.errors import RivetConfigError, RivetError
 from rivet.models import Task
 from rivet.retry import RetryPolicy
 from rivet.stores import store_for_alias
-from rivet.worker import Worker
+from rivet.worker import Worker, WorkerConfig
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -57,11 +57,8 @@ def run_worker(*queues: str) -> None:
     """Drain the queues with a real rivet worker, in this process, then return."""
     store = store_for_alias("default")
     worker = Worker(
+        WorkerConfig(queues=tuple(queues), once=True, lease_ttl=30, concurrency=2),
         store=store,
-        queues=list(queues),
-        once=True,
-        lease_ttl=30,
-        concurrency=2,
         retry_policy=HOUR_LATER,
     )
     stats = worker.run()

@@ -16,10 +16,9 @@ from django.db import connection
 from rivet.failpoints import Failpoints
 from rivet.jobs import JobContext, JobRegistry, job
 from rivet.logs import EVENT_ATTR
-from rivet.retry import RetryPolicy
 from rivet.stores import store_for_alias
 from rivet.validation import build_spec
-from rivet.worker import Worker
+from rivet.worker import Worker, WorkerConfig
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -55,18 +54,17 @@ def test_an_ack_whose_connection_was_killed_is_retried_not_lost() -> None:
     store = store_for_alias("default")
     task_id = store.task_enqueue(build_spec(queue="outage", kind="kill.connections")).task_id
     connection.close()  # the loop runs on this thread: make it hold a fresh connection
-    worker = Worker(
-        store=store,
-        queues=["outage"],
+    config = WorkerConfig(
+        queues=("outage",),
         owner="outage:1",
         lease_ttl=30.0,
         concurrency=1,
-        retry_policy=RetryPolicy(backoff_secs=0.0, cap_secs=0.0),
+        retry_backoff=0.0,
+        retry_backoff_cap=0.0,
         poll_interval=0.05,
         once=True,
-        registry=jobs,
-        failpoints=Failpoints(),
     )
+    worker = Worker(config, store=store, registry=jobs, failpoints=Failpoints())
     events, worker_log = Events(), logging.getLogger("rivet.worker")
     worker_log.addHandler(events)
     try:

@@ -97,6 +97,13 @@ class IgnoresCancelMarks(MemoryStore):
         return outcome
 
 
+class OverviewInTheOrderAsked(MemoryStore):
+    def queue_overview(self, queues=None):
+        if queues is None:
+            return super().queue_overview()
+        return [self._queue_stats(queue, self.clock()) for queue in queues]
+
+
 MUTANTS = [
     (AckIgnoresEpoch, "stale_ack_is_fenced", "stale-epoch ack"),
     (AckIgnoresEpoch, "stale_fail_is_fenced", "stale-epoch fail"),
@@ -118,6 +125,7 @@ MUTANTS = [
     (FencesWholeBatch, "batch_settles_each_row_under_its_own_epoch", "one stale epoch"),
     (IgnoresCancelMarks, "cancel_of_a_leased_task_is_never_acked", "heartbeat reports it"),
     (NeverBuries, "cancel_buries_a_pending_task_at_once", "a cancelled task"),
+    (OverviewInTheOrderAsked, "queue_overview_names_every_queue", "queues asked for, in order"),
 ]
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from rivet.errors import StoreUnavailable
 from rivet.jobs import JobRegistry, job
+from rivet.stores.base import ClaimFailed
 from rivet.stores.memory import FakeClock, MemoryStore
 from rivet.worker.pool import HandlerPool
 from tests.unit.worker_kit import Background, enqueue, make_worker, wait_until
@@ -31,7 +32,7 @@ class RecordingStore(MemoryStore):
 
     def task_settle_and_claim(self, decisions, **claim):
         if decisions:
-            self.counted_before.append(self.worker.settler.counts["acked"] if self.worker else 0)
+            self.counted_before.append(self.worker.counts["acked"] if self.worker else 0)
             self.flushes.append(len(decisions))
             if self.hold is not None:
                 self.hold.wait(10)
@@ -142,7 +143,7 @@ def test_a_hung_handler_keeps_its_thread_and_slot_until_it_returns(jobs):
     )
     bg = Background(worker)
     try:
-        wait_until(lambda: worker._counts["abandoned"] == 1, "the stuck handler to be abandoned")
+        wait_until(lambda: worker.counts["abandoned"] == 1, "the stuck handler to be abandoned")
         assert worker.busy_slots() == 1  # the abandoned handler still holds its slot
         for _ in range(3):
             enqueue(store, "noop")
@@ -171,3 +172,23 @@ def test_the_pool_ends_its_idle_threads_on_close():
         thread.join(timeout=10)
     assert sorted(seen) == list(range(10))
     assert not any(thread.is_alive() for thread in pool.threads)
+
+
+class ClaimFailsAfterSettling(MemoryStore):
+    """Commits a flush's decisions, then fails its claim, as PostgreSQL may between statements."""
+
+    def task_settle_and_claim(self, decisions, **claim):
+        if not decisions:
+            return super().task_settle_and_claim(decisions, **claim)
+        settled = self.task_settle(decisions)
+        raise ClaimFailed("the claim statement failed", settled=settled)
+
+
+def test_a_claim_that_fails_after_its_flush_committed_still_reports_the_acks(jobs, caplog):
+    job("noop", registry=jobs)(lambda ctx: "ok")
+    store = ClaimFailsAfterSettling(clock=FakeClock())
+    task_id = enqueue(store, "noop")
+    stats = make_worker(store, jobs, once=True).run()
+    assert (stats.acked, stats.lost, stats.exit_code) == (1, 0, 0)
+    assert store.task_get(task_id).state == "done"
+    assert "claim_failed" in caplog.text

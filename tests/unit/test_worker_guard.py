@@ -109,7 +109,7 @@ def test_a_lapsed_local_deadline_stops_the_handler_and_gives_the_task_back(store
     blocking_job(jobs)
     task_id = enqueue(broken, "block")
     bg = Background(make_worker(broken, jobs, lease_ttl=0.2, metrics=True, max_jobs=1))
-    wait_until(lambda: bg.worker.settler.counts["lost"] == 1, "the lease to expire locally")
+    wait_until(lambda: bg.worker.counts["lost"] == 1, "the lease to expire locally")
     stats = bg.stop()
     task = broken.task_get(task_id)
     # Never acked: handed back under its epoch, runnable at once, saying why.

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from rivet.errors import InvalidInput
+from rivet.worker import WorkerConfig
 from rivet.worker.options import OptionError, resolve
 
 
@@ -34,4 +38,39 @@ def test_a_flag_beats_its_variable_which_beats_the_setting(settings):
 def test_a_bad_option_names_where_it_came_from(flags, env, message):
     with pytest.raises(OptionError) as caught:
         resolve(flags, env)
+    assert message in str(caught.value)
+
+
+def test_the_worker_config_from_flags_variables_and_settings_is_the_one_a_test_builds(settings):
+    settings.RIVET = {"QUEUE": "mail", "CONCURRENCY": 7, "RETRY_BACKOFF_SECS": 0.5}
+    env = {"RIVET_LEASE_TTL_SECS": "12", "RIVET_OWNER": "w-1"}
+    config = WorkerConfig.from_sources({"queues": "high,mail", "prefetch": "3"}, env, once=True)
+    built = WorkerConfig(
+        queues=("high", "mail"),
+        owner="w-1",
+        lease_ttl=12.0,
+        concurrency=7,
+        prefetch=3,
+        retry_backoff=0.5,
+        once=True,
+    )
+    assert config == built
+    assert (config.retry_policy.backoff_secs, config.abandon_limit) == (0.5, 3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.concurrency = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"concurrency": 0}, "concurrency must be an integer from 1 to 1024, got 0"),
+        ({"lease_ttl": -1}, "lease_ttl must be a number of seconds > 0"),
+        ({"task_log_level": "loud"}, "task_log_level must be info or debug"),
+        ({"queues": ()}, "a worker needs at least one queue"),
+        ({"queues": ("no way",)}, "queue"),
+    ],
+)
+def test_a_worker_config_refuses_a_bad_value_by_its_name(options, message):
+    with pytest.raises(InvalidInput) as caught:
+        WorkerConfig(**{"queues": ("q",), **options})
     assert message in str(caught.value)

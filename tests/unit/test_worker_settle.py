@@ -12,6 +12,7 @@ from rivet.errors import StoreError, StoreUnavailable
 from rivet.jobs import JobRegistry, job
 from rivet.stores.memory import FakeClock, MemoryStore
 from rivet.worker.attempt import Attempt, AttemptState, StopKind
+from rivet.worker.ending import End
 from tests.unit.worker_kit import enqueue, make_worker
 
 
@@ -94,13 +95,10 @@ class Clock:
 
 def expired_attempt(store: MemoryStore, jobs: JobRegistry, clock: Clock):
     """A claimed noop whose handler the guard stopped as expired; and the Settler to settle it."""
-    from collections import Counter
-    from types import SimpleNamespace
 
     from rivet.failpoints import Failpoints
     from rivet.retry import RetryPolicy
     from rivet.worker.guard import Guard
-    from rivet.worker.metrics import NO_METRICS
     from rivet.worker.settle import Settler
 
     enqueue(store, "noop")
@@ -113,10 +111,9 @@ def expired_attempt(store: MemoryStore, jobs: JobRegistry, clock: Clock):
     guard.track(attempt)
     clock.now += 3  # paused past the lease
     attempt.stop(StopKind.EXPIRED, "lease deadline passed, no heartbeat", clock())
-    worker = SimpleNamespace(metrics=NO_METRICS, owner="w")
     settler = Settler(
-        worker=worker, store=store, guard=guard, retry_policy=RetryPolicy(backoff_secs=0),
-        failpoints=Failpoints(), clock=clock, counts=Counter(), sleep=lambda s: None,
+        store=store, guard=guard, retry_policy=RetryPolicy(backoff_secs=0),
+        failpoints=Failpoints(), clock=clock, sleep=lambda s: None,
     )  # fmt: skip
     return claimed, attempt, settler
 
@@ -127,9 +124,9 @@ def test_an_expired_attempt_whose_task_was_claimed_again_records_the_fence(jobs)
     store.clock.advance(3)
     (again,) = store.task_claim(queues=["q"], owner="other", limit=1, lease_ttl=2).claimed
     assert again.epoch == claimed.epoch + 1
-    settler.settle_stopped(attempt)
-    settler.flush_all()  # a decision is queued; the loop (here, the test) writes it
-    assert settler.counts["fenced"] == 1
+    assert settler.settle_stopped(attempt) is None  # a decision is queued
+    ended = settler.flush_all()  # the loop (here, the test) writes it
+    assert [e.end for e in ended] == [End.FENCED]
     assert store.fenced_count("q") == 1
     assert store.task_get(claimed.task_id).lease_epoch == again.epoch  # untouched
 
@@ -139,12 +136,12 @@ def test_an_expired_attempt_still_holding_its_lease_gives_the_task_back_at_once(
 
     store, clock = MemoryStore(clock=FakeClock()), Clock()
     claimed, attempt, settler = expired_attempt(store, jobs, clock)
-    settler.settle_stopped(attempt)
-    settler.flush_all()  # a decision is queued; the loop (here, the test) writes it
+    assert settler.settle_stopped(attempt) is None  # a decision is queued
+    ended = settler.flush_all()  # the loop (here, the test) writes it
     task = store.task_get(claimed.task_id)
     assert (task.state, task.attempts, task.last_error) == ("pending", 1, EXPIRED_ERROR)
     assert store.queue_stats("q").ready == 1
-    assert (settler.counts["lost"], store.fenced_count("q")) == (1, 0)
+    assert ([e.end for e in ended], store.fenced_count("q")) == ([End.LOST], 0)
 
 
 def test_an_expired_attempt_waits_out_a_database_restart_to_record_its_fence(jobs):
@@ -153,6 +150,6 @@ def test_an_expired_attempt_waits_out_a_database_restart_to_record_its_fence(job
     store.clock.advance(3)
     store.task_claim(queues=["q"], owner="other", limit=1, lease_ttl=2)
     settler.sleep = lambda secs: setattr(clock, "now", clock.now + secs)
-    settler.settle_stopped(attempt)
-    settler.flush_all()  # a decision is queued; the loop (here, the test) writes it
-    assert (store.calls, store.fenced_count("q"), settler.counts["fenced"]) == (4, 1, 1)
+    assert settler.settle_stopped(attempt) is None  # a decision is queued
+    ended = settler.flush_all()  # the loop (here, the test) writes it
+    assert (store.calls, store.fenced_count("q"), [e.end for e in ended]) == (4, 1, [End.FENCED])

@@ -16,7 +16,7 @@ from rivet.jobs import JobContext, JobRegistry, job
 from rivet.retry import RetryPolicy
 from rivet.stores.memory import MemoryStore
 from rivet.validation import build_spec
-from rivet.worker import Worker, WorkerStats
+from rivet.worker import Worker, WorkerConfig, WorkerStats
 
 NO_WAIT = RetryPolicy(backoff_secs=0.0, cap_secs=0.0)
 
@@ -58,9 +58,13 @@ def enqueue(store: MemoryStore, kind: str, payload=None, queue: str = "q", **opt
     ).task_id
 
 
+#: Worker keyword arguments that are collaborators, not configuration.
+COLLABORATORS = frozenset({"registry", "retry_policy", "clock", "failpoints", "metrics", "pruner"})
+
+
 def make_worker(store: MemoryStore, jobs: JobRegistry, **options) -> Worker:
+    """A Worker for a unit test: its config from the defaults here, overridden by ``options``."""
     settings = {
-        "store": store,
         "queues": ["q"],
         "owner": "unit:1",
         "lease_ttl": 5.0,
@@ -71,8 +75,11 @@ def make_worker(store: MemoryStore, jobs: JobRegistry, **options) -> Worker:
         "shutdown_timeout": 5.0,
         "registry": jobs,
         "failpoints": Failpoints(),
+        **options,
     }
-    return Worker(**{**settings, **options})
+    runtime = {key: value for key, value in settings.items() if key in COLLABORATORS}
+    config = WorkerConfig(**{k: v for k, v in settings.items() if k not in COLLABORATORS})
+    return Worker(config, store=store, **runtime)
 
 
 class Background:

@@ -51,11 +51,8 @@ class Command(RivetCommand):
 
 def render(stats: QueueStats) -> str:
     """The stats as aligned ``name  value`` lines, headed by the queue."""
-    values = stats.as_dict()
+    values = {**stats.as_dict(), "done": stats.done_text}
+    values["oldest_ready_age_secs"] = stats.oldest_ready_age
     lines = [f"{'queue':<18}{stats.queue}"]
-    for label, key in ROWS:
-        value = values[key]
-        if key == "oldest_ready_age_secs":
-            value = "-" if value is None else f"{value:.1f}s"
-        lines.append(f"{label:<18}{value}")
+    lines += [f"{label:<18}{values[key]}" for label, key in ROWS]
     return "\n".join(lines)

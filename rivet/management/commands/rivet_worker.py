@@ -21,10 +21,10 @@ from rivet.errors import RivetConfigError
 from rivet.extras import require
 from rivet.failpoints import Failpoints, install
 from rivet.management.base import EXIT_UNAVAILABLE, RivetCommand
-from rivet.retry import RetryPolicy
 from rivet.stores.base import Store
 from rivet.worker import EXIT_STORE_ERROR, Worker
-from rivet.worker.options import OPTIONS, resolve
+from rivet.worker.config import WorkerConfig
+from rivet.worker.options import OPTIONS
 from rivet.worker.pool import configure_pool
 from rivet.worker.process import install_signal_handlers
 from rivet.worker.prune import Pruner
@@ -51,26 +51,17 @@ class Command(RivetCommand):
 
     def handle(self, *args, **options):
         try:
-            values = resolve(options, os.environ)
+            config = WorkerConfig.from_sources(options, os.environ, once=options["once"])
             points = Failpoints.from_env()
+            if config.metrics_port is not None:
+                require("prometheus_client", extra="metrics", feature="--metrics-port")
         except RivetConfigError as exc:
             raise CommandError(str(exc), returncode=2) from exc
-        metrics_port = values.pop("metrics_port")
-        if metrics_port is not None:
-            try:
-                require("prometheus_client", extra="metrics", feature="--metrics-port")
-            except RivetConfigError as exc:
-                raise CommandError(str(exc), returncode=2) from exc
-        logs.configure(values.pop("log_format"))
-        check_database(values.pop("connect_timeout"))
+        logs.configure(config.log_format)
+        check_database(config.connect_timeout)
         import_job_modules()
-        worker = build_worker(
-            values,
-            once=options["once"],
-            failpoints=install(points),
-            metrics=metrics_port is not None,
-        )
-        serve_metrics(worker, metrics_port)
+        worker = build_worker(config, failpoints=install(points))
+        serve_metrics(worker, config.metrics_port)
         install_signal_handlers(worker)
         try:
             stats = worker.run()
@@ -124,41 +115,32 @@ def import_job_modules() -> None:
             ) from exc
 
 
-def build_worker(
-    values: dict, *, once: bool, failpoints: Failpoints, metrics: bool = False
-) -> Worker:
-    """A Worker on the configured store from resolved option values."""
+def build_worker(config: WorkerConfig, *, failpoints: Failpoints) -> Worker:
+    """A Worker on the configured store, with the pool, metrics and retention it asks for."""
     from rivet.stores import resolve_store
 
     try:
         store = resolve_store()
     except RivetConfigError as exc:
         raise CommandError(str(exc), returncode=2) from exc
-    retry = RetryPolicy(
-        backoff_secs=values.pop("retry_backoff"), cap_secs=values.pop("retry_backoff_cap")
-    )
-    configure_pool(rivet_settings.DATABASE_ALIAS, values["pool_size"], values["concurrency"])
+    configure_pool(rivet_settings.DATABASE_ALIAS, config.pool_size, config.concurrency)
     return Worker(
+        config,
         store=store,
-        retry_policy=retry,
-        once=once,
         failpoints=failpoints,
-        metrics=metrics,
-        pruner=build_pruner(store, values),
-        **values,
+        metrics=config.metrics_port is not None,
+        pruner=build_pruner(store, config),
     )
 
 
-def build_pruner(store: Store, values: dict) -> Pruner | None:
+def build_pruner(store: Store, config: WorkerConfig) -> Pruner | None:
     """The retention thread, when a retention is set (--retention / RIVET['RETENTION'])."""
-    retention = values.pop("retention")
-    every, batch_size = values.pop("prune_every"), values.pop("prune_batch_size")
-    if retention is None:
+    if config.retention is None:
         return None
     return Pruner(
         store=store,
-        older_than=retention,
-        every=every,
-        batch_size=batch_size,
-        owner=values.get("owner") or "",
+        older_than=config.retention,
+        every=config.prune_every,
+        batch_size=config.prune_batch_size,
+        owner=config.owner or "",
     )

@@ -29,10 +29,13 @@ $(STAMP): pyproject.toml
 
 # scripts/find_chromium.py finds the browser the admin's browser tests drive (installing
 # Debian's chromium when root with apt-get, else stopping with how to get one).
+# scripts/find_locales.py makes sure de_DE.UTF-8 exists (installing Debian's locales-all when
+# root with apt-get, else stopping with how to get it): the non-English-server test needs it.
 # scripts/find_postgres.py chooses the server (DATABASE_URL, .env, Docker, or a throwaway
 # initdb cluster), exports DATABASE_URL and EFFECT_DATABASE_URL, and stops what it started.
 test: venv
 	$(VPY) scripts/find_chromium.py >/dev/null
+	$(VPY) scripts/find_locales.py >/dev/null
 	$(VPY) scripts/find_postgres.py run -- $(VPY) -m pytest $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory lint
 

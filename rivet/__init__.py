@@ -55,14 +55,15 @@ if TYPE_CHECKING:
     from rivet.producer import cancel, enqueue, enqueue_many, get_task
     from rivet.values import CancelOutcome, EnqueueResult, TaskRecord
 
+else:  # a type checker sees the imports above; a name that is not one is a type error
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rivet' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+    def __getattr__(name: str) -> Any:
+        module = _EXPORTS.get(name)
+        if module is None:
+            raise AttributeError(f"module 'rivet' has no attribute {name!r}")
+        value = getattr(import_module(module), name)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:

@@ -85,8 +85,15 @@ SQLITE_CANTOPEN = 14
 
 
 def sqlite_code(exc: BaseException) -> int | None:
-    """The primary SQLite result code of ``exc`` (extended codes folded), None if it has none."""
-    code = getattr(exc, "sqlite_errorcode", None)
+    """The primary SQLite result code behind ``exc`` (extended codes folded), else None.
+
+    Read through the chain: Django's wrapper of a sqlite3 error keeps it as its cause.
+    """
+    return next((code for code in map(_own_sqlite_code, _chain(exc)) if code is not None), None)
+
+
+def _own_sqlite_code(exc: BaseException) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None)  # sqlite3 errors have it (Python 3.11+)
     return code & 0xFF if isinstance(code, int) else None
 
 
@@ -130,7 +137,7 @@ def _kind(exc: BaseException) -> Failure | None:
         return _by_state(state)
     if _connection_failed(exc):
         return Failure.UNREACHABLE
-    if sqlite_code(exc) == SQLITE_CANTOPEN:
+    if _own_sqlite_code(exc) == SQLITE_CANTOPEN:
         return Failure.UNREACHABLE
     return None
 
@@ -191,7 +198,7 @@ def _connect_timeout_errors() -> tuple[type[BaseException], ...]:
 
 def _sqlite_not_migrated(exc: BaseException, alias: str) -> bool:
     """True for a SQLITE_ERROR from a database where some of rivet's tables are missing."""
-    if sqlite_code(exc) != SQLITE_ERROR or alias not in connections.settings:
+    if _own_sqlite_code(exc) != SQLITE_ERROR or alias not in connections.settings:
         return False
     connection = connections[alias]
     if connection.vendor != "sqlite":

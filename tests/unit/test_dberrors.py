@@ -103,5 +103,8 @@ def test_the_sqlite_store_explains_a_busy_lock_by_its_result_code(busy_error):
     store = SqliteStore.__new__(SqliteStore)  # the message needs only the alias
     store.using = "default"
     assert "set OPTIONS['transaction_mode'] = 'IMMEDIATE'" in store._error_message(busy_error)
+    django_error = django_errors.OperationalError(str(busy_error))  # as Django raises it
+    django_error.__cause__ = busy_error
+    assert "transaction_mode" in store._error_message(django_error)
     other = sqlite3.OperationalError("database is locked")  # the words alone: no code
     assert store._error_message(other) == "database is locked"

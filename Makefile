@@ -32,6 +32,8 @@ $(STAMP): pyproject.toml
 # Debian's chromium when root with apt-get, else stopping with how to get one);
 # scripts/find_promtool.py does the same for promtool (Debian's prometheus), which checks
 # and unit-tests the Prometheus rules rivet ships.
+# scripts/find_locales.py makes sure de_DE.UTF-8 exists (installing Debian's locales-all when
+# root with apt-get, else stopping with how to get it): the non-English-server test needs it.
 # scripts/find_postgres.py chooses the server (DATABASE_URL, .env, Docker, or a throwaway
 # initdb cluster), exports DATABASE_URL and EFFECT_DATABASE_URL, and stops what it started.
 # scripts/tree_unchanged.py fails the run when the suite left the checkout other than it found it.
@@ -39,6 +41,7 @@ test: venv
 	$(VPY) scripts/find_chromium.py >/dev/null
 	$(VPY) scripts/tree_unchanged.py snapshot
 	$(VPY) scripts/find_promtool.py >/dev/null
+	$(VPY) scripts/find_locales.py >/dev/null
 	$(VPY) scripts/find_postgres.py run -- $(VPY) -m pytest $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory lint
 	$(VPY) scripts/tree_unchanged.py check

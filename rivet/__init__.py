@@ -1,6 +1,7 @@
 """rivet: a Django task queue with effectively-once side effects.
 
-The public API is imported lazily, so ``import rivet`` works before Django is set up.
+The public API is imported lazily, so ``import rivet`` works before Django is set up. The
+rest of rivet's errors are in ``rivet.errors``; the test fake is ``rivet.testing``.
 """
 
 from importlib import import_module
@@ -12,7 +13,7 @@ try:
 except PackageNotFoundError:  # running from a source tree that was not installed
     __version__ = "0.0.0"
 
-#: Public name -> the module that defines it. Every error class lives in rivet.errors.
+#: Public name -> the module that defines it.
 _EXPORTS = {
     "enqueue": "rivet.producer",
     "enqueue_many": "rivet.producer",
@@ -25,23 +26,9 @@ _EXPORTS = {
     "CancelOutcome": "rivet.values",
     "RivetError": "rivet.errors",
     "InvalidInput": "rivet.errors",
-    "InvalidName": "rivet.errors",
-    "PayloadTooLarge": "rivet.errors",
     "IdempotencyMismatch": "rivet.errors",
-    "UnknownJob": "rivet.errors",
-    "StoreError": "rivet.errors",
-    "StoreUnavailable": "rivet.errors",
     "LeaseLost": "rivet.errors",
     "Permanent": "rivet.errors",
-    "RivetConfigError": "rivet.errors",
-    "OptionError": "rivet.errors",
-    "FailpointConfigError": "rivet.errors",
-    "NotAFake": "rivet.errors",
-    "EffectError": "rivet.errors",
-    "EffectRejected": "rivet.errors",
-    "EffectUnavailable": "rivet.errors",
-    "DjangoTaskFailed": "rivet.errors",
-    "DjangoTaskAbandoned": "rivet.errors",
 }
 
 __all__ = [
@@ -57,59 +44,26 @@ __all__ = [
     "CancelOutcome",
     "RivetError",
     "InvalidInput",
-    "InvalidName",
-    "PayloadTooLarge",
     "IdempotencyMismatch",
-    "UnknownJob",
-    "StoreError",
-    "StoreUnavailable",
     "LeaseLost",
     "Permanent",
-    "RivetConfigError",
-    "OptionError",
-    "FailpointConfigError",
-    "NotAFake",
-    "EffectError",
-    "EffectRejected",
-    "EffectUnavailable",
-    "DjangoTaskFailed",
-    "DjangoTaskAbandoned",
 ]
 
 if TYPE_CHECKING:
-    from rivet.errors import (
-        DjangoTaskAbandoned,
-        DjangoTaskFailed,
-        EffectError,
-        EffectRejected,
-        EffectUnavailable,
-        FailpointConfigError,
-        IdempotencyMismatch,
-        InvalidInput,
-        InvalidName,
-        LeaseLost,
-        NotAFake,
-        OptionError,
-        PayloadTooLarge,
-        Permanent,
-        RivetConfigError,
-        RivetError,
-        StoreError,
-        StoreUnavailable,
-        UnknownJob,
-    )
+    from rivet.errors import IdempotencyMismatch, InvalidInput, LeaseLost, Permanent, RivetError
     from rivet.jobs import JobContext, job
     from rivet.producer import cancel, enqueue, enqueue_many, get_task
     from rivet.values import CancelOutcome, EnqueueResult, TaskRecord
 
+else:  # a type checker sees the imports above; a name that is not one is a type error
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rivet' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+    def __getattr__(name: str) -> Any:
+        module = _EXPORTS.get(name)
+        if module is None:
+            raise AttributeError(f"module 'rivet' has no attribute {name!r}")
+        value = getattr(import_module(module), name)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:

@@ -3,11 +3,15 @@
 The stores translate driver errors into ``StoreError`` (the driver error is its cause); the
 commands, the worker's start-up check and the effect service use :func:`explain` to turn the
 chain into one line, with the database named by a URL whose password is hidden.
+
+The kind of failure is read from exception classes, PostgreSQL's SQLSTATEs and SQLite's result
+codes, never from message text: the server words its messages in its ``lc_messages``, libpq in
+the client's locale. Where the driver gives no code (a connection libpq could not make), the
+database is asked (see :func:`classify`).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from enum import Enum
 
 from django.db import connections
@@ -16,9 +20,11 @@ from rivet.errors import StoreError
 
 try:  # psycopg is a dependency, but the SQLite-only paths do not need it to import
     import psycopg
-    import psycopg_pool
 except ImportError:  # pragma: no cover
     psycopg = None  # type: ignore[assignment]
+try:
+    import psycopg_pool
+except ImportError:  # pragma: no cover
     psycopg_pool = None  # type: ignore[assignment]
 
 
@@ -63,29 +69,163 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def classify(exc: BaseException) -> tuple[Failure, BaseException]:
-    """The kind of failure behind ``exc`` and the driver error that shows it."""
-    for cause in reversed(_chain(exc)):  # the driver's own error first
-        text = str(cause)
-        if 'relation "rivet_' in text and "does not exist" in text:
-            return Failure.NOT_MIGRATED, cause
-        if "no such table: rivet_" in text:
-            return Failure.NOT_MIGRATED, cause
-        if "database" in text and "does not exist" in text:
+#: SQLSTATEs (https://www.postgresql.org/docs/current/errcodes-appendix.html) by failure.
+_NOT_MIGRATED_STATES = frozenset({"42P01"})  # undefined_table
+_NO_DATABASE_STATES = frozenset({"3D000"})  # invalid_catalog_name
+#: admin_shutdown, crash_shutdown, cannot_connect_now (a server that is stopping or starting).
+_UNREACHABLE_STATES = frozenset({"57P01", "57P02", "57P03"})
+#: Whole classes: 08 connection exception, 28 invalid authorization (the login was refused).
+_UNREACHABLE_CLASSES = ("08", "28")
+
+#: sqlite3's primary result codes (https://www.sqlite.org/rescode.html).
+SQLITE_ERROR = 1
+SQLITE_BUSY = 5
+SQLITE_LOCKED = 6
+SQLITE_CANTOPEN = 14
+
+
+def sqlite_code(exc: BaseException) -> int | None:
+    """The primary SQLite result code behind ``exc`` (extended codes folded), else None.
+
+    Read through the chain: Django's wrapper of a sqlite3 error keeps it as its cause.
+    """
+    return next((code for code in map(_own_sqlite_code, _chain(exc)) if code is not None), None)
+
+
+def _own_sqlite_code(exc: BaseException) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None)  # sqlite3 errors have it (Python 3.11+)
+    return code & 0xFF if isinstance(code, int) else None
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    if psycopg is None or not isinstance(exc, psycopg.Error):
+        return None
+    return exc.sqlstate or exc.diag.sqlstate
+
+
+def _by_state(state: str) -> Failure | None:
+    if state in _NOT_MIGRATED_STATES:
+        return Failure.NOT_MIGRATED
+    if state in _NO_DATABASE_STATES:
+        return Failure.NO_DATABASE
+    if state in _UNREACHABLE_STATES or state.startswith(_UNREACHABLE_CLASSES):
+        return Failure.UNREACHABLE
+    return None
+
+
+def _connection_failed(exc: BaseException) -> bool:
+    """A connection that could not be made (or was lost): the class says so, not the text.
+
+    libpq reports no SQLSTATE for a failed connection attempt: "connection refused", a
+    name that does not resolve, and the server's own FATAL at start-up ("database does not
+    exist", a refused login) all arrive as a bare ``psycopg.OperationalError``. A pool that
+    could not hand out a connection in time raises ``PoolTimeout``.
+    """
+    if psycopg_pool is not None and isinstance(exc, psycopg_pool.PoolTimeout):
+        return True
+    return (
+        psycopg is not None and isinstance(exc, psycopg.OperationalError) and _sqlstate(exc) is None
+    )
+
+
+def _kind(exc: BaseException) -> Failure | None:
+    """What one error of the chain says by its class and code alone; None: nothing."""
+    if isinstance(exc, MissingTables):
+        return Failure.NOT_MIGRATED
+    state = _sqlstate(exc)
+    if state is not None:
+        return _by_state(state)
+    if _connection_failed(exc):
+        return Failure.UNREACHABLE
+    if _own_sqlite_code(exc) == SQLITE_CANTOPEN:
+        return Failure.UNREACHABLE
+    return None
+
+
+def classify(exc: BaseException, alias: str | None = None) -> tuple[Failure, BaseException]:
+    """The kind of failure behind ``exc`` and the driver error that shows it.
+
+    Read from exception classes, SQLSTATEs and SQLite result codes, never from message text
+    (a server's messages follow its ``lc_messages``, libpq's the client's locale). Two
+    failures carry no code, and with ``alias`` the database is asked instead: a connection
+    that failed with the named database missing from the server's catalog is NO_DATABASE,
+    and a SQLite error (SQLITE_ERROR covers "no such table" and syntax alike) with rivet's
+    tables missing from the file is NOT_MIGRATED.
+    """
+    chain = _chain(exc)
+    for cause in reversed(chain):  # the driver's own error first
+        failure = _kind(cause)
+        if failure is Failure.UNREACHABLE and alias and _database_missing(cause, alias):
             return Failure.NO_DATABASE, cause
-        if psycopg_pool is not None and isinstance(cause, psycopg_pool.PoolTimeout):
-            return Failure.UNREACHABLE, cause
-        if psycopg is not None and isinstance(cause, psycopg.OperationalError):
-            if "connection" in text or "could not" in text or "timeout" in text:
-                return Failure.UNREACHABLE, cause
-        if isinstance(cause, sqlite3.OperationalError) and "unable to open" in text:
-            return Failure.UNREACHABLE, cause
-    return Failure.OTHER, _chain(exc)[-1]
+        if failure is None and alias and _sqlite_not_migrated(cause, alias):
+            return Failure.NOT_MIGRATED, cause
+        if failure is not None:
+            return failure, cause
+    return Failure.OTHER, chain[-1]
+
+
+#: Seconds a probe of the server (is the database in its catalog?) may take to connect.
+PROBE_CONNECT_TIMEOUT = 3
+#: The databases a probe tries, in order: every server has them unless an operator dropped them.
+MAINTENANCE_DATABASES = ("postgres", "template1")
+
+
+def _database_missing(exc: BaseException, alias: str) -> bool:
+    """True when the server answers and its catalog has no database named by ``alias``."""
+    if not _connection_failed(exc) or isinstance(exc, _connect_timeout_errors()):
+        return False
+    if alias not in connections.settings or connections[alias].vendor != "postgresql":
+        return False
+    params = _connect_params(alias)
+    name = params.get("dbname")
+    for maintenance in MAINTENANCE_DATABASES:
+        if maintenance == name:
+            continue
+        try:
+            with psycopg.connect(**{**params, "dbname": maintenance}) as conn:
+                row = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
+                return row.fetchone() is None
+        except psycopg.Error:
+            continue
+    return False
+
+
+def _connect_timeout_errors() -> tuple[type[BaseException], ...]:
+    """A connect that timed out: the server did not answer, so there is nothing to ask."""
+    timeout = getattr(getattr(psycopg, "errors", None), "ConnectionTimeout", None)
+    return (timeout,) if timeout is not None else ()
+
+
+def _sqlite_not_migrated(exc: BaseException, alias: str) -> bool:
+    """True for a SQLITE_ERROR from a database where some of rivet's tables are missing."""
+    if _own_sqlite_code(exc) != SQLITE_ERROR or alias not in connections.settings:
+        return False
+    connection = connections[alias]
+    if connection.vendor != "sqlite":
+        return False
+    from django.apps import apps
+
+    wanted = {model._meta.db_table for model in apps.get_app_config("rivet").get_models()}
+    try:
+        with connection.cursor() as cursor:
+            present = set(connection.introspection.table_names(cursor))
+    except Exception:  # a broken transaction or a file that will not open: we cannot tell
+        return False
+    return not wanted <= present
+
+
+def _connect_params(alias: str) -> dict:
+    """psycopg.connect() keyword arguments for ``alias`` (Django's own, less its extras)."""
+    params = connections[alias].get_connection_params()
+    for django_only in ("cursor_factory", "context", "pool"):
+        params.pop(django_only, None)
+    params["connect_timeout"] = PROBE_CONNECT_TIMEOUT
+    return params
 
 
 def explain(exc: BaseException, alias: str, variable: str = "DATABASE_URL") -> str:
     """One line: what failed, where, and what to do."""
-    failure, cause = classify(exc)
+    failure, cause = classify(exc, alias)
     place = where(alias)
     if failure is Failure.NOT_MIGRATED:
         return f"rivet's tables do not exist in {place}: run `python manage.py migrate`"
@@ -116,13 +256,11 @@ def preflight(alias: str, connect_timeout: float) -> None:
     except Exception as exc:  # any driver error: explain() reads the chain
         raise DatabaseUnready(explain(exc, alias)) from exc
     if not found:
-        raise DatabaseUnready(explain(MissingTables('relation "rivet_task" does not exist'), alias))
+        raise DatabaseUnready(explain(MissingTables("rivet_task is not in the database"), alias))
 
 
 def _postgres_has_tables(connection, connect_timeout: float) -> bool:
-    params = connection.get_connection_params()
-    for django_only in ("cursor_factory", "context", "pool"):
-        params.pop(django_only, None)
+    params = _connect_params(connection.alias)
     params["connect_timeout"] = max(1, round(connect_timeout))
     with psycopg.connect(**params) as conn:
         row = conn.execute("SELECT to_regclass('rivet_task') IS NOT NULL").fetchone()

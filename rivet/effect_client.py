@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rivet import tracing
-from rivet.errors import EffectError, EffectRejected, EffectUnavailable
+from rivet.errors import RivetError
 from rivet.extras import missing_extra
 
 try:
@@ -41,6 +41,24 @@ READ_TIMEOUT_SECS = 5.0
 POOL_MAXSIZE = 32
 #: Sends of one request on a fresh connection after a connection error or a read timeout.
 RESENDS = 1
+
+
+class EffectError(RivetError):
+    """The effect service did not confirm the effect."""
+
+    def __init__(self, message: str, *, status: int | None = None, body: str = "") -> None:
+        self.status = status
+        self.body = body
+        super().__init__(message)
+
+
+class EffectRejected(EffectError):
+    """The service refused the request (4xx, e.g. 422: key reused with another body); final."""
+
+
+class EffectUnavailable(EffectError):
+    """No usable answer (connection error, timeout, 5xx); retry with the same key."""
+
 
 _pool_lock = threading.Lock()
 _pool: tuple[int, urllib3.PoolManager] | None = None

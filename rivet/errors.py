@@ -1,8 +1,10 @@
 """The one exception tree of rivet, rooted in RivetError.
 
-Every error rivet raises on purpose is defined here (and exported by ``rivet``); the modules
-that raise them (rivet.testing, rivet.effect_client, rivet.backends, rivet.worker.options,
-rivet.failpoints) import them from here.
+The library's errors are defined here; the most used are exported by ``rivet`` too. The errors
+of the pieces around the library live with them, still under RivetError: the test fake's
+``rivet.testing.NotAFake``, the effect client's ``rivet.effect_client.EffectError`` (and its
+``EffectRejected``, ``EffectUnavailable``), ``rivet.failpoints.FailpointConfigError`` and the
+worker options' ``rivet.worker.options.OptionError``.
 """
 
 from django.core.exceptions import ImproperlyConfigured
@@ -76,35 +78,6 @@ class Permanent(RivetError):
 
 class RivetConfigError(RivetError, ImproperlyConfigured):
     """rivet's settings are wrong; the message names the setting."""
-
-
-class OptionError(RivetConfigError):
-    """A worker option has a bad value; the message names the flag, variable or setting."""
-
-
-class FailpointConfigError(RivetConfigError):
-    """RIVET_FAILPOINT or RIVET_FAILPOINT_SEED is malformed; the message names the variable."""
-
-
-class NotAFake(RivetError, AssertionError):
-    """An enqueue assertion was made where no rivet.testing fake records enqueues."""
-
-
-class EffectError(RivetError):
-    """The effect service did not confirm the effect."""
-
-    def __init__(self, message: str, *, status: int | None = None, body: str = "") -> None:
-        self.status = status
-        self.body = body
-        super().__init__(message)
-
-
-class EffectRejected(EffectError):
-    """The service refused the request (4xx, e.g. 422: key reused with another body); final."""
-
-
-class EffectUnavailable(EffectError):
-    """No usable answer (connection error, timeout, 5xx); retry with the same key."""
 
 
 class DjangoTaskFailed(RivetError):

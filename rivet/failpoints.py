@@ -24,12 +24,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rivet import logs
-from rivet.errors import FailpointConfigError
+from rivet.errors import RivetConfigError
 
 ENV_VAR = "RIVET_FAILPOINT"
 SEED_VAR = "RIVET_FAILPOINT_SEED"
 POINTS = ("after_claim", "before_effect", "after_effect_before_ack", "after_ack")
 FORMAT = "name:probability[,name:probability], e.g. after_effect_before_ack:1.0"
+
+
+class FailpointConfigError(RivetConfigError):
+    """RIVET_FAILPOINT or RIVET_FAILPOINT_SEED is malformed; the message names the variable."""
 
 
 def parse(text: str) -> dict[str, float]:

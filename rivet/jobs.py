@@ -10,13 +10,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from rivet.errors import InvalidInput, LeaseLost, UnknownJob
 from rivet.stores import resolve_store
 from rivet.stores.base import Store
 from rivet.validation import Limits, build_spec, check_name
-from rivet.values import Claimed, TaskSpec
+from rivet.values import Claimed, EnqueueResult, TaskSpec
 
 __all__ = [
     "JobContext",
@@ -113,13 +114,27 @@ class JobContext:
 Handler = Callable[[JobContext], Any]
 FailedHook = Callable[[JobContext, BaseException], None]
 
+P = ParamSpec("P")
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+
+
+class HandlerClass(Protocol[R_co]):
+    """A job class: ``handle(self, context)`` runs the task (``failed`` is optional)."""
+
+    def handle(self, context: JobContext, /) -> R_co: ...
+
 
 @dataclass(frozen=True, kw_only=True)
-class JobDefinition:
-    """A registered kind: its handler and its defaults."""
+class JobDefinition(Generic[P, R]):
+    """A registered kind: its handler and its defaults.
+
+    Generic over the handler's parameters ``P`` and result ``R``: calling the definition calls
+    the handler, with the handler's own signature.
+    """
 
     name: str
-    handler: Handler
+    handler: Callable[P, R]
     queue: str | None = None
     max_attempts: int | None = None
     timeout_secs: float | None = None
@@ -127,25 +142,48 @@ class JobDefinition:
     failed: FailedHook | None = None
     unique: Callable[[Any], str | None] | None = None
 
-    def __call__(self, context: JobContext) -> Any:
-        return self.handler(context)
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.handler(*args, **kwargs)
 
     def unique_key(self, payload: Any) -> str | None:
         return None if self.unique is None else self.unique(payload)
 
-    def enqueue(self, payload: Any = None, *, using: str | Store | None = None, **options: Any):
-        """Enqueue this kind; see rivet.enqueue for the options."""
-        return resolve_store(using).task_enqueue(task_spec(self.name, payload, **options))
+    def enqueue(
+        self,
+        payload: Any = None,
+        *,
+        queue: str | None = None,
+        idem_key: str | None = None,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        unique_key: str | None = None,
+        using: str | Store | None = None,
+    ) -> EnqueueResult:
+        """Enqueue this kind; the options are rivet.enqueue's."""
+        spec = task_spec(
+            self.name,
+            payload,
+            queue=queue,
+            idem_key=idem_key,
+            delay=delay,
+            run_at=run_at,
+            priority=priority,
+            max_attempts=max_attempts,
+            unique_key=unique_key,
+        )
+        return resolve_store(using).task_enqueue(spec)
 
 
 class JobRegistry:
     """Kind name -> JobDefinition. A name may be registered once (re-imports are tolerated)."""
 
     def __init__(self) -> None:
-        self._jobs: dict[str, JobDefinition] = {}
+        self._jobs: dict[str, JobDefinition[..., Any]] = {}
         self._lock = threading.Lock()
 
-    def register(self, definition: JobDefinition) -> JobDefinition:
+    def register(self, definition: JobDefinition[P, R]) -> JobDefinition[P, R]:
         check_name("job kind", definition.name)
         with self._lock:
             current = self._jobs.get(definition.name)
@@ -157,7 +195,7 @@ class JobRegistry:
             self._jobs[definition.name] = definition
         return definition
 
-    def get(self, kind: str) -> JobDefinition:
+    def get(self, kind: str) -> JobDefinition[..., Any]:
         try:
             return self._jobs[kind]
         except KeyError:
@@ -167,7 +205,7 @@ class JobRegistry:
                 "check RIVET['JOB_MODULES'] and the @rivet.job name"
             ) from None
 
-    def find(self, kind: str) -> JobDefinition | None:
+    def find(self, kind: str) -> JobDefinition[..., Any] | None:
         return self._jobs.get(kind)
 
     def unregister(self, kind: str) -> None:
@@ -178,7 +216,7 @@ class JobRegistry:
         return sorted(self._jobs)
 
 
-def _origin(definition: JobDefinition) -> str:
+def _origin(definition: JobDefinition[..., Any]) -> str:
     handler = definition.handler
     return f"{getattr(handler, '__module__', '?')}.{getattr(handler, '__qualname__', handler)}"
 
@@ -196,32 +234,61 @@ def job(
     unique: Callable[[Any], str | None] | None = None,
     failed: FailedHook | None = None,
     registry: JobRegistry = registry,
-):
+) -> JobDecorator:
     """Register a function ``fn(context)`` or a class with ``handle(self, context)``.
 
     A class may also define ``failed(self, context, error)``, run once after the last attempt.
+    The decorated name becomes the ``JobDefinition``, typed after the function (or ``handle``).
     """
+    return JobDecorator(
+        name=name,
+        queue=queue,
+        max_attempts=max_attempts,
+        timeout=timeout,
+        priority=priority,
+        unique=unique,
+        failed=failed,
+        registry=registry,
+    )
 
-    def wrap(target):
+
+@dataclass(frozen=True, kw_only=True)
+class JobDecorator:
+    """What ``job(...)`` returns: registers the function or class it decorates."""
+
+    name: str
+    queue: str | None
+    max_attempts: int | None
+    timeout: float | None
+    priority: int
+    unique: Callable[[Any], str | None] | None
+    failed: FailedHook | None
+    registry: JobRegistry
+
+    @overload
+    def __call__(self, target: type[HandlerClass[R]]) -> JobDefinition[[JobContext], R]: ...
+
+    @overload
+    def __call__(self, target: Callable[P, R]) -> JobDefinition[P, R]: ...
+
+    def __call__(self, target: Any) -> JobDefinition[..., Any]:
         if isinstance(target, type):
             instance = target()
             handler = instance.handle
-            hook = failed or getattr(instance, "failed", None)
+            hook = self.failed or getattr(instance, "failed", None)
         else:
-            handler, hook = target, failed
+            handler, hook = target, self.failed
         definition = JobDefinition(
-            name=name,
+            name=self.name,
             handler=handler,
-            queue=queue,
-            max_attempts=max_attempts,
-            timeout_secs=timeout,
-            priority=priority,
+            queue=self.queue,
+            max_attempts=self.max_attempts,
+            timeout_secs=self.timeout,
+            priority=self.priority,
             failed=hook,
-            unique=unique,
+            unique=self.unique,
         )
-        return registry.register(definition)
-
-    return wrap
+        return self.registry.register(definition)
 
 
 #: The options of an enqueue besides its kind and payload (``using`` picks the store).

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rivet.errors import NotAFake, RivetError
+from rivet.errors import RivetError
 from rivet.stores import override_store
 from rivet.stores.memory import MemoryStore
 from rivet.values import EnqueueResult, TaskRecord, TaskSpec
@@ -40,6 +40,11 @@ __all__ = [
     "fake",
     "run_now",
 ]
+
+
+class NotAFake(RivetError, AssertionError):
+    """An enqueue assertion was made where no rivet.testing fake records enqueues."""
+
 
 _UNSET: Any = object()
 

@@ -30,6 +30,7 @@ from typing import Any
 from django.db import connections, transaction
 from django.utils.dateparse import parse_datetime
 
+from rivet.dberrors import SQLITE_BUSY, SQLITE_LOCKED, sqlite_code
 from rivet.errors import RivetConfigError, StoreError
 from rivet.stores.sql import SqlStore
 from rivet.stores.sqlfile import load_queries
@@ -107,7 +108,7 @@ class SqliteStore(SqlStore):
         return None if oldest is None else (_parse_time(now) - _parse_time(oldest)).total_seconds()
 
     def _error_message(self, exc: Exception) -> str:
-        if "locked" not in str(exc):
+        if sqlite_code(exc) not in (SQLITE_BUSY, SQLITE_LOCKED):
             return str(exc)
         return (
             f"{exc} (another connection kept the write lock past DATABASES[{self.using!r}]"

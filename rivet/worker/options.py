@@ -15,8 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from rivet.conf import rivet_settings
-from rivet.errors import InvalidInput, OptionError
+from rivet.errors import InvalidInput, RivetConfigError
 from rivet.validation import check_name
+
+
+class OptionError(RivetConfigError):
+    """A worker option has a bad value; the message names the flag, variable or setting."""
+
 
 MAX_OWNER_LENGTH = 200  # rivet_task.lease_owner
 # Bounds a typo cannot cross: each is far beyond any sensible value, and named in the message.

@@ -209,3 +209,27 @@ def test_a_layer_imports_only_its_own_and_the_layers_below(layer):
             if target_layer is not None and target_layer < position:
                 upward.append(f"{module} -> {target} ({LAYERS[target_layer][0]})")
     assert upward == [], f"{layer} imports from the layers above it:\n" + "\n".join(upward)
+
+
+def test_the_package_root_imports_no_rivet_module_when_imported():
+    """``import rivet`` stays cheap and Django-free: its names load on first use."""
+    assert import_graph()["rivet"] == frozenset()
+
+
+def test_every_lazy_export_names_a_module_of_the_library():
+    from rivet import _EXPORTS
+
+    modules = module_files()
+    for name, module in _EXPORTS.items():
+        assert module in modules, (name, module)
+        assert layer_of(module) is not None, (name, module)
+
+
+def test_the_error_tree_depends_on_no_other_rivet_module():
+    assert import_graph()["rivet.errors"] == frozenset()
+
+
+@pytest.mark.parametrize("piece", ["rivet.testing", "rivet.effect_client"])
+def test_no_module_of_the_library_imports_the_fake_or_the_demo_client(piece):
+    importers = sorted(module for module, targets in import_graph().items() if piece in targets)
+    assert importers == [], f"{piece} is imported by {importers}"

@@ -69,30 +69,88 @@ def test_get_task_sees_the_fake_while_one_is_installed():
         assert queue.enqueued("fake.readback")[0].id == made.task_id
 
 
+#: The whole public surface of the package root: the producer API, the job decorator and its
+#: context, the values they return, and the errors a caller or a handler handles by name.
+PUBLIC_NAMES = {
+    "__version__",
+    "enqueue",
+    "enqueue_many",
+    "get_task",
+    "cancel",
+    "job",
+    "JobContext",
+    "EnqueueResult",
+    "TaskRecord",
+    "CancelOutcome",
+    "RivetError",
+    "InvalidInput",
+    "IdempotencyMismatch",
+    "LeaseLost",
+    "Permanent",
+}
+
+
+def test_all_lists_exactly_the_public_names():
+    assert set(rivet.__all__) == PUBLIC_NAMES
+    assert sorted(rivet.__all__) == sorted(dir(rivet))
+    assert len(rivet.__all__) == len(set(rivet.__all__))
+
+
+@pytest.mark.parametrize("name", ["NotAFake", "EffectUnavailable", "OptionError", "StoreError"])
+def test_a_name_outside_the_surface_is_not_reachable_from_the_root(name):
+    with pytest.raises(AttributeError, match=f"no attribute '{name}'"):
+        getattr(rivet, name)
+
+
 def test_every_public_error_is_defined_in_rivet_errors():
     public_errors = [
         name
         for name in rivet.__all__
         if isinstance(getattr(rivet, name), type) and issubclass(getattr(rivet, name), Exception)
     ]
-    assert "LeaseLost" in public_errors and "Permanent" in public_errors
+    assert set(public_errors) == {
+        "RivetError",
+        "InvalidInput",
+        "IdempotencyMismatch",
+        "LeaseLost",
+        "Permanent",
+    }
     for name in public_errors:
         assert getattr(rivet, name).__module__ == "rivet.errors", name
-    defined = {
-        name
-        for name, value in vars(errors).items()
+
+
+def test_the_errors_of_the_pieces_around_the_library_live_with_them():
+    """The fake's, the effect client's, the failpoints' and the worker options' errors."""
+    from rivet import effect_client, failpoints, testing
+    from rivet.worker import options
+
+    homes = {
+        testing: ["NotAFake"],
+        effect_client: ["EffectError", "EffectRejected", "EffectUnavailable"],
+        failpoints: ["FailpointConfigError"],
+        options: ["OptionError"],
+    }
+    for module, names in homes.items():
+        for name in names:
+            error = getattr(module, name)
+            assert error.__module__ == module.__name__, name
+            assert issubclass(error, errors.RivetError), name
+            assert not hasattr(errors, name), f"{name} is still defined in rivet.errors"
+    assert issubclass(options.OptionError, errors.RivetConfigError)
+    assert issubclass(failpoints.FailpointConfigError, errors.RivetConfigError)
+
+
+def test_every_error_in_rivet_errors_is_under_rivet_error():
+    defined = [
+        value
+        for value in vars(errors).values()
         if isinstance(value, type)
         and issubclass(value, Exception)
         and value.__module__ == errors.__name__
-    }
-    assert defined == set(public_errors)
-
-
-def test_all_lists_exactly_the_public_names():
-    assert sorted(rivet.__all__) == sorted(dir(rivet))
-    assert len(rivet.__all__) == len(set(rivet.__all__))
-    for name in ("get_task", "cancel", "TaskRecord", "CancelOutcome", "NotAFake"):
-        assert name in rivet.__all__
+    ]
+    assert len(defined) >= 10
+    for error in defined:
+        assert issubclass(error, errors.RivetError), error
 
 
 def test_a_production_enqueue_never_imports_rivet_testing():

@@ -7,9 +7,8 @@ import pytest
 
 from rivet.checks import check_rivet_settings
 from rivet.conformance import CHECKS, Harness
-from rivet.errors import OptionError
 from rivet.stores.memory import FakeClock, MemoryStore
-from rivet.worker.options import DAY, Expected, duration, resolve
+from rivet.worker.options import DAY, Expected, OptionError, duration, resolve
 from rivet.worker.prune import prune
 
 

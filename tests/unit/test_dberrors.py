@@ -1,0 +1,110 @@
+"""rivet.dberrors reads error classes, SQLSTATEs and SQLite result codes, never message text."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import psycopg
+import psycopg_pool
+import pytest
+from django.db import utils as django_errors
+
+from rivet.dberrors import (
+    SQLITE_BUSY,
+    SQLITE_CANTOPEN,
+    Failure,
+    MissingTables,
+    classify,
+    sqlite_code,
+)
+from rivet.errors import StoreError
+from rivet.stores.sqlite import SqliteStore
+
+
+def wrapped(driver_error: Exception) -> Exception:
+    """The chain a store raises: StoreError <- Django's error <- the driver's error."""
+    django_error = django_errors.DatabaseError(str(driver_error))
+    django_error.__cause__ = driver_error
+    store_error = StoreError("the store failed")
+    store_error.__cause__ = django_error
+    return store_error
+
+
+@pytest.mark.parametrize(
+    ("driver_error", "expected"),
+    [
+        (psycopg.errors.UndefinedTable("Relation »rivet_task« existiert nicht"), "not_migrated"),
+        (psycopg.errors.InvalidCatalogName("Datenbank »x« existiert nicht"), "no_database"),
+        (psycopg.errors.AdminShutdown("Verbindung wird abgebrochen"), "unreachable"),
+        (psycopg.errors.CannotConnectNow("das Datenbanksystem startet"), "unreachable"),
+        (
+            psycopg.errors.InvalidPassword("Passwort-Authentifizierung fehlgeschlagen"),
+            "unreachable",
+        ),
+        (psycopg.errors.ConnectionFailure("la connexion a échoué"), "unreachable"),
+        (psycopg.OperationalError("Verbindungsaufbau abgelehnt"), "unreachable"),
+        (psycopg.errors.ConnectionTimeout("Zeitüberschreitung"), "unreachable"),
+        (psycopg_pool.PoolTimeout("kein Verbindung"), "unreachable"),
+        (psycopg.errors.UniqueViolation("doppelter Schlüsselwert"), "other"),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, Exception) else value,
+)
+def test_a_driver_error_is_classified_by_its_class_whatever_its_words(driver_error, expected):
+    failure, cause = classify(wrapped(driver_error))
+    assert (failure.value, cause) == (expected, driver_error)
+
+
+def test_english_words_in_an_error_of_another_class_are_not_read():
+    # The old rules matched these words; a column that does not exist is not "not migrated".
+    error = psycopg.errors.UndefinedColumn('relation "rivet_task" does not exist')
+    assert classify(wrapped(error))[0] is Failure.OTHER
+    error = psycopg.errors.SyntaxError('database "x" does not exist, could not connect')
+    assert classify(wrapped(error))[0] is Failure.OTHER
+
+
+def test_the_worker_preflight_stand_in_is_not_migrated_by_its_class():
+    assert classify(MissingTables("was auch immer"))[0] is Failure.NOT_MIGRATED
+
+
+def test_a_sqlite_file_that_cannot_be_opened_is_unreachable_by_its_result_code(tmp_path):
+    with pytest.raises(sqlite3.OperationalError) as raised:
+        sqlite3.connect(tmp_path / "no-such-folder" / "rivet.sqlite3")
+    assert sqlite_code(raised.value) == SQLITE_CANTOPEN
+    assert classify(wrapped(raised.value)) == (Failure.UNREACHABLE, raised.value)
+
+
+def test_a_sqlite_error_without_an_alias_to_ask_is_other(tmp_path):
+    connection = sqlite3.connect(tmp_path / "rivet.sqlite3")
+    with pytest.raises(sqlite3.OperationalError) as raised:
+        connection.execute("SELECT * FROM rivet_task")
+    connection.close()
+    assert classify(wrapped(raised.value))[0] is Failure.OTHER
+
+
+@pytest.fixture
+def busy_error(tmp_path) -> sqlite3.OperationalError:
+    """A real 'database is locked': another connection holds the write lock."""
+    path = tmp_path / "locked.sqlite3"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN IMMEDIATE")
+    waiter = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        with pytest.raises(sqlite3.OperationalError) as raised:
+            waiter.execute("BEGIN IMMEDIATE")
+    finally:
+        waiter.close()
+        holder.close()
+    return raised.value
+
+
+def test_the_sqlite_store_explains_a_busy_lock_by_its_result_code(busy_error):
+    assert sqlite_code(busy_error) == SQLITE_BUSY
+    store = SqliteStore.__new__(SqliteStore)  # the message needs only the alias
+    store.using = "default"
+    assert "set OPTIONS['transaction_mode'] = 'IMMEDIATE'" in store._error_message(busy_error)
+    django_error = django_errors.OperationalError(str(busy_error))  # as Django raises it
+    django_error.__cause__ = busy_error
+    assert "transaction_mode" in store._error_message(django_error)
+    other = sqlite3.OperationalError("database is locked")  # the words alone: no code
+    assert store._error_message(other) == "database is locked"

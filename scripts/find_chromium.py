@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import debian_packages  # noqa: E402 (the scripts folder, for any caller)
 
 NAMES = ("chromium", "chromium-browser", "google-chrome")
 EXIT_NO_BROWSER = 3
@@ -44,25 +47,10 @@ def find() -> str | None:
 
 
 def install() -> bool:
-    """Install Debian's chromium with apt-get when we are root and apt-get exists."""
-    if os.environ.get("RIVET_CHROMIUM") or os.geteuid() != 0 or not shutil.which("apt-get"):
+    """Install Debian's chromium when this process may (scripts/debian_packages.py)."""
+    if os.environ.get("RIVET_CHROMIUM"):
         return False
-    print("find_chromium: installing Debian's chromium with apt-get", file=sys.stderr)
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    # Another installer may hold dpkg's lock for a while: wait for it rather than fail.
-    install_cmd = [
-        "apt-get",
-        "-o",
-        "DPkg::Lock::Timeout=300",
-        "install",
-        "-y",
-        "--no-install-recommends",
-        "chromium",
-    ]
-    if subprocess.run(install_cmd, env=env, check=False).returncode == 0:
-        return True
-    subprocess.run(["apt-get", "update"], env=env, check=False)
-    return subprocess.run(install_cmd, env=env, check=False).returncode == 0
+    return debian_packages.install("chromium", who="find_chromium")
 
 
 def main() -> int:

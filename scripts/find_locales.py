@@ -15,10 +15,12 @@ with the help below.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import debian_packages  # noqa: E402 (the scripts folder, for any caller)
 
 LOCALES = ("de_DE.UTF-8",)
 PACKAGE = "locales-all"
@@ -50,16 +52,8 @@ def missing() -> list[str]:
 
 
 def install() -> bool:
-    """Install Debian's locales-all with apt-get when we are root and apt-get exists."""
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        return False
-    print(f"find_locales: installing Debian's {PACKAGE} with apt-get", file=sys.stderr)
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install_cmd = ["apt-get", "install", "-y", "--no-install-recommends", PACKAGE]
-    if subprocess.run(install_cmd, env=env, check=False).returncode == 0:
-        return True
-    subprocess.run(["apt-get", "update"], env=env, check=False)
-    return subprocess.run(install_cmd, env=env, check=False).returncode == 0
+    """Install Debian's locales-all when this process may (scripts/debian_packages.py)."""
+    return debian_packages.install("locales-all", who="find_locales")
 
 
 def main() -> int:

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import debian_packages  # noqa: E402 (the scripts folder, for any caller)
 
 EXIT_NO_PROMTOOL = 3
 HELP = """\
@@ -37,16 +40,10 @@ def find() -> str | None:
 
 
 def install() -> bool:
-    """Install Debian's prometheus with apt-get when we are root and apt-get exists."""
-    if os.environ.get("RIVET_PROMTOOL") or os.geteuid() != 0 or not shutil.which("apt-get"):
+    """Install Debian's prometheus when this process may (scripts/debian_packages.py)."""
+    if os.environ.get("RIVET_PROMTOOL"):
         return False
-    print("find_promtool: installing Debian's prometheus with apt-get", file=sys.stderr)
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install_cmd = ["apt-get", "install", "-y", "--no-install-recommends", "prometheus"]
-    if subprocess.run(install_cmd, env=env, check=False).returncode == 0:
-        return True
-    subprocess.run(["apt-get", "update"], env=env, check=False)
-    return subprocess.run(install_cmd, env=env, check=False).returncode == 0
+    return debian_packages.install("prometheus", who="find_promtool")
 
 
 def main() -> int:

@@ -1,4 +1,4 @@
-"""The benchmark's results: rows, the targets of issue 10, and the text and JSON written.
+"""The benchmark's results: rows, the targets, and the text and JSON written.
 
 ``bench/results.md`` is rewritten whole by each run: the setup a number needs to be
 repeatable, the targets with a verdict each, then one table per mode (full backlog with the
@@ -79,7 +79,7 @@ class Row:
 
 @dataclass(frozen=True, kw_only=True)
 class Target:
-    """One target of issue 10, and what this run measured for it."""
+    """One target, and what this run measured for it."""
 
     name: str
     goal: str
@@ -122,7 +122,7 @@ def with_ceiling(row: Row, ceilings: Sequence[float]) -> Row:
 
 
 def targets(rows: Sequence[Row], enqueue: dict[str, Any] | None) -> list[Target]:
-    """Every target of issue 10 with this run's figure, a verdict, and the likely bottleneck."""
+    """Every target with this run's figure, a verdict, and the likely bottleneck."""
     backlog = [r for r in rows if r.mode == BACKLOG and r.kind == "noop"]
     found: list[Target] = []
     for concurrency, goal in ((1, 1100), (4, 3000), (16, 8000)):
@@ -411,7 +411,7 @@ def _targets_table(found: Sequence[Target]) -> list[str]:
     lines = [
         "## Targets",
         "",
-        "From issue 10. A missed target names its likely bottleneck: from the ceiling for "
+        "A missed target names its likely bottleneck: from the ceiling for "
         "throughput (the statements themselves, or the worker around them), from the split "
         "of end to end for latency.",
         "",

@@ -45,7 +45,7 @@ BULK_CHUNK = 10_000
 COPY_MIN_ROWS = 200
 SETTLE_COLUMNS = ("task_id", "epoch", "owner", "op", "state", "result", "error", "delay")
 #: Queries run often enough that they are sent as prepared statements (besides settle_claim):
-#: one enqueue costs ~0.35 ms on the server, a third of it parsing and planning.
+#: a single enqueue spends a large part of its server time parsing and planning.
 PREPARED_QUERIES = frozenset({"enqueue"})
 #: psycopg's prepare_threshold on a connection rivet prepares on: only statements run with
 #: prepare=True (rivet's) are prepared; every other query is left as Django sends it.
@@ -62,7 +62,7 @@ def settle_claim_text(limit: int) -> str:
 
     As a parameter, the LIMIT made the server's generic plan guess a tenth of the table and
     scan it; written in, the plan of a prepared statement is the one a fresh plan would be,
-    and the ~0.7 ms of planning a statement took here is paid once per limit, not per flush.
+    and its planning is paid once per limit, not per flush.
     """
     return QUERIES["settle_claim"].replace("%(limit)s::integer", str(int(limit)))
 
@@ -249,8 +249,8 @@ class PostgresStore(SqlStore):
                     pg.prepare_threshold = ONLY_WHEN_ASKED
                 if prepare and generic and pg not in _GENERIC_PLANS:
                     # The flush's connection (a worker's loop) keeps one plan per statement,
-                    # where the server would plan each execution again (~0.5 ms here) and get
-                    # the same plan. A producer's connection (the web app's) is left alone.
+                    # where the server would plan each execution again and get the same plan.
+                    # A producer's connection (the web app's) is left alone.
                     raw.execute(self.queries["generic_plans"])
                     _GENERIC_PLANS.add(pg)
                 raw.execute(sql_text, values, prepare=prepare)
@@ -391,7 +391,7 @@ class PostgresStore(SqlStore):
                 "autovacuum_off",
                 "this PostgreSQL server runs with autovacuum = off: nothing reclaims rivet_task's "
                 "dead rows, every claim walks more dead index entries and throughput falls as "
-                "tasks churn (half after 500 000 here); turn it on, or VACUUM rivet_task often",
+                "tasks churn; turn it on, or VACUUM rivet_task often",
             )
         ]
 

@@ -9,7 +9,7 @@ thread, so a flush that acks a finished task also claims the ones that run next,
 worker settles and claims many tasks per round trip. A waiting task's lease is heartbeated like
 a running one's; its job timeout counts from when a thread takes it; one stopped while it waits
 (cancelled, fenced, lease lost) is never run. ``prefetch=0``, the default, claims only into
-free slots: no task waits behind a slow handler (the rule DESIGN.md sets; prefetch is opt-in).
+free slots: no task waits behind a slow handler.
 
 Each attempt ends in exactly one store write (or, when the lease cannot be confirmed, none):
 ``rivet.worker.settle`` says which, and queues it. The loop flushes every queued decision and
@@ -503,7 +503,7 @@ class Worker:
 
 
 def default_prefetch() -> int:
-    """RIVET['PREFETCH'] (0 unless set: claim only into free slots, as DESIGN.md has it)."""
+    """RIVET['PREFETCH'] (0 unless set: claim only into free slots)."""
     return checked("prefetch", rivet_settings.PREFETCH)
 
 

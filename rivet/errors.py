@@ -32,6 +32,12 @@ class InvalidName(InvalidInput):
     code = "invalid_name"
 
 
+class InvalidKey(InvalidInput):
+    """An idempotency key is empty, too long, or holds a character outside visible ASCII."""
+
+    code = "idempotency_key_invalid"
+
+
 class PayloadTooLarge(InvalidInput):
     """The encoded payload is larger than RIVET['MAX_PAYLOAD_BYTES']."""
 

@@ -23,6 +23,7 @@ from rivet.api.serializers import (
     QueueStatsSerializer,
     SweepResultSerializer,
     TaskSerializer,
+    idem_key_schema,
     name_schema,
 )
 from rivet.conf import rivet_settings
@@ -113,8 +114,8 @@ ERRORS[422] = Error422Serializer
 
 
 def _errors(*statuses: int) -> dict[int, OpenApiResponse]:
-    """Error responses, always with 401 and 403 (the auth floor)."""
-    wanted = sorted({401, 403, *statuses})
+    """Error responses, always with 401 and 403 (the auth floor) and 503 (the database)."""
+    wanted = sorted({401, 403, 503, *statuses})
     return {
         status: OpenApiResponse(
             ERRORS[status],
@@ -157,10 +158,13 @@ enqueue = extend_schema(
     parameters=[
         OpenApiParameter(
             IDEMPOTENCY_HEADER,
-            {"type": "string", "minLength": 1, "maxLength": rivet_settings.MAX_IDEM_KEY_LENGTH},
+            idem_key_schema(),
             OpenApiParameter.HEADER,
             required=False,
-            description="the idempotency key (or the idem_key field)",
+            description=(
+                "the idempotency key (or the idem_key field): visible ASCII (0x21-0x7E), no "
+                "spaces; anything else is 400 idempotency_key_invalid"
+            ),
         )
     ],
     request=EnqueueSerializer,

@@ -123,7 +123,7 @@ def test_header_and_field_keys_that_differ_are_refused(api, alias) -> None:
         ({"kind": "noop", "delay": -1}, "delay", "invalid_input"),
         ({"kind": "noop", "delay": 1e300}, "delay", "invalid_input"),
         ({"kind": "noop", "max_attempts": 0}, "max_attempts", "invalid_input"),
-        ({"kind": "noop", "idem_key": "tab\there"}, "idem_key", "invalid_input"),
+        ({"kind": "noop", "idem_key": "tab\there"}, "idem_key", "idempotency_key_invalid"),
         ({"kind": "noop", "payload": {"t": "a\u0000b"}}, "payload", "invalid_input"),
     ],
 )

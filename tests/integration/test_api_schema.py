@@ -12,19 +12,31 @@ from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 
+# 503: every endpoint answers database_unavailable or not_migrated when its database fails.
 OPERATIONS = {
-    ("get", "/rivet/tasks/"): {"200", "400", "401", "403", "404"},
-    ("post", "/rivet/tasks/"): {"200", "201", "400", "401", "403", "413", "415", "422", "429"},
-    ("post", "/rivet/tasks/bulk/"): {"200", "201", "400", "401", "403", "413", "415", "429"},
-    ("get", "/rivet/tasks/{task_id}/"): {"200", "401", "403", "404"},
-    ("post", "/rivet/tasks/{task_id}/cancel/"): {"200", "401", "403", "404"},
-    ("get", "/rivet/queues/"): {"200", "401", "403"},
-    ("get", "/rivet/queues/{queue}/"): {"200", "400", "401", "403"},
-    ("post", "/rivet/queues/{queue}/sweep/"): {"200", "400", "401", "403"},
-    ("get", "/rivet/dead-letters/"): {"200", "400", "401", "403", "404"},
-    ("post", "/rivet/dead-letters/{task_id}/requeue/"): {"200", "401", "403", "404", "409"},
-    ("delete", "/rivet/dead-letters/{task_id}/"): {"204", "401", "403", "404", "409"},
-    ("get", "/rivet/metrics/"): {"200", "401", "403"},
+    ("get", "/rivet/tasks/"): {"200", "400", "401", "403", "404", "503"},
+    ("post", "/rivet/tasks/"): {
+        "200",
+        "201",
+        "400",
+        "401",
+        "403",
+        "413",
+        "415",
+        "422",
+        "429",
+        "503",
+    },
+    ("post", "/rivet/tasks/bulk/"): {"200", "201", "400", "401", "403", "413", "415", "429", "503"},
+    ("get", "/rivet/tasks/{task_id}/"): {"200", "401", "403", "404", "503"},
+    ("post", "/rivet/tasks/{task_id}/cancel/"): {"200", "401", "403", "404", "503"},
+    ("get", "/rivet/queues/"): {"200", "401", "403", "503"},
+    ("get", "/rivet/queues/{queue}/"): {"200", "400", "401", "403", "503"},
+    ("post", "/rivet/queues/{queue}/sweep/"): {"200", "400", "401", "403", "503"},
+    ("get", "/rivet/dead-letters/"): {"200", "400", "401", "403", "404", "503"},
+    ("post", "/rivet/dead-letters/{task_id}/requeue/"): {"200", "401", "403", "404", "409", "503"},
+    ("delete", "/rivet/dead-letters/{task_id}/"): {"204", "401", "403", "404", "409", "503"},
+    ("get", "/rivet/metrics/"): {"200", "401", "403", "503"},
 }
 
 
@@ -63,7 +75,7 @@ def test_every_error_code_is_in_the_schema_under_each_of_its_statuses(served) ->
         for status in statuses:
             if str(status) in described:
                 assert code in schemas[f"Error{status}CodeEnum"]["enum"], (code, status)
-    assert {"400", "401", "403", "404", "409", "413", "415", "422", "429"} <= described
+    assert {"400", "401", "403", "404", "409", "413", "415", "422", "429", "503"} <= described
 
 
 def test_the_docs_page_uses_assets_this_host_serves(settings) -> None:

@@ -26,7 +26,6 @@ from rivet.api.serializers import (
     idem_key_schema,
     name_schema,
 )
-from rivet.conf import rivet_settings
 from rivet.values import CancelOutcome, TaskState
 
 TAG = "rivet"

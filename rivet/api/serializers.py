@@ -12,11 +12,11 @@ from rivet.errors import InvalidInput, PayloadTooLarge
 from rivet.producer import task_spec
 from rivet.validation import (
     MAX_ATTEMPTS_LIMIT,
-    check_idem_key,
     MAX_DELAY_SECS,
     NAME_RE,
     PRIORITY_MAX,
     PRIORITY_MIN,
+    check_idem_key,
     check_name,
 )
 from rivet.values import CancelOutcome, TaskState

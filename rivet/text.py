@@ -45,18 +45,19 @@ def unstorable(text: str, *, json_text: bool = False) -> str | None:
     )
 
 
-#: The characters of an idempotency key: visible ASCII (RFC 9110's VCHAR, %x21-7E), the rule of
-#: an HTTP field value without its spaces. A header carries no encoding, so a byte above 0x7E
-#: would be read as Latin-1 by one server and as UTF-8 by the next: such a key is refused,
-#: never stored re-encoded.
-KEY_CHARACTERS = "visible ASCII (letters, digits and punctuation, no spaces: 0x21-0x7E)"
+#: The characters of an idempotency key: visible ASCII (RFC 9110's VCHAR, 0x21-0x7E), with
+#: spaces allowed between them, as in an HTTP field value (and the Idempotency-Key draft's
+#: string). A header carries no encoding, so a byte above 0x7E would be read as Latin-1 by one
+#: server and as UTF-8 by the next; a server strips a header's leading and trailing spaces, so
+#: " k" would arrive as "k". Such a key is refused, never stored re-encoded.
+KEY_CHARACTERS = "visible ASCII (0x21-0x7E), spaces allowed only between characters"
 
 
 def key_problem(key: str) -> str | None:
     """Why ``key`` is not a valid idempotency key's text, or None when it is."""
-    if key.isascii() and key.isprintable() and " " not in key:
+    if key.isascii() and key.isprintable() and key[:1] != " " and key[-1:] != " ":
         return None
     for index, char in enumerate(key):
-        if not "!" <= char <= "~":
+        if not " " <= char <= "~":
             return f"has {char!r} at character {index}; a key is {KEY_CHARACTERS}"
-    return None  # pragma: no cover - the loop finds what the first test refused
+    return f"starts or ends with a space; a key is {KEY_CHARACTERS}"

@@ -161,8 +161,8 @@ enqueue = extend_schema(
             OpenApiParameter.HEADER,
             required=False,
             description=(
-                "the idempotency key (or the idem_key field): visible ASCII (0x21-0x7E), no "
-                "spaces; anything else is 400 idempotency_key_invalid"
+                "the idempotency key (or the idem_key field): visible ASCII (0x21-0x7E), spaces "
+                "only between characters; anything else is 400 idempotency_key_invalid"
             ),
         )
     ],

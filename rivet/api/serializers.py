@@ -47,7 +47,7 @@ def _key(**kwargs: Any) -> serializers.CharField:
 
 
 #: An idempotency key as JSON Schema: the rule ``rivet.validation.check_idem_key`` applies.
-IDEM_KEY_PATTERN = "^[!-~]+$"
+IDEM_KEY_PATTERN = "^[!-~]([ -~]*[!-~])?$"
 
 
 def idem_key_schema() -> dict[str, Any]:
@@ -127,8 +127,8 @@ class EnqueueSerializer(serializers.Serializer):
     queue = NameField(required=False, help_text="queue (default: the job's, else RIVET QUEUE)")
     idem_key = IdemKeyField(
         help_text=(
-            f"idempotency key, visible ASCII (0x21-0x7E); the {IDEMPOTENCY_HEADER} header may "
-            "carry it instead"
+            "idempotency key: visible ASCII (0x21-0x7E), spaces only between characters; the "
+            f"{IDEMPOTENCY_HEADER} header may carry it instead"
         )
     )
     unique_key = _key(

@@ -38,6 +38,14 @@ class InvalidKey(InvalidInput):
     code = "idempotency_key_invalid"
 
 
+class BatchKeyClash(InvalidInput):
+    """Two items of one enqueue_many give one idempotency key to different work."""
+
+    def __init__(self, message: str, *, index: int) -> None:
+        super().__init__(message, field="idem_key")
+        self.index = index
+
+
 class PayloadTooLarge(InvalidInput):
     """The encoded payload is larger than RIVET['MAX_PAYLOAD_BYTES']."""
 

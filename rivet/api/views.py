@@ -33,7 +33,7 @@ from rivet.api.serializers import (
     TaskSerializer,
 )
 from rivet.conf import rivet_settings
-from rivet.errors import InvalidInput, PayloadTooLarge, RivetConfigError
+from rivet.errors import BatchKeyClash, InvalidInput, PayloadTooLarge, RivetConfigError
 from rivet.metrics import queue_overview
 from rivet.models import Task
 from rivet.stores.base import Store
@@ -196,7 +196,13 @@ class TaskBulkView(RivetView):
         items = incoming.validated_data["tasks"]
         self._check_count(len(items))
         checked = self._check_items(items)
-        results = producer.enqueue_many(checked)
+        try:
+            results = producer.enqueue_many(checked)
+        except BatchKeyClash as exc:  # an error of the call itself: no task to name
+            error = serializers.ValidationError(str(exc), code="invalid_input")
+            raise serializers.ValidationError(
+                {"tasks": {str(exc.index): {"idem_key": error.detail}}}
+            ) from exc
         tasks = self._load([result.task_id for result in results])
         body = [
             {"created": not result.duplicate, "task": TaskSerializer(tasks[result.task_id]).data}

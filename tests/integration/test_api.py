@@ -201,6 +201,25 @@ def test_bulk_with_one_bad_item_writes_nothing(api, alias) -> None:
     assert rows(alias) == 0
 
 
+def test_bulk_reusing_a_key_for_other_work_names_the_items_not_a_task(api, alias) -> None:
+    """Found before any write: a rolled-back task of the batch is never named as existing."""
+    items = [
+        {"kind": "noop", "payload": {"n": 1}, "idem_key": "twice"},
+        {"kind": "noop", "payload": {"n": 2}},
+        {"kind": "noop", "payload": {"n": 1}, "idem_key": "twice"},  # same work: a duplicate
+        {"kind": "noop", "payload": {"n": 3}, "idem_key": "twice"},
+    ]
+    body = assert_error(api.post(BULK, {"tasks": items}, format="json"), 400, "invalid_input")
+    assert "existing_task_id" not in body
+    assert list(body["tasks"]) == ["3"]
+    assert "is also the key of item 0, with different work" in body["tasks"]["3"]["idem_key"][0]
+    assert rows(alias) == 0
+    again = api.post(BULK, {"tasks": items[:3]}, format="json")
+    assert again.status_code == 201, again.json()
+    ids = [r["task"]["id"] for r in again.json()["results"]]
+    assert ids[0] == ids[2] and rows(alias) == 2
+
+
 def test_bulk_refuses_more_than_the_limit(api, alias, settings) -> None:
     settings.RIVET = {**settings.RIVET, "API_BULK_MAX": 2}
     items = [{"kind": "noop"}] * 3

@@ -117,6 +117,15 @@ class NameField(serializers.CharField):
             raise serializers.ValidationError(str(exc), code=exc.code) from exc
 
 
+class SecondsField(serializers.FloatField):
+    """A number of seconds; ``true`` and ``false`` are refused, as the integer fields do."""
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class EnqueueSerializer(serializers.Serializer):
     """One task to enqueue; the producer's defaults fill what is left out."""
 
@@ -134,7 +143,7 @@ class EnqueueSerializer(serializers.Serializer):
     unique_key = _key(
         allow_blank=True, help_text='at most one pending task per kind and key ("": per kind)'
     )
-    delay = serializers.FloatField(
+    delay = SecondsField(
         required=False,
         allow_null=True,
         min_value=0,
@@ -178,12 +187,17 @@ class EnqueueSerializer(serializers.Serializer):
         return attrs
 
 
+@extend_schema_field(EnqueueSerializer(many=True))
+class TaskItemsField(serializers.ListField):
+    """The tasks of a bulk call: objects read here, each checked as POST tasks/ by the view."""
+
+    child = serializers.DictField()
+
+
 class BulkEnqueueSerializer(serializers.Serializer):
     """Several tasks, written all or none (checked item by item in the view)."""
 
-    tasks = serializers.ListField(
-        child=serializers.DictField(), help_text="each item as the body of POST tasks/"
-    )
+    tasks = TaskItemsField(help_text="each item as the body of POST tasks/")
 
 
 class AttemptErrorSerializer(serializers.Serializer):

@@ -67,11 +67,26 @@ class TaskCursorPagination(CursorPagination):
         text = query_value(request.query_params, self.page_size_query_param)
         if text is None:
             return self.page_size
-        if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        valid = text.isascii() and text.isdigit() and 1 <= int(text) <= self.max_page_size
+        if not valid:
             raise InvalidInput(
-                f"page_size must be an integer >= 1, got {text!r}", field="page_size"
+                f"page_size must be an integer from 1 to {self.max_page_size}, got {text!r}",
+                field="page_size",
             )
-        return min(int(text), self.max_page_size)
+        return int(text)
+
+    def get_schema_operation_parameters(self, view) -> list[dict[str, Any]]:
+        """The cursor and page_size parameters, page_size with the bounds the server applies."""
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_size_query_param:
+                parameter["schema"] = {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": self.max_page_size,
+                    "default": self.page_size,
+                }
+        return parameters
 
 
 class RivetView(generics.GenericAPIView):

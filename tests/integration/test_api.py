@@ -122,6 +122,12 @@ def test_header_and_field_keys_that_differ_are_refused(api, alias) -> None:
         ({"kind": "noop", "priority": "high"}, "priority", "invalid_input"),
         ({"kind": "noop", "delay": -1}, "delay", "invalid_input"),
         ({"kind": "noop", "delay": 1e300}, "delay", "invalid_input"),
+        ({"kind": "noop", "delay": True}, "delay", "invalid_input"),
+        ({"kind": "noop", "delay": False}, "delay", "invalid_input"),
+        ({"kind": "noop", "priority": True}, "priority", "invalid_input"),
+        ({"kind": "noop", "idem_key": 42}, "idem_key", "invalid_input"),
+        ({"kind": "noop", "idem_key": "café-8503"}, "idem_key", "idempotency_key_invalid"),
+        ({"kind": "noop", "idem_key": " lead"}, "idem_key", "idempotency_key_invalid"),
         ({"kind": "noop", "max_attempts": 0}, "max_attempts", "invalid_input"),
         ({"kind": "noop", "idem_key": "tab\there"}, "idem_key", "idempotency_key_invalid"),
         ({"kind": "noop", "payload": {"t": "a\u0000b"}}, "payload", "invalid_input"),
@@ -279,6 +285,12 @@ def test_list_pages_through_every_task_in_id_order(api, alias) -> None:
     assert seen == made
 
 
+def test_page_size_takes_1_to_1000(api, alias) -> None:
+    task_in(alias, queue="q1", kind="k")
+    for size in (1, 1000):
+        assert api.get(f"{TASKS}?page_size={size}").status_code == 200
+
+
 def test_list_filters_by_state_and_kind(api, alias) -> None:
     task_in(alias, kind="a")
     dead = task_in(alias, kind="b", dead=True)
@@ -292,6 +304,10 @@ def test_list_filters_by_state_and_kind(api, alias) -> None:
         ("state=sleeping", 400, "invalid_input"),
         ("queue=bad%20name", 400, "invalid_name"),
         ("cursor=garbage", 404, "not_found"),
+        ("page_size=0", 400, "invalid_input"),
+        ("page_size=1001", 400, "invalid_input"),
+        ("page_size=-1", 400, "invalid_input"),
+        ("page_size=ten", 400, "invalid_input"),
     ],
 )
 def test_list_refuses_bad_filters(api, alias, query, status, code) -> None:

@@ -88,3 +88,17 @@ def test_the_docs_page_uses_assets_this_host_serves(settings) -> None:
     assert "cdn.jsdelivr" not in html and "unpkg.com" not in html
     assert "/rivet/schema/" in html
     assert finders.find("drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js")
+
+
+def test_the_schema_states_the_bounds_the_server_applies(served) -> None:
+    """page_size 1..1000; a bulk item is the enqueue body, kind required; keys visible ASCII."""
+    schemas = served["components"]["schemas"]
+    listing = served["paths"]["/rivet/tasks/"]["get"]["parameters"]
+    (page_size,) = [p["schema"] for p in listing if p["name"] == "page_size"]
+    assert (page_size["type"], page_size["minimum"], page_size["maximum"]) == ("integer", 1, 1000)
+    items = schemas["BulkEnqueueRequest"]["properties"]["tasks"]["items"]
+    assert items == {"$ref": "#/components/schemas/EnqueueRequest"}
+    assert schemas["EnqueueRequest"]["required"] == ["kind"]
+    key = schemas["EnqueueRequest"]["properties"]["idem_key"]
+    (header,) = served["paths"]["/rivet/tasks/"]["post"]["parameters"]
+    assert key["pattern"] == header["schema"]["pattern"] == "^[!-~]([ -~]*[!-~])?$"

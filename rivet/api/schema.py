@@ -187,13 +187,15 @@ enqueue_bulk = extend_schema(
     description=(
         "At most `RIVET['API_BULK_MAX']` tasks (default 1000). Every item is checked first: "
         "one invalid item refuses the whole call (400, errors keyed by the item's index) and "
-        "nothing is written. Results keep the order given. 201 when any task is new, else 200."
+        "nothing is written. Results keep the order given. 201 when any task is new, else 200. "
+        "A key that already names other work: 422, nothing written; one key given to two "
+        "different items of the call: 400 on the later item."
     ),
     request=BulkEnqueueSerializer,
     responses={
         201: BulkResultSerializer,
         200: BulkResultSerializer,
-        **_errors(400, 413, 415, 429),
+        **_errors(400, 413, 415, 422, 429),
     },
 )
 

@@ -87,6 +87,17 @@ def test_a_database_url_with_a_byte_that_is_not_utf8_is_exit_2(command) -> None:
     assert "DATABASE_URL is not valid UTF-8 (byte 0xff at character 38)" in one_line(done)
 
 
+@pytest.mark.parametrize("key", ["café-8503".encode(), b"caf\xe9", b" lead"], ids=str)
+def test_the_cli_refuses_a_key_that_is_not_visible_ascii(key) -> None:
+    argv = [sys.executable.encode(), os.fsencode(MANAGE), b"rivet_enqueue", b"--kind", b"noop"]
+    env = child_environ(postgres_url())
+    done = subprocess.run(
+        [*argv, b"--idem-key", key], env=env, capture_output=True, timeout=120, check=False
+    )
+    assert done.returncode == 2
+    assert "a key is visible ASCII (0x21-0x7E)" in one_line(done)
+
+
 def test_a_bad_rivet_queue_is_exit_2_naming_the_variable() -> None:
     done = manage("rivet_worker", "--once", url=postgres_url(), RIVET_QUEUE="bad queue")
     assert done.returncode == 2

@@ -26,6 +26,8 @@ _EXPORTS = {
     "RivetError": "rivet.errors",
     "InvalidInput": "rivet.errors",
     "InvalidName": "rivet.errors",
+    "InvalidKey": "rivet.errors",
+    "BatchKeyClash": "rivet.errors",
     "PayloadTooLarge": "rivet.errors",
     "IdempotencyMismatch": "rivet.errors",
     "UnknownJob": "rivet.errors",
@@ -58,6 +60,8 @@ __all__ = [
     "RivetError",
     "InvalidInput",
     "InvalidName",
+    "InvalidKey",
+    "BatchKeyClash",
     "PayloadTooLarge",
     "IdempotencyMismatch",
     "UnknownJob",
@@ -78,6 +82,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from rivet.errors import (
+        BatchKeyClash,
         DjangoTaskAbandoned,
         DjangoTaskFailed,
         EffectError,
@@ -86,6 +91,7 @@ if TYPE_CHECKING:
         FailpointConfigError,
         IdempotencyMismatch,
         InvalidInput,
+        InvalidKey,
         InvalidName,
         LeaseLost,
         NotAFake,

@@ -97,8 +97,9 @@ REST_FRAMEWORK = {
 
 EFFECT_SERVICE_URL = env("EFFECT_SERVICE_URL", default="http://127.0.0.1:8081")
 
+# RIVET_QUEUE is the worker's own variable (rivet_worker reads it, and refuses a bad one by
+# name with exit 2); read into RIVET['QUEUE'] here it would fail every command's system check.
 RIVET = {
-    "QUEUE": env("RIVET_QUEUE", default="default"),
     # chaos_project/jobs.py (noop, fail, sleep) is found by autodiscovery; the effect kind is
     # named here because it needs the effect service's URL from these settings.
     "JOB_MODULES": ["chaos_project.effect_kind", "chaos_project.chaos_kinds"],

@@ -38,6 +38,8 @@ ROOT_URLCONF = "effect_project.urls"
 WSGI_APPLICATION = "effect_project.wsgi.application"
 
 
+# The variable that names the database, for the messages that say what to fix.
+DATABASE_URL_VARIABLE = "EFFECT_DATABASE_URL"
 DATABASES = {
     "default": database_from_url(
         env("EFFECT_DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'effect.sqlite3'}"),

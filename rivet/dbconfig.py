@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 from django.core.exceptions import ImproperlyConfigured
 
 from rivet.extras import require
+from rivet.text import unstorable
 
 SQLITE_ENGINE = "django.db.backends.sqlite3"
 SUPPORTED_ENGINES = {
@@ -33,6 +34,9 @@ def database_from_url(url: str, variable: str = "DATABASE_URL") -> dict:
     """
     # django-environ comes with the effect extra: only projects that read URLs need it.
     environ = require("environ", extra="effect", feature="rivet.dbconfig.database_from_url")
+    reason = unstorable(url)  # a byte that is not UTF-8 reaches Python as a lone surrogate
+    if reason:
+        raise ImproperlyConfigured(f"{variable} {reason} (or percent-encode the byte, e.g. %FF)")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # its "engine not recognized": refused below

@@ -34,6 +34,20 @@ class InvalidName(InvalidInput):
     code = "invalid_name"
 
 
+class InvalidKey(InvalidInput):
+    """An idempotency key is empty, too long, or holds a character outside visible ASCII."""
+
+    code = "idempotency_key_invalid"
+
+
+class BatchKeyClash(InvalidInput):
+    """Two items of one enqueue_many give one idempotency key to different work."""
+
+    def __init__(self, message: str, *, index: int) -> None:
+        super().__init__(message, field="idem_key")
+        self.index = index
+
+
 class PayloadTooLarge(InvalidInput):
     """The encoded payload is larger than RIVET['MAX_PAYLOAD_BYTES']."""
 

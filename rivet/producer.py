@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from rivet.errors import InvalidInput
+from rivet.errors import BatchKeyClash, InvalidInput
 from rivet.jobs import ENQUEUE_OPTIONS, task_spec
 from rivet.stores import resolve_store
 from rivet.stores.base import Store
@@ -44,6 +44,9 @@ def enqueue(
 ) -> EnqueueResult:
     """Enqueue one task; a key used before with the same work returns it as a duplicate.
 
+    ``idem_key``: 1 to RIVET['MAX_IDEM_KEY_LENGTH'] characters of visible ASCII (0x21-0x7E:
+    letters, digits, punctuation; spaces only between them), the rule of the HTTP header,
+    so a key means the same task wherever it is sent from; anything else raises InvalidInput.
     ``using`` picks the store: None for the configured one, a Django database alias, or a
     Store. Raises InvalidInput (nothing written) for a bad value and IdempotencyMismatch when
     ``idem_key`` already names different work.
@@ -74,7 +77,32 @@ def enqueue_many(
     specs = [_item_spec(index, item, limits) for index, item in enumerate(items)]
     if not specs:
         return []
+    refuse_key_clash(specs)
     return resolve_store(using).task_enqueue_many(specs)
+
+
+def refuse_key_clash(specs: list[TaskSpec]) -> None:
+    """Raise BatchKeyClash when two items of a batch give one key to different work.
+
+    Caught before anything is written: found by the store, it would name a task of the batch
+    that the rollback then removes.
+    """
+    first: dict[str, int] = {}
+    for index, spec in enumerate(specs):
+        if spec.idem_key is None:
+            continue
+        earlier = first.setdefault(spec.idem_key, index)
+        other = specs[earlier]
+        if (other.queue, other.kind, other.payload_json) != (
+            spec.queue,
+            spec.kind,
+            spec.payload_json,
+        ):
+            raise BatchKeyClash(
+                f"item {index}: idem_key {spec.idem_key!r} is also the key of item {earlier}, "
+                "with different work (queue, kind or payload differ); one key names one task",
+                index=index,
+            )
 
 
 def cancel(task_id: int, *, using: str | Store | None = None) -> CancelOutcome:

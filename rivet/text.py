@@ -43,3 +43,21 @@ def unstorable(text: str, *, json_text: bool = False) -> str | None:
         f"contains a lone surrogate (U+{code:04X} at character {found.start()}), which is not "
         "valid Unicode text; a \\ud83d-style escape needs its pair"
     )
+
+
+#: The characters of an idempotency key: visible ASCII (RFC 9110's VCHAR, 0x21-0x7E), with
+#: spaces allowed between them, as in an HTTP field value (and the Idempotency-Key draft's
+#: string). A header carries no encoding, so a byte above 0x7E would be read as Latin-1 by one
+#: server and as UTF-8 by the next; a server strips a header's leading and trailing spaces, so
+#: " k" would arrive as "k". Such a key is refused, never stored re-encoded.
+KEY_CHARACTERS = "visible ASCII (0x21-0x7E), spaces allowed only between characters"
+
+
+def key_problem(key: str) -> str | None:
+    """Why ``key`` is not a valid idempotency key's text, or None when it is."""
+    if key.isascii() and key.isprintable() and key[:1] != " " and key[-1:] != " ":
+        return None
+    for index, char in enumerate(key):
+        if not " " <= char <= "~":
+            return f"has {char!r} at character {index}; a key is {KEY_CHARACTERS}"
+    return f"starts or ends with a space; a key is {KEY_CHARACTERS}"

@@ -12,8 +12,8 @@ from typing import Any
 
 from rivet import tracing
 from rivet.conf import rivet_settings
-from rivet.errors import InvalidInput, InvalidName, PayloadTooLarge
-from rivet.text import unstorable
+from rivet.errors import InvalidInput, InvalidKey, InvalidName, PayloadTooLarge
+from rivet.text import KEY_CHARACTERS, key_problem, unstorable
 from rivet.values import TaskSpec
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
@@ -93,6 +93,28 @@ def check_key(
     return value
 
 
+def check_idem_key(value: Any, limit: int | None = None) -> str | None:
+    """An idempotency key: None, or 1..MAX_IDEM_KEY_LENGTH characters of visible ASCII.
+
+    The same rule holds for the producer API, the CLI, the HTTP header and the body field, so
+    one key has one meaning wherever it comes from; anything else is refused, never re-encoded.
+    """
+    if value is None:
+        return None
+    limit = rivet_settings.MAX_IDEM_KEY_LENGTH if limit is None else limit
+    if not isinstance(value, str) or not value:
+        raise InvalidKey(
+            f"idem_key must be a non-empty string of {KEY_CHARACTERS}, got {value!r}",
+            field="idem_key",
+        )
+    problem = key_problem(value)
+    if problem:
+        raise InvalidKey(f"idem_key {value[:40]!r} {problem}", field="idem_key")
+    if len(value) > limit:
+        raise InvalidKey(f"idem_key is {len(value)} characters; at most {limit}", field="idem_key")
+    return value
+
+
 def encode_payload(payload: Any, limit: int | None = None) -> str:
     """The payload as JSON text, refused if not JSON or over MAX_PAYLOAD_BYTES of UTF-8."""
     try:
@@ -163,7 +185,7 @@ def build_spec(
         kind=check_name("kind", kind, limits.name),
         payload=payload,
         payload_json=payload_json,
-        idem_key=check_key("idem_key", idem_key, limit=limits.key),
+        idem_key=check_idem_key(idem_key, limits.key),
         unique_key=check_key("unique_key", unique_key, allow_empty=True, limit=limits.key),
         delay_secs=float(delay),
         run_at=run_at,

@@ -15,11 +15,14 @@ from rivet.dberrors import explain
 
 
 def json_exception_handler(exc, context):
-    """DRF's handler, plus a 503 with one line for a database that failed."""
+    """DRF's handler, a stable ``code`` beside every ``detail``, and a 503 for the database."""
     response = exception_handler(exc, context)
     if response is None and isinstance(exc, DatabaseError):
         detail = explain(exc, "default", "EFFECT_DATABASE_URL")
         return Response({"detail": detail, "code": "database_unavailable"}, status=503)
+    if response is not None and isinstance(response.data, dict) and "code" not in response.data:
+        detail = response.data.get("detail")
+        response.data["code"] = str(getattr(detail, "code", None) or exc.default_code)
     return response
 
 

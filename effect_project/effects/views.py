@@ -17,7 +17,7 @@ from effect_project.effects.models import Effect
 from rivet import tracing
 from rivet.errors import RivetError
 from rivet.idempotency.conf import setting
-from rivet.idempotency.decorators import KEY_HEADER, idempotent
+from rivet.idempotency.decorators import KEY_HEADER, check_key_text, idempotent
 from rivet.idempotency.models import IdempotencyRecord
 
 SCOPE = "effects"
@@ -49,6 +49,7 @@ class EffectCreateView(APIView):
 
 class EffectDetailView(APIView):
     def get(self, request: Request, key: str) -> Response:
+        check_key_text("the key in the path", key)  # a key no POST could have stored: 400
         effect = Effect.objects.filter(key=key).order_by("id").first()
         if effect is None:
             raise NotFound(f"no effect has the key {key!r}")

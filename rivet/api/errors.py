@@ -9,14 +9,21 @@ host's own ``EXCEPTION_HANDLER`` is left alone.
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
+from django.db import DatabaseError, InterfaceError, OperationalError
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from rivet.errors import IdempotencyMismatch, InvalidInput, PayloadTooLarge
+from rivet.conf import rivet_settings
+from rivet.dberrors import Failure, classify, explain
+from rivet.errors import IdempotencyMismatch, InvalidInput, PayloadTooLarge, StoreError
+
+logger = logging.getLogger("rivet.api")
 
 #: Every ``code`` an error body of the API may carry, with its statuses and meaning. A
 #: missing or wrong credential answers 401 when the host's first authentication class names
@@ -26,6 +33,10 @@ ERROR_CODES: dict[str, tuple[tuple[int, ...], str]] = {
     "invalid_name": ((400,), "a queue or kind name is empty, too long or has other characters"),
     "invalid_json": ((400,), "the request body is not valid JSON"),
     "idempotency_key_conflict": ((400,), "the Idempotency-Key header and idem_key field differ"),
+    "idempotency_key_invalid": (
+        (400,),
+        "the Idempotency-Key header or idem_key field is not 1..200 visible ASCII characters",
+    ),
     "too_many_tasks": ((400,), "the bulk call carries more tasks than RIVET['API_BULK_MAX']"),
     "not_authenticated": ((401, 403), "no credentials were given"),
     "authentication_failed": ((401, 403), "the credentials (or the metrics token) are wrong"),
@@ -39,6 +50,8 @@ ERROR_CODES: dict[str, tuple[tuple[int, ...], str]] = {
     "unsupported_media_type": ((415,), "the body is not JSON"),
     "idempotency_mismatch": ((422,), "the idempotency key already names different work"),
     "throttled": ((429,), "the host's rate for the throttle scope rivet-enqueue is used up"),
+    "database_unavailable": ((503,), "the database does not answer; retry later"),
+    "not_migrated": ((503,), "the database has no tables yet: run `python manage.py migrate`"),
 }
 
 # DRF's own codes that rivet renames so the list above stays the whole vocabulary.
@@ -62,8 +75,58 @@ class Unprocessable(exceptions.APIException):
     default_code = "idempotency_mismatch"
 
 
+class DatabaseUnavailable(exceptions.APIException):
+    """503: the database failed; the server's log has the whole line (where, and why)."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "database_unavailable"
+    default_detail = "the database does not answer; retry later (the server's log says why)"
+
+
+class NotMigrated(exceptions.APIException):
+    """503: the database answers but its tables do not exist yet."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "not_migrated"
+    default_detail = (
+        "the database has no tables for this yet: run `python manage.py migrate` on the host"
+    )
+
+
+def database_error(exc: Exception) -> exceptions.APIException | None:
+    """The 503 a failed database answers as, or None for an error that is no outage (a bug)."""
+    failure, _ = classify(exc)
+    if failure is Failure.NOT_MIGRATED or _missing_table(exc):
+        answer: exceptions.APIException = NotMigrated()
+    elif failure is not Failure.OTHER or isinstance(
+        exc, StoreError | OperationalError | InterfaceError
+    ):
+        answer = DatabaseUnavailable()
+    else:
+        return None
+    # The client gets no database address; the operator's log does.
+    logger.error("rivet API: %s", explain(exc, rivet_settings.DATABASE_ALIAS))
+    return answer
+
+
+def _missing_table(exc: BaseException) -> bool:
+    """A table (rivet's or the host's, e.g. django_session) is missing: migrate has not run."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if getattr(current, "sqlstate", None) == "42P01":  # undefined_table
+            return True
+        if isinstance(current, sqlite3.OperationalError) and "no such table" in str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def api_error(exc: Exception) -> exceptions.APIException | Exception:
     """The DRF exception a rivet (or Django) exception answers as; others pass through."""
+    if isinstance(exc, DatabaseError | StoreError):
+        return database_error(exc) or exc
     if isinstance(exc, IdempotencyMismatch):
         return Unprocessable(str(exc))
     if isinstance(exc, PayloadTooLarge):

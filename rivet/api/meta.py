@@ -38,6 +38,14 @@ class FirstRenderer(BaseContentNegotiation):
         return renderers[0], renderers[0].media_type
 
 
+def json_errors(request, response):
+    """An error keeps rivet's JSON body on a view that renders something else when it works."""
+    if response.status_code >= 400:
+        request.accepted_renderer = renderers.JSONRenderer()
+        request.accepted_media_type = "application/json"
+    return response
+
+
 class MetricsView(RivetView):
     """``GET``: the queue gauges in the Prometheus text format (version 0.0.4)."""
 
@@ -50,10 +58,7 @@ class MetricsView(RivetView):
         return [MetricsTokenAuthentication(), *host]
 
     def finalize_response(self, request, response, *args, **kwargs):
-        if response.status_code >= 400:  # errors keep rivet's JSON body
-            request.accepted_renderer = renderers.JSONRenderer()
-            request.accepted_media_type = "application/json"
-        return super().finalize_response(request, response, *args, **kwargs)
+        return super().finalize_response(request, json_errors(request, response), *args, **kwargs)
 
     @schema.metrics
     def get(self, request, *args, **kwargs) -> Response:
@@ -80,6 +85,9 @@ class SchemaView(SpectacularAPIView):
     def get_exception_handler(self):
         return exception_handler
 
+    def finalize_response(self, request, response, *args, **kwargs):
+        return super().finalize_response(request, json_errors(request, response), *args, **kwargs)
+
     @extend_schema(exclude=True)
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)
@@ -93,6 +101,12 @@ class DocsView(SpectacularSwaggerView):
 
     def get_permissions(self):
         return [*permissions_for(self)[:-1], FloorOnly()]
+
+    def get_exception_handler(self):
+        return exception_handler
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        return super().finalize_response(request, json_errors(request, response), *args, **kwargs)
 
     @extend_schema(exclude=True)
     def get(self, request, *args, **kwargs):

@@ -23,9 +23,9 @@ from rivet.api.serializers import (
     QueueStatsSerializer,
     SweepResultSerializer,
     TaskSerializer,
+    idem_key_schema,
     name_schema,
 )
-from rivet.conf import rivet_settings
 from rivet.values import CancelOutcome, TaskState
 
 TAG = "rivet"
@@ -113,8 +113,8 @@ ERRORS[422] = Error422Serializer
 
 
 def _errors(*statuses: int) -> dict[int, OpenApiResponse]:
-    """Error responses, always with 401 and 403 (the auth floor)."""
-    wanted = sorted({401, 403, *statuses})
+    """Error responses, always with 401 and 403 (the auth floor) and 503 (the database)."""
+    wanted = sorted({401, 403, 503, *statuses})
     return {
         status: OpenApiResponse(
             ERRORS[status],
@@ -157,10 +157,13 @@ enqueue = extend_schema(
     parameters=[
         OpenApiParameter(
             IDEMPOTENCY_HEADER,
-            {"type": "string", "minLength": 1, "maxLength": rivet_settings.MAX_IDEM_KEY_LENGTH},
+            idem_key_schema(),
             OpenApiParameter.HEADER,
             required=False,
-            description="the idempotency key (or the idem_key field)",
+            description=(
+                "the idempotency key (or the idem_key field): visible ASCII (0x21-0x7E), spaces "
+                "only between characters; anything else is 400 idempotency_key_invalid"
+            ),
         )
     ],
     request=EnqueueSerializer,
@@ -184,13 +187,15 @@ enqueue_bulk = extend_schema(
     description=(
         "At most `RIVET['API_BULK_MAX']` tasks (default 1000). Every item is checked first: "
         "one invalid item refuses the whole call (400, errors keyed by the item's index) and "
-        "nothing is written. Results keep the order given. 201 when any task is new, else 200."
+        "nothing is written. Results keep the order given. 201 when any task is new, else 200. "
+        "A key that already names other work: 422, nothing written; one key given to two "
+        "different items of the call: 400 on the later item."
     ),
     request=BulkEnqueueSerializer,
     responses={
         201: BulkResultSerializer,
         200: BulkResultSerializer,
-        **_errors(400, 413, 415, 429),
+        **_errors(400, 413, 415, 422, 429),
     },
 )
 

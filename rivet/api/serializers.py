@@ -17,6 +17,7 @@ from rivet.validation import (
     NAME_RE,
     PRIORITY_MAX,
     PRIORITY_MIN,
+    check_idem_key,
     check_name,
 )
 from rivet.values import CancelOutcome
@@ -46,6 +47,57 @@ def _key(**kwargs: Any) -> serializers.CharField:
     )
 
 
+#: An idempotency key as JSON Schema: the rule ``rivet.validation.check_idem_key`` applies.
+IDEM_KEY_PATTERN = "^[!-~]([ -~]*[!-~])?$"
+
+
+def idem_key_schema() -> dict[str, Any]:
+    return {
+        "type": "string",
+        "pattern": IDEM_KEY_PATTERN,
+        "minLength": 1,
+        "maxLength": rivet_settings.MAX_IDEM_KEY_LENGTH,
+    }
+
+
+def checked_header_key(header: str | None) -> str | None:
+    """The key of the Idempotency-Key header, checked by the body field's rule.
+
+    The server decodes header bytes as Latin-1, so a UTF-8 key arrives as other characters:
+    refusing anything but visible ASCII is what keeps header and body one key.
+    """
+    if header is None:
+        return None
+    try:
+        return check_idem_key(header)
+    except InvalidInput as exc:
+        message = str(exc).replace("idem_key", f"the {IDEMPOTENCY_HEADER} header", 1)
+        raise serializers.ValidationError({"idem_key": [message]}, code=exc.code) from exc
+
+
+@extend_schema_field(idem_key_schema())
+class IdemKeyField(serializers.CharField):
+    """An idempotency key, checked by rivet's rule (``idempotency_key_invalid`` when wrong)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(trim_whitespace=False, required=False, allow_null=True, **kwargs)
+
+    def run_validation(self, data: Any = serializers.empty) -> Any:
+        if data == "":  # rivet's message and code, not DRF's "may not be blank"
+            return self.to_internal_value(data)
+        return super().run_validation(data)
+
+    def to_internal_value(self, data: Any) -> str | None:
+        if not isinstance(data, str):  # DRF would turn a number into its text
+            raise serializers.ValidationError(
+                f"idem_key must be a string, got {type(data).__name__}", code="invalid"
+            )
+        try:
+            return check_idem_key(data)
+        except InvalidInput as exc:
+            raise serializers.ValidationError(str(exc), code=exc.code) from exc
+
+
 @extend_schema_field(name_schema())
 class NameField(serializers.CharField):
     """A queue or kind name, checked by rivet's rule (an ``invalid_name`` error when wrong)."""
@@ -66,6 +118,15 @@ class NameField(serializers.CharField):
             raise serializers.ValidationError(str(exc), code=exc.code) from exc
 
 
+class SecondsField(serializers.FloatField):
+    """A number of seconds; ``true`` and ``false`` are refused, as the integer fields do."""
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class EnqueueSerializer(serializers.Serializer):
     """One task to enqueue; the producer's defaults fill what is left out."""
 
@@ -74,13 +135,16 @@ class EnqueueSerializer(serializers.Serializer):
         required=False, allow_null=True, default=None, help_text="any JSON value"
     )
     queue = NameField(required=False, help_text="queue (default: the job's, else RIVET QUEUE)")
-    idem_key = _key(
-        help_text=f"idempotency key; the {IDEMPOTENCY_HEADER} header may carry it instead"
+    idem_key = IdemKeyField(
+        help_text=(
+            "idempotency key: visible ASCII (0x21-0x7E), spaces only between characters; the "
+            f"{IDEMPOTENCY_HEADER} header may carry it instead"
+        )
     )
     unique_key = _key(
         allow_blank=True, help_text='at most one pending task per kind and key ("": per kind)'
     )
-    delay = serializers.FloatField(
+    delay = SecondsField(
         required=False,
         allow_null=True,
         min_value=0,
@@ -99,7 +163,7 @@ class EnqueueSerializer(serializers.Serializer):
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         """Apply rivet's own rules (rivet.validation) and report them as field errors."""
-        header = self.context.get("idempotency_key")
+        header = checked_header_key(self.context.get("idempotency_key"))
         if header is not None:
             given = attrs.get("idem_key")
             if given is not None and given != header:
@@ -124,12 +188,17 @@ class EnqueueSerializer(serializers.Serializer):
         return attrs
 
 
+@extend_schema_field(EnqueueSerializer(many=True))
+class TaskItemsField(serializers.ListField):
+    """The tasks of a bulk call: objects read here, each checked as POST tasks/ by the view."""
+
+    child = serializers.DictField()
+
+
 class BulkEnqueueSerializer(serializers.Serializer):
     """Several tasks, written all or none (checked item by item in the view)."""
 
-    tasks = serializers.ListField(
-        child=serializers.DictField(), help_text="each item as the body of POST tasks/"
-    )
+    tasks = TaskItemsField(help_text="each item as the body of POST tasks/")
 
 
 class AttemptErrorSerializer(serializers.Serializer):

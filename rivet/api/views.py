@@ -34,7 +34,7 @@ from rivet.api.serializers import (
     TaskSerializer,
 )
 from rivet.conf import rivet_settings
-from rivet.errors import InvalidInput, PayloadTooLarge, RivetConfigError
+from rivet.errors import BatchKeyClash, InvalidInput, PayloadTooLarge, RivetConfigError
 from rivet.models import Task
 from rivet.stores.base import Store
 from rivet.validation import check_name
@@ -67,11 +67,26 @@ class TaskCursorPagination(CursorPagination):
         text = query_value(request.query_params, self.page_size_query_param)
         if text is None:
             return self.page_size
-        if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        valid = text.isascii() and text.isdigit() and 1 <= int(text) <= self.max_page_size
+        if not valid:
             raise InvalidInput(
-                f"page_size must be an integer >= 1, got {text!r}", field="page_size"
+                f"page_size must be an integer from 1 to {self.max_page_size}, got {text!r}",
+                field="page_size",
             )
-        return min(int(text), self.max_page_size)
+        return int(text)
+
+    def get_schema_operation_parameters(self, view) -> list[dict[str, Any]]:
+        """The cursor and page_size parameters, page_size with the bounds the server applies."""
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_size_query_param:
+                parameter["schema"] = {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": self.max_page_size,
+                    "default": self.page_size,
+                }
+        return parameters
 
 
 class RivetView(generics.GenericAPIView):
@@ -199,7 +214,13 @@ class TaskBulkView(RivetView):
         items = incoming.validated_data["tasks"]
         self._check_count(len(items))
         checked = self._check_items(items)
-        results = producer.enqueue_many(checked)
+        try:
+            results = producer.enqueue_many(checked)
+        except BatchKeyClash as exc:  # an error of the call itself: no task to name
+            error = serializers.ValidationError(str(exc), code="invalid_input")
+            raise serializers.ValidationError(
+                {"tasks": {str(exc.index): {"idem_key": error.detail}}}
+            ) from exc
         tasks = self._load([result.task_id for result in results])
         body = [
             {"created": not result.duplicate, "task": TaskSerializer(tasks[result.task_id]).data}

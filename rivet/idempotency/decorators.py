@@ -36,6 +36,7 @@ from rest_framework.response import Response
 
 from rivet.idempotency.conf import MAX_KEY_LENGTH, setting
 from rivet.idempotency.errors import (
+    IdempotencyKeyInvalid,
     IdempotencyKeyMissing,
     IdempotencyKeyReused,
     IdempotencyKeyTooLong,
@@ -44,7 +45,7 @@ from rivet.idempotency.errors import (
 )
 from rivet.idempotency.fingerprint import canonical_json, request_fingerprint
 from rivet.idempotency.models import IdempotencyRecord
-from rivet.text import unstorable
+from rivet.text import key_problem, unstorable
 
 KEY_HEADER = "Idempotency-Key"
 MAX_SCOPE_LENGTH = 60  # leaves room for "|user:<pk>" in the 100-character scope column
@@ -116,11 +117,20 @@ def _admit(request: Request, limit: int) -> tuple[str, str]:
         raise IdempotencyKeyMissing()
     if len(key) > MAX_KEY_LENGTH:
         raise IdempotencyKeyTooLong(len(key))
-    _refuse_unstorable("Idempotency-Key", key)
+    check_key_text(f"{KEY_HEADER} header", key)
     _check_body_size(request, limit)
     data = _body_data(request)
     _refuse_unstorable("request body", canonical_json(data), json_text=True)
     return key, request_fingerprint(request.method, request.get_full_path(), data)
+
+
+def check_key_text(where: str, key: str) -> None:
+    """Refuse a key that is not visible ASCII (0x21-0x7E), with IdempotencyKeyInvalid (400)."""
+    # A server reads a header's bytes as Latin-1: a UTF-8 key would be stored as other
+    # characters, and the same key sent in a URL or a body would name something else.
+    problem = key_problem(key)
+    if problem:
+        raise IdempotencyKeyInvalid(where, problem)
 
 
 def _refuse_unstorable(where: str, text: str, *, json_text: bool = False) -> None:

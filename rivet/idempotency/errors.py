@@ -31,6 +31,16 @@ class IdempotencyKeyTooLong(IdempotencyRefused):
         )
 
 
+class IdempotencyKeyInvalid(IdempotencyRefused):
+    """The key holds a character outside visible ASCII, the one rule for a key everywhere."""
+
+    status_code = status.HTTP_400_BAD_REQUEST
+    default_code = "idempotency_key_invalid"
+
+    def __init__(self, where: str, problem: str) -> None:
+        super().__init__(f"{where} {problem}; nothing was written")
+
+
 class UnstorableText(IdempotencyRefused):
     """The key or the body holds text the database cannot store (NUL, a lone surrogate)."""
 

@@ -122,8 +122,14 @@ def test_header_and_field_keys_that_differ_are_refused(api, alias) -> None:
         ({"kind": "noop", "priority": "high"}, "priority", "invalid_input"),
         ({"kind": "noop", "delay": -1}, "delay", "invalid_input"),
         ({"kind": "noop", "delay": 1e300}, "delay", "invalid_input"),
+        ({"kind": "noop", "delay": True}, "delay", "invalid_input"),
+        ({"kind": "noop", "delay": False}, "delay", "invalid_input"),
+        ({"kind": "noop", "priority": True}, "priority", "invalid_input"),
+        ({"kind": "noop", "idem_key": 42}, "idem_key", "invalid_input"),
+        ({"kind": "noop", "idem_key": "café-8503"}, "idem_key", "idempotency_key_invalid"),
+        ({"kind": "noop", "idem_key": " lead"}, "idem_key", "idempotency_key_invalid"),
         ({"kind": "noop", "max_attempts": 0}, "max_attempts", "invalid_input"),
-        ({"kind": "noop", "idem_key": "tab\there"}, "idem_key", "invalid_input"),
+        ({"kind": "noop", "idem_key": "tab\there"}, "idem_key", "idempotency_key_invalid"),
         ({"kind": "noop", "payload": {"t": "a\u0000b"}}, "payload", "invalid_input"),
     ],
 )
@@ -201,6 +207,25 @@ def test_bulk_with_one_bad_item_writes_nothing(api, alias) -> None:
     assert rows(alias) == 0
 
 
+def test_bulk_reusing_a_key_for_other_work_names_the_items_not_a_task(api, alias) -> None:
+    """Found before any write: a rolled-back task of the batch is never named as existing."""
+    items = [
+        {"kind": "noop", "payload": {"n": 1}, "idem_key": "twice"},
+        {"kind": "noop", "payload": {"n": 2}},
+        {"kind": "noop", "payload": {"n": 1}, "idem_key": "twice"},  # same work: a duplicate
+        {"kind": "noop", "payload": {"n": 3}, "idem_key": "twice"},
+    ]
+    body = assert_error(api.post(BULK, {"tasks": items}, format="json"), 400, "invalid_input")
+    assert "existing_task_id" not in body
+    assert list(body["tasks"]) == ["3"]
+    assert "is also the key of item 0, with different work" in body["tasks"]["3"]["idem_key"][0]
+    assert rows(alias) == 0
+    again = api.post(BULK, {"tasks": items[:3]}, format="json")
+    assert again.status_code == 201, again.json()
+    ids = [r["task"]["id"] for r in again.json()["results"]]
+    assert ids[0] == ids[2] and rows(alias) == 2
+
+
 def test_bulk_refuses_more_than_the_limit(api, alias, settings) -> None:
     settings.RIVET = {**settings.RIVET, "API_BULK_MAX": 2}
     items = [{"kind": "noop"}] * 3
@@ -260,6 +285,12 @@ def test_list_pages_through_every_task_in_id_order(api, alias) -> None:
     assert seen == made
 
 
+def test_page_size_takes_1_to_1000(api, alias) -> None:
+    task_in(alias, queue="q1", kind="k")
+    for size in (1, 1000):
+        assert api.get(f"{TASKS}?page_size={size}").status_code == 200
+
+
 def test_list_filters_by_state_and_kind(api, alias) -> None:
     task_in(alias, kind="a")
     dead = task_in(alias, kind="b", dead=True)
@@ -273,6 +304,10 @@ def test_list_filters_by_state_and_kind(api, alias) -> None:
         ("state=sleeping", 400, "invalid_input"),
         ("queue=bad%20name", 400, "invalid_name"),
         ("cursor=garbage", 404, "not_found"),
+        ("page_size=0", 400, "invalid_input"),
+        ("page_size=1001", 400, "invalid_input"),
+        ("page_size=-1", 400, "invalid_input"),
+        ("page_size=ten", 400, "invalid_input"),
     ],
 )
 def test_list_refuses_bad_filters(api, alias, query, status, code) -> None:

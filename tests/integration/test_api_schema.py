@@ -12,19 +12,42 @@ from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 
+# 503: every endpoint answers database_unavailable or not_migrated when its database fails.
 OPERATIONS = {
-    ("get", "/rivet/tasks/"): {"200", "400", "401", "403", "404"},
-    ("post", "/rivet/tasks/"): {"200", "201", "400", "401", "403", "413", "415", "422", "429"},
-    ("post", "/rivet/tasks/bulk/"): {"200", "201", "400", "401", "403", "413", "415", "429"},
-    ("get", "/rivet/tasks/{task_id}/"): {"200", "401", "403", "404"},
-    ("post", "/rivet/tasks/{task_id}/cancel/"): {"200", "401", "403", "404"},
-    ("get", "/rivet/queues/"): {"200", "401", "403"},
-    ("get", "/rivet/queues/{queue}/"): {"200", "400", "401", "403"},
-    ("post", "/rivet/queues/{queue}/sweep/"): {"200", "400", "401", "403"},
-    ("get", "/rivet/dead-letters/"): {"200", "400", "401", "403", "404"},
-    ("post", "/rivet/dead-letters/{task_id}/requeue/"): {"200", "401", "403", "404", "409"},
-    ("delete", "/rivet/dead-letters/{task_id}/"): {"204", "401", "403", "404", "409"},
-    ("get", "/rivet/metrics/"): {"200", "401", "403"},
+    ("get", "/rivet/tasks/"): {"200", "400", "401", "403", "404", "503"},
+    ("post", "/rivet/tasks/"): {
+        "200",
+        "201",
+        "400",
+        "401",
+        "403",
+        "413",
+        "415",
+        "422",
+        "429",
+        "503",
+    },
+    ("post", "/rivet/tasks/bulk/"): {
+        "200",
+        "201",
+        "400",
+        "401",
+        "403",
+        "413",
+        "415",
+        "422",
+        "429",
+        "503",
+    },
+    ("get", "/rivet/tasks/{task_id}/"): {"200", "401", "403", "404", "503"},
+    ("post", "/rivet/tasks/{task_id}/cancel/"): {"200", "401", "403", "404", "503"},
+    ("get", "/rivet/queues/"): {"200", "401", "403", "503"},
+    ("get", "/rivet/queues/{queue}/"): {"200", "400", "401", "403", "503"},
+    ("post", "/rivet/queues/{queue}/sweep/"): {"200", "400", "401", "403", "503"},
+    ("get", "/rivet/dead-letters/"): {"200", "400", "401", "403", "404", "503"},
+    ("post", "/rivet/dead-letters/{task_id}/requeue/"): {"200", "401", "403", "404", "409", "503"},
+    ("delete", "/rivet/dead-letters/{task_id}/"): {"204", "401", "403", "404", "409", "503"},
+    ("get", "/rivet/metrics/"): {"200", "401", "403", "503"},
 }
 
 
@@ -63,7 +86,7 @@ def test_every_error_code_is_in_the_schema_under_each_of_its_statuses(served) ->
         for status in statuses:
             if str(status) in described:
                 assert code in schemas[f"Error{status}CodeEnum"]["enum"], (code, status)
-    assert {"400", "401", "403", "404", "409", "413", "415", "422", "429"} <= described
+    assert {"400", "401", "403", "404", "409", "413", "415", "422", "429", "503"} <= described
 
 
 def test_the_docs_page_uses_assets_this_host_serves(settings) -> None:
@@ -76,3 +99,17 @@ def test_the_docs_page_uses_assets_this_host_serves(settings) -> None:
     assert "cdn.jsdelivr" not in html and "unpkg.com" not in html
     assert "/rivet/schema/" in html
     assert finders.find("drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js")
+
+
+def test_the_schema_states_the_bounds_the_server_applies(served) -> None:
+    """page_size 1..1000; a bulk item is the enqueue body, kind required; keys visible ASCII."""
+    schemas = served["components"]["schemas"]
+    listing = served["paths"]["/rivet/tasks/"]["get"]["parameters"]
+    (page_size,) = [p["schema"] for p in listing if p["name"] == "page_size"]
+    assert (page_size["type"], page_size["minimum"], page_size["maximum"]) == ("integer", 1, 1000)
+    items = schemas["BulkEnqueueRequest"]["properties"]["tasks"]["items"]
+    assert items == {"$ref": "#/components/schemas/EnqueueRequest"}
+    assert schemas["EnqueueRequest"]["required"] == ["kind"]
+    key = schemas["EnqueueRequest"]["properties"]["idem_key"]
+    (header,) = served["paths"]["/rivet/tasks/"]["post"]["parameters"]
+    assert key["pattern"] == header["schema"]["pattern"] == "^[!-~]([ -~]*[!-~])?$"

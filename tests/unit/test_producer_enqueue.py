@@ -6,7 +6,7 @@ import pytest
 
 import rivet
 from rivet import producer as api
-from rivet.errors import IdempotencyMismatch, InvalidInput, PayloadTooLarge
+from rivet.errors import BatchKeyClash, IdempotencyMismatch, InvalidInput, PayloadTooLarge
 from rivet.jobs import registry
 from rivet.stores.memory import FakeClock, MemoryStore
 from rivet.values import EnqueueResult
@@ -188,6 +188,28 @@ def test_enqueue_many_is_all_or_nothing_on_a_key_mismatch(store):
             [("fresh", 1), {"kind": "a", "payload": 2, "idem_key": "taken"}], using=store
         )
     assert [t.kind for t in store.task_list()] == ["a"]
+
+
+def test_enqueue_many_refuses_one_key_for_two_works_in_the_batch(store):
+    with pytest.raises(BatchKeyClash, match="item 2: idem_key 'k' is also the key of item 0"):
+        rivet.enqueue_many(
+            [
+                {"kind": "a", "payload": 1, "idem_key": "k"},
+                ("b", 1),
+                {"kind": "a", "payload": 2, "idem_key": "k"},
+            ],
+            using=store,
+        )
+    assert store.task_list() == []
+
+
+@pytest.mark.parametrize("key", ["café-8503", "tab\there", " lead", "trail ", "nul\x00", 7])
+def test_an_idempotency_key_is_visible_ascii(store, key):
+    with pytest.raises(InvalidInput, match="idem_key") as refused:
+        rivet.enqueue("k", using=store, idem_key=key)
+    assert refused.value.code == "idempotency_key_invalid"
+    assert store.task_list() == []
+    assert rivet.enqueue("k", using=store, idem_key="an ASCII key: ~!").duplicate is False
 
 
 def test_enqueue_many_of_nothing_writes_nothing(store):

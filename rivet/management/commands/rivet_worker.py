@@ -9,7 +9,9 @@ shell) a failpoint fired.
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from importlib import import_module
 
 from django.core.management.base import CommandError
@@ -49,6 +51,18 @@ class Command(RivetCommand):
             "--once", action="store_true", help="run what is runnable now, then exit 0"
         )
 
+    def execute(self, *args, **options):
+        try:
+            return super().execute(*args, **options)
+        except CommandError as exc:
+            if options.get("traceback") or not wants_json(options):
+                raise
+            # The fatal line too is JSON, so `jq` reads every line the worker wrote.
+            logs.configure("json")
+            logs.event("worker_failed", logging.ERROR, error=f"CommandError: {exc}")
+            logs.flush()
+            sys.exit(exc.returncode)
+
     def handle(self, *args, **options):
         try:
             config = WorkerConfig.from_sources(options, os.environ, once=options["once"])
@@ -75,6 +89,12 @@ class Command(RivetCommand):
                 "supervisor restarts the worker",
                 returncode=stats.exit_code,
             )
+
+
+def wants_json(options: dict) -> bool:
+    """Whether --log-format (or RIVET_LOG_FORMAT) asks for JSON, even when another option is bad."""
+    chosen = options.get("log_format") or os.environ.get("RIVET_LOG_FORMAT", "")
+    return chosen == "json"
 
 
 def check_database(connect_timeout: float) -> None:

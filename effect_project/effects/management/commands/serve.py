@@ -13,6 +13,7 @@ docs/effect-service.md, "Serving"). SIGTERM or SIGINT stop it.
 from __future__ import annotations
 
 import signal
+import socket
 import sys
 
 from django.conf import settings
@@ -52,8 +53,10 @@ class Command(BaseCommand):
     def handle(self, *args, bind, threads, connection_limit, access_log, verbosity, **options):
         if threads < 1 or connection_limit < 1:
             raise CommandError(
-                f"--threads and --connection-limit must be >= 1, got {threads}, {connection_limit}"
+                f"--threads and --connection-limit must be >= 1, got {threads}, {connection_limit}",
+                returncode=2,
             )
+        listen = parse_bind(bind)
         try:
             call_command("migrate", interactive=False, verbosity=max(verbosity - 1, 0))
         except DatabaseError as exc:
@@ -64,21 +67,44 @@ class Command(BaseCommand):
         application = get_wsgi_application()
         if access_log:
             application = _access_logged(application, self.stdout)
+        try:
+            server = create_server(
+                application,
+                listen=listen,
+                threads=threads,
+                connection_limit=connection_limit,
+                channel_timeout=CHANNEL_TIMEOUT_SECS,
+                ident="rivet-effect",
+            )
+        except (socket.gaierror, ValueError) as exc:  # waitress: "Invalid host/port specified."
+            raise CommandError(
+                f"--bind {bind!r}: the host does not resolve to an address to listen on",
+                returncode=2,
+            ) from exc
+        except OSError as exc:
+            raise CommandError(
+                f"--bind {bind}: cannot listen there ({exc.strerror or exc}); pick a free port "
+                "or stop what holds it",
+                returncode=1,
+            ) from exc
         self.stdout.write(
-            f"effect service: waitress on {bind}, {threads} threads, "
+            f"effect service: waitress on {listen}, {threads} threads, "
             f"up to {connection_limit} connections"
         )
         self.stdout.flush()
         signal.signal(signal.SIGTERM, _exit)
-        server = create_server(
-            application,
-            listen=bind,
-            threads=threads,
-            connection_limit=connection_limit,
-            channel_timeout=CHANNEL_TIMEOUT_SECS,
-            ident="rivet-effect",
-        )
         server.run()
+
+
+def parse_bind(bind: str) -> str:
+    """``bind`` as waitress's listen value, or exit 2: HOST:PORT, the port 1..65535."""
+    host, sep, port = bind.rpartition(":")
+    usage = "expected HOST:PORT with a port from 1 to 65535, e.g. 127.0.0.1:8081 or [::1]:8081"
+    if not sep or not host or not (port.isascii() and port.isdigit()):
+        raise CommandError(f"--bind {bind!r} is not HOST:PORT; {usage}", returncode=2)
+    if not 1 <= int(port) <= 65535:
+        raise CommandError(f"--bind {bind!r}: port {port} is out of range; {usage}", returncode=2)
+    return f"{host}:{int(port)}"
 
 
 def _exit(signum, frame):

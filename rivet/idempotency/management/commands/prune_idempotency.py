@@ -1,10 +1,14 @@
 """Delete dedup rows older than IDEMPOTENCY_RETENTION_SECS; the rows the views wrote stay."""
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from django.db import DEFAULT_DB_ALIAS
+from django.db import DEFAULT_DB_ALIAS, DatabaseError
 
+from rivet.dberrors import Failure, classify, explain, where
 from rivet.idempotency.conf import setting
 from rivet.idempotency.models import IdempotencyRecord
+
+EXIT_UNAVAILABLE, EXIT_BAD_INPUT = 1, 2
 
 
 class Command(BaseCommand):
@@ -26,7 +30,23 @@ class Command(BaseCommand):
         retention = (
             setting("IDEMPOTENCY_RETENTION_SECS") if older_than_secs is None else older_than_secs
         )
-        if retention <= 0:
-            raise CommandError(f"--older-than-secs must be positive, got {retention}")
-        deleted, _ = IdempotencyRecord.objects.using(database).older_than(retention).delete()
+        if not retention > 0:  # also refuses nan
+            raise CommandError(
+                f"--older-than-secs must be positive, got {retention}", returncode=EXIT_BAD_INPUT
+            )
+        try:
+            deleted, _ = IdempotencyRecord.objects.using(database).older_than(retention).delete()
+        except DatabaseError as exc:
+            raise CommandError(unavailable(exc, database), returncode=EXIT_UNAVAILABLE) from exc
         self.stdout.write(f"deleted {deleted} idempotency rows older than {retention:g} s")
+
+
+def unavailable(exc: DatabaseError, database: str) -> str:
+    """One line for a database that failed, naming the project's own migrate when it is that."""
+    if classify(exc)[0] is Failure.NOT_MIGRATED:
+        return (
+            f"the idempotency table does not exist in {where(database)}: run this project's "
+            "`migrate` first (the effect service: `python -m effect_project migrate`)"
+        )
+    # A project may keep its database URL in another variable (the effect service does).
+    return explain(exc, database, getattr(settings, "DATABASE_URL_VARIABLE", "DATABASE_URL"))

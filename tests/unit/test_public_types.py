@@ -81,7 +81,9 @@ def mypy_errors(path: Path) -> dict[int, str]:
     env["EFFECT_DATABASE_URL"] = "sqlite://:memory:"
     done = subprocess.run(
         [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
-         "--no-error-summary", "--show-error-codes", str(path)],
+         "--no-error-summary", "--show-error-codes",
+         # A cache of its own: the shared one remembers user_jobs under an earlier run's path.
+         "--cache-dir", str(path.parent / ".mypy_cache"), str(path)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     found = {}

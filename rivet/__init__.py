@@ -29,6 +29,7 @@ _EXPORTS = {
     "PayloadTooLarge": "rivet.errors",
     "IdempotencyMismatch": "rivet.errors",
     "UnknownJob": "rivet.errors",
+    "UnknownKind": "rivet.errors",
     "StoreError": "rivet.errors",
     "StoreUnavailable": "rivet.errors",
     "LeaseLost": "rivet.errors",
@@ -61,6 +62,7 @@ __all__ = [
     "PayloadTooLarge",
     "IdempotencyMismatch",
     "UnknownJob",
+    "UnknownKind",
     "StoreError",
     "StoreUnavailable",
     "LeaseLost",
@@ -97,6 +99,7 @@ if TYPE_CHECKING:
         StoreError,
         StoreUnavailable,
         UnknownJob,
+        UnknownKind,
     )
     from rivet.jobs import JobContext, job
     from rivet.producer import cancel, enqueue, enqueue_many, get_task

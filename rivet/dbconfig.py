@@ -32,7 +32,7 @@ def database_from_url(url: str, variable: str = "DATABASE_URL") -> dict:
     (rivet.worker.pool), and Django refuses a pool beside persistent connections.
     """
     # django-environ comes with the effect extra: only projects that read URLs need it.
-    environ = require("environ", extra="effect", feature="rivet.dbconfig.database_from_url")
+    environ = require("environ", group="effect", feature="rivet.dbconfig.database_from_url")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # its "engine not recognized": refused below

@@ -24,6 +24,7 @@ from rivet.errors import IdempotencyMismatch, InvalidInput, PayloadTooLarge
 ERROR_CODES: dict[str, tuple[tuple[int, ...], str]] = {
     "invalid_input": ((400,), "a field is missing, of the wrong type or out of bounds"),
     "invalid_name": ((400,), "a queue or kind name is empty, too long or has other characters"),
+    "unknown_kind": ((400,), "no installed app registers the kind (RIVET['ALLOW_UNKNOWN_KINDS'])"),
     "invalid_json": ((400,), "the request body is not valid JSON"),
     "idempotency_key_conflict": ((400,), "the Idempotency-Key header and idem_key field differ"),
     "too_many_tasks": ((400,), "the bulk call carries more tasks than RIVET['API_BULK_MAX']"),
@@ -39,6 +40,7 @@ ERROR_CODES: dict[str, tuple[tuple[int, ...], str]] = {
     "unsupported_media_type": ((415,), "the body is not JSON"),
     "idempotency_mismatch": ((422,), "the idempotency key already names different work"),
     "throttled": ((429,), "the host's rate for the throttle scope rivet-enqueue is used up"),
+    "extra_missing": ((501,), "the endpoint needs an extra of django-rivet that is not installed"),
 }
 
 # DRF's own codes that rivet renames so the list above stays the whole vocabulary.
@@ -60,6 +62,13 @@ class PayloadTooLargeError(exceptions.APIException):
 class Unprocessable(exceptions.APIException):
     status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
     default_code = "idempotency_mismatch"
+
+
+class ExtraMissing(exceptions.APIException):
+    """501: the endpoint needs an extra that is not installed; the detail names it."""
+
+    status_code = status.HTTP_501_NOT_IMPLEMENTED
+    default_code = "extra_missing"
 
 
 def api_error(exc: Exception) -> exceptions.APIException | Exception:

@@ -11,9 +11,11 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
 from rivet.api import schema
-from rivet.api.errors import exception_handler
+from rivet.api.errors import ExtraMissing, exception_handler
 from rivet.api.permissions import MetricsTokenAuthentication, RivetPermission, permissions_for
 from rivet.api.views import VIEW, RivetView
+from rivet.errors import RivetConfigError
+from rivet.extras import require
 from rivet.metrics import queue_exposition
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -57,6 +59,10 @@ class MetricsView(RivetView):
 
     @schema.metrics
     def get(self, request, *args, **kwargs) -> Response:
+        try:
+            require("prometheus_client", extra="metrics", feature="rivet/metrics/")
+        except RivetConfigError as exc:
+            raise ExtraMissing(str(exc)) from exc
         return Response(queue_exposition(self.get_alias()), content_type=CONTENT_TYPE)
 
 

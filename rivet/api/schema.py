@@ -277,10 +277,11 @@ metrics = extend_schema(
     summary="Queue gauges in the Prometheus text format, read from the database now",
     description=(
         "Needs `rivet.view_task`, or `Authorization: Bearer <RIVET['METRICS_TOKEN']>` when "
-        "that setting is set."
+        "that setting is set. Without the `metrics` extra (prometheus-client) the answer is "
+        "501 `extra_missing`, naming it."
     ),
     responses={
         (200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="exposition text"),
-        **_errors(),
+        **_errors(501),
     },
 )

@@ -63,12 +63,6 @@ def test_require_names_the_extra_when_the_module_is_missing():
             "import rivet.metrics; rivet.metrics.queue_exposition('x')",
             "metrics",
         ),
-        (["urllib3"], "import rivet.effect_client", "effect"),
-        (
-            ["environ"],
-            "from rivet.dbconfig import database_from_url as f; f('sqlite://:memory:')",
-            "effect",
-        ),
     ],
 )
 def test_a_feature_without_its_extra_is_a_config_error_naming_it(missing, statement, extra):
@@ -80,6 +74,26 @@ def test_a_feature_without_its_extra_is_a_config_error_naming_it(missing, statem
     )
     assert done.returncode == 0, done.stderr
     assert f"pip install 'django-rivet[{extra}]'" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize(
+    "missing, statement",
+    [
+        (["urllib3"], "import rivet.effect_client"),
+        (["environ"], "from rivet.dbconfig import database_from_url as f; f('sqlite://:memory:')"),
+    ],
+)
+def test_a_repository_feature_without_its_group_names_the_dependency_group(missing, statement):
+    done = without(
+        missing,
+        "from rivet.errors import RivetConfigError\n"
+        f"try:\n    {statement}\nexcept RivetConfigError as exc:\n    print(exc)\n"
+        "else:\n    print('no error')\n",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "install the repository's 'effect' dependency group: pip install --group effect" in (
+        done.stdout
+    ), done.stdout
 
 
 def test_the_core_imports_without_any_extra():

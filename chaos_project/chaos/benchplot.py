@@ -1,7 +1,8 @@
 """The benchmark's figure: throughput by concurrency beside its ceiling, and the latency
 distribution at the offered rate. One PNG, two panels, written beside ``bench/results.md``.
 
-matplotlib comes with the ``bench`` dependency group (``pip install --group bench``; ``dev`` has it).
+matplotlib comes with the ``bench`` dependency group (``pip install --group bench``; ``dev``
+has it).
 """
 
 from __future__ import annotations

@@ -1,9 +1,20 @@
-"""Views about the API rather than the queue: metrics, the schema, its docs, and not-found."""
+"""Views about the API rather than the queue: metrics, the schema, its docs, and not-found.
+
+Swagger UI renders from drf-spectacular's template and drf-spectacular-sidecar's files, read
+from the installed packages: the host needs neither in INSTALLED_APPS, nor staticfiles.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import drf_spectacular
+import drf_spectacular_sidecar
+from django.http import FileResponse, HttpResponse, JsonResponse
+from django.template import Context, Engine
+from django.urls import reverse
+from django.views.decorators.http import require_safe
 from drf_spectacular.settings import patched_settings
-from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework import exceptions, renderers
 from rest_framework.negotiation import BaseContentNegotiation
@@ -13,6 +24,7 @@ from rest_framework.settings import api_settings
 from rivet.api import schema
 from rivet.api.errors import ExtraMissing, exception_handler
 from rivet.api.permissions import MetricsTokenAuthentication, RivetPermission, permissions_for
+from rivet.api.schema import rivet_schema
 from rivet.api.views import VIEW, RivetView
 from rivet.errors import RivetConfigError
 from rivet.extras import require
@@ -86,21 +98,75 @@ class SchemaView(SpectacularAPIView):
     def get_exception_handler(self):
         return exception_handler
 
-    @extend_schema(exclude=True)
+    @rivet_schema(exclude=True)
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)
 
 
+#: Swagger UI's files a docs page loads, and their content types.
+DOCS_ASSETS = {
+    "swagger-ui.css": "text/css",
+    "swagger-ui-bundle.js": "text/javascript",
+    "swagger-ui-standalone-preset.js": "text/javascript",
+    "favicon-32x32.png": "image/png",
+}
+_SWAGGER_DIST = (
+    Path(drf_spectacular_sidecar.__file__).parent / "static/drf_spectacular_sidecar/swagger-ui-dist"
+)
+#: drf-spectacular's own templates, whether or not the host installs its app.
+_TEMPLATES = Engine(dirs=[str(Path(drf_spectacular.__file__).parent / "templates")])
+
+
+@require_safe
+def docs_asset(request, name: str) -> HttpResponse:
+    """One of Swagger UI's files; a long cache, as a package upgrade changes the page too."""
+    if name not in DOCS_ASSETS:
+        body = {"detail": f"no rivet endpoint at {request.path}", "code": "not_found"}
+        return JsonResponse(body, status=404)
+    response = FileResponse((_SWAGGER_DIST / name).open("rb"), content_type=DOCS_ASSETS[name])
+    response["Cache-Control"] = "public, max-age=86400"
+    return response
+
+
+class SwaggerPageRenderer(renderers.BaseRenderer):
+    """The docs page from drf-spectacular's template, with rivet's private template engine."""
+
+    media_type = "text/html"
+    format = "html"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None) -> bytes:
+        template = _TEMPLATES.get_template(renderer_context["view"].template_name)
+        return template.render(Context(data)).encode()
+
+
 class DocsView(SpectacularSwaggerView):
-    """Swagger UI over the schema, its assets served by this host (drf-spectacular-sidecar)."""
+    """Swagger UI over the schema; its page and files come from the installed packages."""
 
     url_name = "rivet:schema"
     schema = schema.RivetAutoSchema()
+    renderer_classes = [SwaggerPageRenderer]
+    content_negotiation_class = FirstRenderer
 
     def get_permissions(self):
         return [*permissions_for(self)[:-1], FloorOnly()]
 
-    @extend_schema(exclude=True)
+    def finalize_response(self, request, response, *args, **kwargs):
+        if response.status_code >= 400:  # errors keep rivet's JSON body
+            request.accepted_renderer = renderers.JSONRenderer()
+            request.accepted_media_type = "application/json"
+        return super().finalize_response(request, response, *args, **kwargs)
+
+    def get_exception_handler(self):
+        return exception_handler
+
+    def _swagger_ui_resource(self, filename: str) -> str:  # type: ignore[override]
+        return reverse("rivet:docs-asset", args=[filename])
+
+    def _swagger_ui_favicon(self) -> str:  # type: ignore[override]
+        return reverse("rivet:docs-asset", args=["favicon-32x32.png"])
+
+    @rivet_schema(exclude=True)
     def get(self, request, *args, **kwargs):
         with patched_settings(schema.SPECTACULAR):
             return super().get(request, *args, **kwargs)

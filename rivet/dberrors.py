@@ -16,9 +16,11 @@ from rivet.errors import StoreError
 
 try:  # psycopg is a dependency, but the SQLite-only paths do not need it to import
     import psycopg
-    import psycopg_pool
 except ImportError:  # pragma: no cover
     psycopg = None  # type: ignore[assignment]
+try:  # the pool extra
+    import psycopg_pool
+except ImportError:
     psycopg_pool = None  # type: ignore[assignment]
 
 

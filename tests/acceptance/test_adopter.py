@@ -152,14 +152,8 @@ def run(args: list[str], *, cwd: Path, env: dict[str, str], code: int | None = 0
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    run(
-        [sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(REPO)],
-        cwd=out,
-        env=clean_environ(),
-    )
-    (built,) = out.glob("django_rivet-*.whl")
+def wheel(dist) -> Path:
+    (built,) = dist.glob("django_rivet-*.whl")
     return built
 
 
@@ -433,8 +427,6 @@ def every_rivet_command(project: Project, extras: str) -> None:
         ("rivet_prune", "--older-than", "30d", "--dry-run"),
     ):
         project.manage(*args)
-    help_texts = [project.manage(name, "--help").stdout for name in COMMANDS]
-    assert all(text.startswith("usage: manage.py ") for text in help_texts)
     listed = project.manage("help", "--commands").stdout.split()
     assert sorted(name for name in listed if name.startswith("rivet_")) == sorted(COMMANDS)
 
@@ -530,7 +522,7 @@ def without_the_api_extra(project: Project, url_block: Block) -> None:
     saved = urls.read_text()
     project.apply(url_block)
     try:
-        for args in (("check",), ("migrate",), *COMMAND_RUNS):
+        for args in (("check",), *COMMAND_RUNS):
             done = project.manage(*args, code=1)
             assert "(rivet.E010)" in done.stderr, (args, done.stderr)
             assert "pip install 'django-rivet[api]'" in done.stderr, (args, done.stderr)

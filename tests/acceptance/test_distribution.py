@@ -92,15 +92,6 @@ def run(args: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> str
     return done.stdout
 
 
-@pytest.fixture(scope="module")
-def dist(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("dist")
-    # Without --sdist/--wheel, build makes the sdist, then the wheel from the sdist: a file the
-    # sdist forgets is missing from the wheel too.
-    run([sys.executable, "-m", "build", "--outdir", str(out), str(REPO)], cwd=out)
-    return out
-
-
 def test_the_wheel_ships_rivet_only_with_its_data_files(dist):
     (wheel,) = dist.glob("django_rivet-*.whl")
     names = zipfile.ZipFile(wheel).namelist()

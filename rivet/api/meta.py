@@ -144,6 +144,7 @@ class DocsView(SpectacularSwaggerView):
     """Swagger UI over the schema; its page and files come from the installed packages."""
 
     url_name = "rivet:schema"
+    title = schema.SPECTACULAR["TITLE"]
     schema = schema.RivetAutoSchema()
     renderer_classes = [SwaggerPageRenderer]
     content_negotiation_class = FirstRenderer

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import drf_spectacular
 import drf_spectacular_sidecar
-from django.http import FileResponse, HttpResponse, JsonResponse
+from django.http import FileResponse, JsonResponse
+from django.http.response import HttpResponseBase
 from django.template import Context, Engine
 from django.urls import reverse
 from django.views.decorators.http import require_safe
@@ -118,7 +119,7 @@ _TEMPLATES = Engine(dirs=[str(Path(drf_spectacular.__file__).parent / "templates
 
 
 @require_safe
-def docs_asset(request, name: str) -> HttpResponse:
+def docs_asset(request, name: str) -> HttpResponseBase:
     """One of Swagger UI's files; a long cache, as a package upgrade changes the page too."""
     if name not in DOCS_ASSETS:
         body = {"detail": f"no rivet endpoint at {request.path}", "code": "not_found"}
@@ -144,7 +145,7 @@ class DocsView(SpectacularSwaggerView):
     """Swagger UI over the schema; its page and files come from the installed packages."""
 
     url_name = "rivet:schema"
-    title = schema.SPECTACULAR["TITLE"]
+    title = str(schema.SPECTACULAR["TITLE"])
     schema = schema.RivetAutoSchema()
     renderer_classes = [SwaggerPageRenderer]
     content_negotiation_class = FirstRenderer

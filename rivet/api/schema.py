@@ -29,6 +29,7 @@ from rivet.api.serializers import (
     name_schema,
 )
 from rivet.conf import rivet_settings
+from rivet.jobs import registry
 from rivet.values import CancelOutcome, TaskState
 
 TAG = "rivet"
@@ -58,6 +59,11 @@ SPECTACULAR = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "PREPROCESSING_HOOKS": ["rivet.api.schema.only_rivet_views"],
+    # drf-spectacular's own enum hook first, so that the kinds stay inline (they change).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "rivet.api.schema.registered_kinds",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "TaskStateEnum": TaskState.choices,
         "CancelOutcomeEnum": [o.value for o in CancelOutcome if o is not CancelOutcome.NOT_FOUND],
@@ -73,6 +79,19 @@ def only_rivet_views(endpoints, **kwargs):
         if getattr(endpoint[3], "cls", None) is not None
         and endpoint[3].cls.__module__.startswith("rivet.api.")
     ]
+
+
+def registered_kinds(result, generator, request, public):
+    """A request's ``kind`` is one of the kinds this host registers, as the server checks,
+    unless RIVET['ALLOW_UNKNOWN_KINDS'] lets any name through."""
+    names = registry.names()
+    if rivet_settings.ALLOW_UNKNOWN_KINDS is True or not names:
+        return result
+    for name, component in result.get("components", {}).get("schemas", {}).items():
+        kind = component.get("properties", {}).get("kind")
+        if name.endswith("Request") and isinstance(kind, dict) and kind.get("type") == "string":
+            kind["enum"] = names
+    return result
 
 
 class RivetAutoSchema(AutoSchema):

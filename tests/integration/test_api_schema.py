@@ -14,6 +14,7 @@ from rest_framework.test import APIClient
 import rivet.urls
 from rivet.api.errors import ERROR_CODES
 from rivet.api.schema import RivetAutoSchema
+from rivet.jobs import registry
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -128,3 +129,15 @@ def test_every_documented_method_builds_on_rivet_s_schema_class_not_the_host_s()
                 decorated.append((view.__name__, name))
                 assert issubclass(schema, RivetAutoSchema), (view.__name__, name, schema.__mro__)
     assert len(decorated) >= 12, decorated
+
+
+def test_a_request_s_kind_is_one_of_the_registered_kinds_unless_unknown_ones_are_allowed(settings):
+    client = APIClient()
+    client.force_login(UserFactory(permissions=[]))
+    components = client.get("/rivet/schema/?format=json").json()["components"]["schemas"]
+    kinds = components["EnqueueRequest"]["properties"]["kind"]
+    assert kinds["enum"] == registry.names() and "noop" in kinds["enum"]
+    assert "enum" not in components["Task"]["properties"]["kind"]
+    settings.RIVET = {**settings.RIVET, "ALLOW_UNKNOWN_KINDS": True}
+    components = client.get("/rivet/schema/?format=json").json()["components"]["schemas"]
+    assert "enum" not in components["EnqueueRequest"]["properties"]["kind"]

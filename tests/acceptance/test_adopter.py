@@ -228,6 +228,8 @@ def start_project(python: Path, where: Path, database: dict[str, str]) -> Projec
     bin_dir = python.parent
     env = clean_environ(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     run([str(bin_dir / "django-admin"), "startproject", "mysite", "."], cwd=where, env=env)
+    # The project's processes, as every process the suite starts, fail on a deprecation.
+    env["PYTHONWARNINGS"] = os.environ.get("PYTHONWARNINGS", "")
     # The database is the test's own choice, not a README step: PostgreSQL, this set's own.
     engine = {"ENGINE": "django.db.backends.postgresql", **database}
     with (where / "mysite" / "settings.py").open("a") as stream:

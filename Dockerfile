@@ -10,7 +10,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 COPY . .
-RUN pip install '.[api,metrics,effect]' \
+RUN pip install 'pip>=25.1' \
+    && pip install '.[binary,pool,api,metrics]' --group effect \
     && useradd --system --home-dir /app --shell /usr/sbin/nologin rivet \
     && chown -R rivet /app
 USER rivet

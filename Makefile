@@ -11,7 +11,7 @@ NOX_ARGS ?=
 .PHONY: help venv test test-matrix pytest lint demo bench screenshots clean distclean
 
 help:
-	@echo "make venv   create .venv and install rivet with every extra and the dev tools"
+	@echo "make venv   create .venv: rivet with every extra, and the dev dependency group"
 	@echo "make test   find or start PostgreSQL, run pytest against it, then lint"
 	@echo "make test-matrix  the suite on every supported Python + Django, fresh venv each"
 	@echo "make lint   ruff check, ruff format --check, mypy rivet/, the migration check"
@@ -22,10 +22,14 @@ help:
 
 venv: $(STAMP)
 
+# rivet with every published extra, and the repository's own tools from pyproject's dependency
+# groups (PEP 735), which pip reads from 25.1 on: an older pip in the new venv is upgraded first.
 # Re-installs only when pyproject.toml is newer than the stamp.
+DEV_INSTALL := -e '.[binary,pool,api,metrics,otel]' --group dev
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install --disable-pip-version-check -e '.[dev]'
+	$(VPY) -m pip install --disable-pip-version-check -q 'pip>=25.1'
+	$(VPY) -m pip install --disable-pip-version-check $(DEV_INSTALL)
 	touch $(STAMP)
 
 # scripts/find_chromium.py finds the browser the admin's browser tests drive (installing

@@ -1,8 +1,9 @@
 """The supported matrix, one fresh virtualenv per cell: ``make test-matrix`` runs every cell.
 
-Each cell installs rivet with its test extras and one Django series on one Python, then runs the
-whole suite through ``scripts/find_postgres.py``, as ``make test`` does, on databases of its own
-(``<name>_py312`` beside the ``<name>`` that DATABASE_URL names), so cells never share one.
+Each cell installs rivet with every extra, the ``test`` dependency group and one Django series
+on one Python, then runs the whole suite through ``scripts/find_postgres.py``, as ``make test``
+does, on databases of its own (``<name>_py312`` beside the ``<name>`` that DATABASE_URL names),
+so cells never share one.
 
 ``nox -l`` lists the cells; ``nox -s py3.12-django6.0`` runs one; arguments after ``--`` go to
 pytest. Interpreters: ``RIVET_PYTHON_3_12=/path/to/python3.12`` names one; otherwise pyenv's
@@ -163,7 +164,11 @@ _VERSIONS = (
 
 
 def run_cell(session: nox.Session, cell: Cell) -> None:
-    session.install("-e", ".[test]", f"Django~={cell.django}.0")
+    # pip reads pyproject's dependency groups from 25.1 on; a venv may start with an older one.
+    session.install("pip>=25.1")
+    session.install(
+        "-e", ".[binary,pool,api,metrics,otel]", "--group", "test", f"Django~={cell.django}.0"
+    )
     python = str(Path(session.bin) / "python")
     python_series, django_series, python_version, django_version = session.run(
         python, "-c", _VERSIONS, silent=True

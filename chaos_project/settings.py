@@ -5,6 +5,7 @@ Everything a deployment changes comes from the environment (django-environ); the
 default: a SQLite file beside manage.py.
 """
 
+import sys
 from pathlib import Path
 
 import environ
@@ -18,7 +19,9 @@ if env.bool("RIVET_READ_DOTENV", default=True):
     environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
 SECRET_KEY = env("DJANGO_SECRET_KEY", default="rivet-dev-only-not-a-secret")
-DEBUG = env.bool("DJANGO_DEBUG", default=False)
+# DJANGO_DEBUG decides; without it, DEBUG is on for `manage.py runserver` alone (the development
+# server then serves the admin's static files) and off for workers, the chaos run and the bench.
+DEBUG = env.bool("DJANGO_DEBUG", default=sys.argv[1:2] == ["runserver"])
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost"])
 
 INSTALLED_APPS = [

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import difflib
+from importlib.util import find_spec
 
-from django.core.checks import Error, register
+from django.conf import settings
+from django.core.checks import Error, Tags, Warning, register
+from django.urls import URLResolver, get_resolver
 
 from rivet.conf import DEFAULTS, rivet_settings
 from rivet.worker.options import setting_errors
@@ -54,6 +57,14 @@ def check_rivet_settings(app_configs=None, **kwargs):
                 id="rivet.E002",
             )
         )
+    if not isinstance(rivet_settings.ALLOW_UNKNOWN_KINDS, bool):
+        errors.append(
+            Error(
+                "RIVET['ALLOW_UNKNOWN_KINDS'] must be True or False, "
+                f"got {rivet_settings.ALLOW_UNKNOWN_KINDS!r}",
+                id="rivet.E002",
+            )
+        )
     if rivet_settings.STORE not in _STORES:
         errors.append(
             Error(
@@ -72,3 +83,56 @@ def check_rivet_settings(app_configs=None, **kwargs):
             )
         )
     return errors
+
+
+#: The packages of each extra an included ``rivet.urls`` needs, and what each one serves.
+API_MODULES = ("rest_framework", "drf_spectacular", "drf_spectacular_sidecar")
+METRICS_MODULE = "prometheus_client"
+
+
+@register(Tags.urls)
+def check_http_extras(app_configs=None, **kwargs):
+    """rivet.urls in the host's URLconf: the api extra is required, the metrics extra optional."""
+    if not _serves_rivet_urls():
+        return []
+    missing = [name for name in API_MODULES if find_spec(name) is None]
+    if missing:
+        return [
+            Error(
+                "rivet.urls is in the URLconf, but rivet's HTTP API needs the 'api' extra "
+                f"({', '.join(missing)} not installed); every path under it answers 501",
+                hint="pip install 'django-rivet[api]', or remove include('rivet.urls')",
+                id="rivet.E010",
+            )
+        ]
+    if find_spec(METRICS_MODULE) is None:
+        return [
+            Warning(
+                "rivet/metrics/ answers 501 extra_missing: the 'metrics' extra "
+                f"({METRICS_MODULE}) is not installed",
+                hint="pip install 'django-rivet[metrics]' to serve it (or silence rivet.W011)",
+                id="rivet.W011",
+            )
+        ]
+    return []
+
+
+def _serves_rivet_urls() -> bool:
+    if not getattr(settings, "ROOT_URLCONF", None):
+        return False
+    try:
+        patterns = get_resolver().url_patterns
+    except Exception:  # a broken URLconf is Django's own check (urls.E...) to report
+        return False
+    return _includes_rivet(patterns)
+
+
+def _includes_rivet(patterns) -> bool:
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            module = pattern.urlconf_name
+            if getattr(module, "__name__", module) == "rivet.urls":
+                return True
+            if _includes_rivet(pattern.url_patterns):
+                return True
+    return False

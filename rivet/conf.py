@@ -40,6 +40,9 @@ DEFAULTS: dict[str, Any] = {
     "TASK_LOG_LEVEL": "info",
     # Modules imported at worker start so their @rivet.job functions register.
     "JOB_MODULES": [],
+    # Whether an enqueue may name a kind no installed app registers: for a producer whose
+    # workers run elsewhere, with the job code this process does not import.
+    "ALLOW_UNKNOWN_KINDS": False,
     "NOTIFY_CHANNEL": "rivet_task",
     # Retention: workers delete done tasks and fenced-write records older than this duration
     # ("7d", "12h" or seconds); None keeps them forever. Pruning releases idempotency keys.

@@ -22,9 +22,9 @@ try:  # psycopg is a dependency, but the SQLite-only paths do not need it to imp
     import psycopg
 except ImportError:  # pragma: no cover
     psycopg = None  # type: ignore[assignment]
-try:
+try:  # the pool extra
     import psycopg_pool
-except ImportError:  # pragma: no cover
+except ImportError:
     psycopg_pool = None  # type: ignore[assignment]
 
 

@@ -29,8 +29,8 @@ from rivet.extras import missing_extra
 
 try:
     import urllib3
-except ImportError as _missing:  # the effect extra: pip install 'django-rivet[effect]'
-    raise missing_extra("urllib3", extra="effect", feature="rivet.effect_client") from _missing
+except ImportError as _missing:  # the repository's effect group: pip install --group effect
+    raise missing_extra("urllib3", group="effect", feature="rivet.effect_client") from _missing
 
 REPLAY_HEADER = "idempotent-replay"
 _RETRYABLE_4XX = frozenset({408, 429})

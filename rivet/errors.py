@@ -54,6 +54,12 @@ class PayloadTooLarge(InvalidInput):
     code = "payload_too_large"
 
 
+class UnknownKind(InvalidInput):
+    """No installed app registers the kind being enqueued (RIVET['ALLOW_UNKNOWN_KINDS'] is off)."""
+
+    code = "unknown_kind"
+
+
 class IdempotencyMismatch(RivetError):
     """An idempotency key was reused for different work (a producer bug)."""
 

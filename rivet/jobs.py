@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
-from rivet.errors import InvalidInput, LeaseLost, UnknownJob
+from rivet.errors import InvalidInput, LeaseLost, UnknownJob, UnknownKind
 from rivet.stores import resolve_store
 from rivet.stores.base import Store
 from rivet.validation import Limits, build_spec, check_name
@@ -312,6 +312,8 @@ def task_spec(
             f"known: {', '.join(sorted(ENQUEUE_OPTIONS))}"
         )
     definition = registry.find(kind) if isinstance(kind, str) else None
+    if definition is None and not limits.allow_unknown_kinds:
+        raise _unknown_kind(check_name("kind", kind, limits.name))
     queue = _first(options.get("queue"), definition and definition.queue, limits.queue)
     priority = _first(options.get("priority"), definition and definition.priority, 0)
     max_attempts = _first(options.get("max_attempts"), definition and definition.max_attempts)
@@ -329,6 +331,17 @@ def task_spec(
         run_at=options.get("run_at"),
         priority=priority,
         max_attempts=max_attempts,
+    )
+
+
+def _unknown_kind(kind: str) -> UnknownKind:
+    known = ", ".join(registry.names()) or "none"
+    return UnknownKind(
+        f"unknown job kind {kind!r}: no installed app registers it (known: {known}); define it "
+        f"with @rivet.job({kind!r}) in an installed app's jobs.py (or a module in "
+        "RIVET['JOB_MODULES']), or, if workers elsewhere run it, set "
+        "RIVET['ALLOW_UNKNOWN_KINDS'] = True",
+        field="kind",
     )
 
 

@@ -4,9 +4,10 @@ Every line of a task event carries ``task``, ``kind``, ``attempt``, ``epoch`` an
 events are ``claimed``, ``acked``, ``fenced``, ``retry``, ``dead``,
 ``lease_expired``, ``abandoned`` and ``unknown_kind``, plus worker events (``worker_started``,
 ``worker_stopping``, ``worker_stopped``) and operational ones (``listener_failed``,
-``pool_external``, ``pool_undersized``, ``failpoint_fired``). Records of the libraries the
-worker uses (psycopg's pool and driver, ``django.db``) go to the same handler, as events
-``db_pool``, ``db_driver`` and ``db_django`` with the library's words in ``message``.
+``pool_external``, ``pool_undersized``, ``pool_unavailable``, ``failpoint_fired``). Records
+of the libraries the worker uses (psycopg's pool and driver, ``django.db``) go to the same
+handler, as events ``db_pool``, ``db_driver`` and ``db_django`` with the library's words in
+``message``.
 The routine lines of a task that went well (``claimed``, ``acked``, ``retry``) are logged at
 ``RIVET['TASK_LOG_LEVEL']`` (``--task-log-level``): ``info`` by default, or ``debug`` to leave
 them out of the INFO log at full speed; an event below the logger's level costs one check.

@@ -2,9 +2,10 @@
 
 Defaults come from the registered job of the kind (queue, max_attempts, priority, unique key),
 then from ``settings.RIVET`` (QUEUE, MAX_ATTEMPTS); ``rivet.jobs.task_spec`` fills them. A kind
-that is not registered here may still be enqueued: the producer can be a different deployment
-from the worker. The worker that claims it without knowing the kind fails the attempt with an
-error naming the kind.
+that no installed app registers is refused (UnknownKind, nothing written) unless
+``RIVET['ALLOW_UNKNOWN_KINDS']`` is True: a producer whose workers run elsewhere, with job code
+this process does not import. A worker that claims a kind it does not know fails the attempt
+with an error naming the kind.
 
 On the SQL stores an enqueue runs on Django's own connection, so inside the caller's
 ``transaction.atomic()`` the task commits or rolls back with the business rows.

@@ -36,6 +36,7 @@ class Limits:
     name: int
     key: int
     payload: int
+    allow_unknown_kinds: bool = False
 
     @classmethod
     def read(cls) -> Limits:
@@ -46,6 +47,7 @@ class Limits:
             name=s.MAX_NAME_LENGTH,
             key=s.MAX_IDEM_KEY_LENGTH,
             payload=s.MAX_PAYLOAD_BYTES,
+            allow_unknown_kinds=s.ALLOW_UNKNOWN_KINDS is True,
         )
 
 

@@ -97,3 +97,29 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"rivet: {postgres}, for the tests that need it; source: {source}",
         f"rivet: SQLite alias 'sqlite' at {settings.DATABASES['sqlite']['TEST']['NAME']}",
     ]
+
+
+def _does_nothing(context):
+    return None
+
+
+@pytest.fixture
+def registered_kinds():
+    """``registered_kinds("a", "b")`` registers no-op jobs of those kinds for one test.
+
+    An enqueue of a kind no installed app registers is refused (RIVET['ALLOW_UNKNOWN_KINDS']);
+    tests about other rules enqueue kinds of their own through this.
+    """
+    from rivet.jobs import job, registry
+
+    added: list[str] = []
+
+    def register(*names: str) -> None:
+        for name in names:
+            if registry.find(name) is None:
+                job(name)(_does_nothing)
+                added.append(name)
+
+    yield register
+    for name in added:
+        registry.unregister(name)

@@ -1,7 +1,8 @@
 """The benchmark's figure: throughput by concurrency beside its ceiling, and the latency
 distribution at the offered rate. One PNG, two panels, written beside ``bench/results.md``.
 
-matplotlib comes with the ``bench`` extra (``pip install -e '.[bench]'``; ``dev`` has it).
+matplotlib comes with the ``bench`` dependency group (``pip install --group bench``; ``dev``
+has it).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def require_matplotlib() -> None:
         import matplotlib  # noqa: F401
     except ImportError as exc:
         raise RivetConfigError(
-            "the benchmark's plot needs matplotlib: pip install -e '.[bench]' (or pass --no-plot)"
+            "the benchmark's plot needs matplotlib: pip install --group bench (or pass --no-plot)"
         ) from exc
 
 

@@ -31,6 +31,7 @@ logger = logging.getLogger("rivet.api")
 ERROR_CODES: dict[str, tuple[tuple[int, ...], str]] = {
     "invalid_input": ((400,), "a field is missing, of the wrong type or out of bounds"),
     "invalid_name": ((400,), "a queue or kind name is empty, too long or has other characters"),
+    "unknown_kind": ((400,), "no installed app registers the kind (RIVET['ALLOW_UNKNOWN_KINDS'])"),
     "invalid_json": ((400,), "the request body is not valid JSON"),
     "idempotency_key_conflict": ((400,), "the Idempotency-Key header and idem_key field differ"),
     "idempotency_key_invalid": (
@@ -52,6 +53,7 @@ ERROR_CODES: dict[str, tuple[tuple[int, ...], str]] = {
     "throttled": ((429,), "the host's rate for the throttle scope rivet-enqueue is used up"),
     "database_unavailable": ((503,), "the database does not answer; retry later"),
     "not_migrated": ((503,), "the database has no tables yet: run `python manage.py migrate`"),
+    "extra_missing": ((501,), "the endpoint needs an extra of django-rivet that is not installed"),
 }
 
 # DRF's own codes that rivet renames so the list above stays the whole vocabulary.
@@ -121,6 +123,13 @@ def _missing_table(exc: BaseException) -> bool:
             return True
         current = current.__cause__ or current.__context__
     return False
+
+
+class ExtraMissing(exceptions.APIException):
+    """501: the endpoint needs an extra that is not installed; the detail names it."""
+
+    status_code = status.HTTP_501_NOT_IMPLEMENTED
+    default_code = "extra_missing"
 
 
 def api_error(exc: Exception) -> exceptions.APIException | Exception:

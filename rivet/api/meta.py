@@ -1,9 +1,21 @@
-"""Views about the API rather than the queue: metrics, the schema, its docs, and not-found."""
+"""Views about the API rather than the queue: metrics, the schema, its docs, and not-found.
+
+Swagger UI renders from drf-spectacular's template and drf-spectacular-sidecar's files, read
+from the installed packages: the host needs neither in INSTALLED_APPS, nor staticfiles.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import drf_spectacular
+import drf_spectacular_sidecar
+from django.http import FileResponse, JsonResponse
+from django.http.response import HttpResponseBase
+from django.template import Context, Engine
+from django.urls import reverse
+from django.views.decorators.http import require_safe
 from drf_spectacular.settings import patched_settings
-from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework import exceptions, renderers
 from rest_framework.negotiation import BaseContentNegotiation
@@ -11,9 +23,12 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
 from rivet.api import schema
-from rivet.api.errors import exception_handler
+from rivet.api.errors import ExtraMissing, exception_handler
 from rivet.api.permissions import MetricsTokenAuthentication, RivetPermission, permissions_for
+from rivet.api.schema import rivet_schema
 from rivet.api.views import VIEW, RivetView
+from rivet.errors import RivetConfigError
+from rivet.extras import require
 from rivet.metrics import queue_exposition
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -62,6 +77,10 @@ class MetricsView(RivetView):
 
     @schema.metrics
     def get(self, request, *args, **kwargs) -> Response:
+        try:
+            require("prometheus_client", extra="metrics", feature="rivet/metrics/")
+        except RivetConfigError as exc:
+            raise ExtraMissing(str(exc)) from exc
         return Response(queue_exposition(self.get_store()), content_type=CONTENT_TYPE)
 
 
@@ -88,16 +107,56 @@ class SchemaView(SpectacularAPIView):
     def finalize_response(self, request, response, *args, **kwargs):
         return super().finalize_response(request, json_errors(request, response), *args, **kwargs)
 
-    @extend_schema(exclude=True)
+    @rivet_schema(exclude=True)
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)
 
 
+#: Swagger UI's files a docs page loads, and their content types.
+DOCS_ASSETS = {
+    "swagger-ui.css": "text/css",
+    "swagger-ui-bundle.js": "text/javascript",
+    "swagger-ui-standalone-preset.js": "text/javascript",
+    "favicon-32x32.png": "image/png",
+}
+_SWAGGER_DIST = (
+    Path(drf_spectacular_sidecar.__file__).parent / "static/drf_spectacular_sidecar/swagger-ui-dist"
+)
+#: drf-spectacular's own templates, whether or not the host installs its app.
+_TEMPLATES = Engine(dirs=[str(Path(drf_spectacular.__file__).parent / "templates")])
+
+
+@require_safe
+def docs_asset(request, name: str) -> HttpResponseBase:
+    """One of Swagger UI's files; a long cache, as a package upgrade changes the page too."""
+    if name not in DOCS_ASSETS:
+        body = {"detail": f"no rivet endpoint at {request.path}", "code": "not_found"}
+        return JsonResponse(body, status=404)
+    response = FileResponse((_SWAGGER_DIST / name).open("rb"), content_type=DOCS_ASSETS[name])
+    response["Cache-Control"] = "public, max-age=86400"
+    return response
+
+
+class SwaggerPageRenderer(renderers.BaseRenderer):
+    """The docs page from drf-spectacular's template, with rivet's private template engine."""
+
+    media_type = "text/html"
+    format = "html"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None) -> bytes:
+        template = _TEMPLATES.get_template(renderer_context["view"].template_name)
+        return template.render(Context(data)).encode()
+
+
 class DocsView(SpectacularSwaggerView):
-    """Swagger UI over the schema, its assets served by this host (drf-spectacular-sidecar)."""
+    """Swagger UI over the schema; its page and files come from the installed packages."""
 
     url_name = "rivet:schema"
+    title = str(schema.SPECTACULAR["TITLE"])
     schema = schema.RivetAutoSchema()
+    renderer_classes = [SwaggerPageRenderer]
+    content_negotiation_class = FirstRenderer
 
     def get_permissions(self):
         return [*permissions_for(self)[:-1], FloorOnly()]
@@ -108,7 +167,13 @@ class DocsView(SpectacularSwaggerView):
     def finalize_response(self, request, response, *args, **kwargs):
         return super().finalize_response(request, json_errors(request, response), *args, **kwargs)
 
-    @extend_schema(exclude=True)
+    def _swagger_ui_resource(self, filename: str) -> str:  # type: ignore[override]
+        return reverse("rivet:docs-asset", args=[filename])
+
+    def _swagger_ui_favicon(self) -> str:  # type: ignore[override]
+        return reverse("rivet:docs-asset", args=["favicon-32x32.png"])
+
+    @rivet_schema(exclude=True)
     def get(self, request, *args, **kwargs):
         with patched_settings(schema.SPECTACULAR):
             return super().get(request, *args, **kwargs)

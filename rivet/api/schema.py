@@ -6,6 +6,9 @@ enum of exactly the codes that status can carry (``rivet.api.errors.ERROR_CODES`
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
@@ -26,9 +29,12 @@ from rivet.api.serializers import (
     idem_key_schema,
     name_schema,
 )
+from rivet.conf import rivet_settings
+from rivet.jobs import registry
 from rivet.values import CancelOutcome, TaskState
 
 TAG = "rivet"
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 #: Settings for drf-spectacular while it serves rivet's schema and docs (the host's own
@@ -54,6 +60,11 @@ SPECTACULAR = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "PREPROCESSING_HOOKS": ["rivet.api.schema.only_rivet_views"],
+    # drf-spectacular's own enum hook first, so that the kinds stay inline (they change).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "rivet.api.schema.registered_kinds",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "TaskStateEnum": TaskState.choices,
         "CancelOutcomeEnum": [o.value for o in CancelOutcome if o is not CancelOutcome.NOT_FOUND],
@@ -71,9 +82,38 @@ def only_rivet_views(endpoints, **kwargs):
     ]
 
 
+def registered_kinds(result, generator, request, public):
+    """A request's ``kind`` is one of the kinds this host registers, as the server checks,
+    unless RIVET['ALLOW_UNKNOWN_KINDS'] lets any name through."""
+    names = registry.names()
+    if rivet_settings.ALLOW_UNKNOWN_KINDS is True or not names:
+        return result
+    for name, component in result.get("components", {}).get("schemas", {}).items():
+        kind = component.get("properties", {}).get("kind")
+        if name.endswith("Request") and isinstance(kind, dict) and kind.get("type") == "string":
+            kind["enum"] = names
+    return result
+
+
 class RivetAutoSchema(AutoSchema):
     def get_tags(self) -> list[str]:
         return [TAG]
+
+
+def rivet_schema(**kwargs: Any) -> Callable[[F], F]:
+    """``extend_schema`` built on RivetAutoSchema, whatever the host's DEFAULT_SCHEMA_CLASS.
+
+    drf-spectacular builds a decorated method's schema class on the host's
+    ``REST_FRAMEWORK['DEFAULT_SCHEMA_CLASS']`` unless the method names one; DRF's own default
+    (``rest_framework.schemas.openapi.AutoSchema``) then breaks every operation.
+    """
+    decorate = extend_schema(**kwargs)
+
+    def apply(method: F) -> F:
+        method.schema = RivetAutoSchema  # type: ignore[attr-defined]
+        return decorate(method)
+
+    return apply
 
 
 class MetricsTokenScheme(OpenApiAuthenticationExtension):
@@ -133,7 +173,7 @@ def _name_filter(name: str, what: str) -> OpenApiParameter:
 TASK_ID = OpenApiParameter("task_id", int, OpenApiParameter.PATH, description="task id")
 QUEUE = OpenApiParameter("queue", name_schema(), OpenApiParameter.PATH, description="queue name")
 
-list_tasks = extend_schema(
+list_tasks = rivet_schema(
     operation_id="rivet_tasks_list",
     summary="List tasks in id order (cursor pagination)",
     parameters=[
@@ -146,7 +186,7 @@ list_tasks = extend_schema(
     responses={200: TaskSerializer(many=True), **_errors(400, 404)},
 )
 
-enqueue = extend_schema(
+enqueue = rivet_schema(
     operation_id="rivet_tasks_enqueue",
     summary="Enqueue one task",
     description=(
@@ -181,7 +221,7 @@ enqueue = extend_schema(
     ],
 )
 
-enqueue_bulk = extend_schema(
+enqueue_bulk = rivet_schema(
     operation_id="rivet_tasks_bulk",
     summary="Enqueue several tasks at once, all or none",
     description=(
@@ -199,14 +239,14 @@ enqueue_bulk = extend_schema(
     },
 )
 
-get_task = extend_schema(
+get_task = rivet_schema(
     operation_id="rivet_tasks_get",
     summary="One task",
     parameters=[TASK_ID],
     responses={200: TaskSerializer, **_errors(404)},
 )
 
-cancel_task = extend_schema(
+cancel_task = rivet_schema(
     operation_id="rivet_tasks_cancel",
     summary="Cancel a task: bury it now, or stop it at its worker's next heartbeat",
     description=(
@@ -222,20 +262,20 @@ cancel_task = extend_schema(
     responses={200: CancelResultSerializer, **_errors(404)},
 )
 
-list_queues = extend_schema(
+list_queues = rivet_schema(
     operation_id="rivet_queues_list",
     summary="Counts of every queue that holds tasks",
     responses={200: QueueStatsSerializer(many=True), **_errors()},
 )
 
-get_queue = extend_schema(
+get_queue = rivet_schema(
     operation_id="rivet_queues_get",
     summary="Counts of one queue",
     parameters=[QUEUE],
     responses={200: QueueStatsSerializer, **_errors(400)},
 )
 
-sweep_queue = extend_schema(
+sweep_queue = rivet_schema(
     operation_id="rivet_queues_sweep",
     summary="Bury pending tasks with no attempts left and no live lease",
     description=(
@@ -247,14 +287,14 @@ sweep_queue = extend_schema(
     responses={200: SweepResultSerializer, **_errors(400)},
 )
 
-list_dead = extend_schema(
+list_dead = rivet_schema(
     operation_id="rivet_dead_letters_list",
     summary="Dead tasks in id order (cursor pagination)",
     parameters=[_name_filter("queue", "only this queue")],
     responses={200: TaskSerializer(many=True), **_errors(400, 404)},
 )
 
-requeue_dead = extend_schema(
+requeue_dead = rivet_schema(
     operation_id="rivet_dead_letters_requeue",
     summary="Requeue a dead task with fresh attempts (it keeps its idempotency key)",
     description=(
@@ -266,7 +306,7 @@ requeue_dead = extend_schema(
     responses={200: TaskSerializer, **_errors(404, 409)},
 )
 
-purge_dead = extend_schema(
+purge_dead = rivet_schema(
     operation_id="rivet_dead_letters_purge",
     summary="Purge one dead task (releases its idempotency key)",
     description=(
@@ -277,15 +317,16 @@ purge_dead = extend_schema(
     responses={204: OpenApiResponse(description="purged"), **_errors(404, 409)},
 )
 
-metrics = extend_schema(
+metrics = rivet_schema(
     operation_id="rivet_metrics",
     summary="Queue gauges in the Prometheus text format, read from the database now",
     description=(
         "Needs `rivet.view_task`, or `Authorization: Bearer <RIVET['METRICS_TOKEN']>` when "
-        "that setting is set."
+        "that setting is set. Without the `metrics` extra (prometheus-client) the answer is "
+        "501 `extra_missing`, naming it."
     ),
     responses={
         (200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="exposition text"),
-        **_errors(),
+        **_errors(501),
     },
 )

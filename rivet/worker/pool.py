@@ -14,7 +14,9 @@ configures its own pool. The loop thread, the heartbeat thread and every handler
 uses the ORM then take connections from one pool of at most ``pool_size``, and a handler that
 finishes returns its connection instead of closing it, so the next task does not reconnect.
 
-SQLite has no server connections to bound; the option is accepted and ignored there.
+SQLite has no server connections to bound; the option is accepted and ignored there. Without
+psycopg_pool (the ``pool`` extra) the worker logs ``pool_unavailable`` and keeps Django's
+connection per thread.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
+from importlib.util import find_spec
 from typing import Any
 
 from django.db import connections
@@ -40,6 +43,14 @@ def configure_pool(alias: str, pool_size: int, concurrency: int) -> bool:
     options = connection.settings_dict.setdefault("OPTIONS", {})
     if options.get("pool"):
         logs.event("pool_external", alias=alias, note="the alias configures its own pool")
+        return False
+    if find_spec("psycopg_pool") is None:
+        logs.event(
+            "pool_unavailable",
+            alias=alias,
+            note="psycopg_pool is not installed: one connection per thread, not a pool of "
+            f"{pool_size}; pip install 'django-rivet[pool]'",
+        )
         return False
     connection.close()
     options["pool"] = {"min_size": 1, "max_size": pool_size, "timeout": POOL_TIMEOUT_SECS}

@@ -131,3 +131,27 @@ def workers(tmp_path: Path) -> Iterator[WorkerLab]:
 @pytest.fixture
 def run_manage() -> Callable[..., subprocess.CompletedProcess]:
     return manage
+
+
+@pytest.fixture(scope="session")
+def dist(tmp_path_factory) -> Path:
+    """The sdist and the wheel, built once per run into a temporary folder (never dist/)."""
+    import os
+
+    out = tmp_path_factory.mktemp("dist")
+    repo = Path(__file__).resolve().parents[2]
+    # Without --sdist/--wheel, build makes the sdist, then the wheel from the sdist: a file the
+    # sdist forgets is missing from the wheel too. The suite's warnings-are-errors is for
+    # rivet's code, not for pip and build.
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONWARNINGS"}
+    done = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(out), str(repo)],
+        cwd=out,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, f"build exited {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return out

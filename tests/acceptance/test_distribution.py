@@ -94,15 +94,6 @@ def run(args: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> str
     return done.stdout
 
 
-@pytest.fixture(scope="module")
-def dist(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("dist")
-    # Without --sdist/--wheel, build makes the sdist, then the wheel from the sdist: a file the
-    # sdist forgets is missing from the wheel too.
-    run([sys.executable, "-m", "build", "--outdir", str(out), str(REPO)], cwd=out)
-    return out
-
-
 def test_the_wheel_ships_rivet_only_with_its_data_files(dist):
     (wheel,) = dist.glob("django_rivet-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
@@ -120,9 +111,36 @@ def test_the_wheel_ships_rivet_only_with_its_data_files(dist):
     assert [re.split(r"[<>=;]", r)[0] for r in core] == [
         "Django",
         "django-tasks",
-        "psycopg[binary,pool]",
+        "psycopg",
     ], core
     assert 'django-tasks>=0.12; python_version < "3.12"' in core
+    fields = metadata.decode().split("\n\n", 1)[0].splitlines()
+    extras = sorted(
+        line.split(":", 1)[1].strip() for line in fields if line.startswith("Provides-Extra:")
+    )
+    # The repository's own tools are dependency groups, never published extras.
+    assert extras == ["api", "binary", "metrics", "pool"], extras
+    assert any(line.startswith("Classifier: Development Status :: ") for line in fields)
+    urls = [line for line in fields if line.startswith("Project-URL:")]
+    assert {line.split(":", 1)[1].split(",")[0].strip() for line in urls} >= {
+        "Homepage",
+        "Documentation",
+        "Source",
+    }, urls
+
+
+def test_the_index_page_is_the_short_readme_and_its_links_name_files_that_exist(dist):
+    (wheel,) = dist.glob("django_rivet-*.whl")
+    metadata = zipfile.ZipFile(wheel).read(wheel.name.split("-py3")[0] + ".dist-info/METADATA")
+    description = metadata.decode().split("\n\n", 1)[1]
+    assert description.strip() == (REPO / "docs" / "pypi.md").read_text().strip()
+    links = re.findall(r"\]\((\S+?)\)", description)
+    assert links, "the index page links into the documentation"
+    for link in links:
+        # The index page has no repository beside it: every link is absolute.
+        assert link.startswith("https://"), link
+        if "/blob/main/" in link:
+            assert (REPO / link.split("/blob/main/", 1)[1]).is_file(), link
 
 
 def test_the_sdist_carries_the_sources_and_leaves_the_repository_projects_out(dist):

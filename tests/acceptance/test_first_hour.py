@@ -254,3 +254,51 @@ def test_the_effect_service_on_a_bad_database_is_one_line(url, code, expected):
     assert expected in line
     assert "EFFECT_DATABASE_URL" in line
     assert "secret" not in line
+
+
+# -- the host project's admin under runserver -----------------------------------------------
+
+
+@pytest.mark.parametrize(("debug", "css_status"), [(None, 200), ("0", 404)], ids=["default", "off"])
+def test_runserver_serves_the_host_admin_styled_unless_debug_is_turned_off(debug, css_status):
+    import re
+    import time
+    import urllib.error
+    import urllib.request
+
+    port = free_port()
+    env = child_environ(postgres_url())
+    env.pop("DJANGO_DEBUG", None)
+    if debug is not None:
+        env["DJANGO_DEBUG"] = debug
+    argv = [sys.executable, str(MANAGE), "runserver", f"127.0.0.1:{port}", "--noreload"]
+    server = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def get(path: str) -> tuple[int, str, bytes]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as answer:
+                return answer.status, answer.headers["Content-Type"], answer.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.headers["Content-Type"], error.read()
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                status, _, page = get("/admin/login/")
+                break
+            except OSError:
+                assert server.poll() is None, "runserver exited"
+                assert time.monotonic() < deadline, "runserver did not answer within 60 s"
+                time.sleep(0.3)
+        assert status == 200
+        sheets = re.findall(r'<link rel="stylesheet"[^>]*href="([^"]+)"', page.decode())
+        assert sheets
+        for sheet in sheets:
+            status, content_type, _ = get(sheet)
+            assert status == css_status, sheet
+            if css_status == 200:
+                assert content_type.startswith("text/css")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

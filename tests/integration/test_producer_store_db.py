@@ -19,6 +19,11 @@ pytestmark = pytest.mark.django_db(databases=["default", "sqlite"], transaction=
 ALIASES = [pytest.param("default", id="postgres"), pytest.param("sqlite", id="sqlite")]
 
 
+@pytest.fixture(autouse=True)
+def _kinds(registered_kinds):
+    registered_kinds("a", "b", "fresh", "db.readback")
+
+
 @pytest.fixture(params=ALIASES)
 def alias(request):
     return request.param

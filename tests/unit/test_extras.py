@@ -56,18 +56,11 @@ def test_require_names_the_extra_when_the_module_is_missing():
     ("missing", "statement", "extra"),
     [
         (["rest_framework"], "import rivet.api", "api"),
-        (["drf_spectacular"], "import rivet.urls", "api"),
         (["rest_framework"], "import rivet.idempotency.decorators", "api"),
         (
             ["prometheus_client"],
             "import rivet.metrics; rivet.metrics.queue_exposition('x')",
             "metrics",
-        ),
-        (["urllib3"], "import rivet.effect_client", "effect"),
-        (
-            ["environ"],
-            "from rivet.dbconfig import database_from_url as f; f('sqlite://:memory:')",
-            "effect",
         ),
     ],
 )
@@ -80,6 +73,71 @@ def test_a_feature_without_its_extra_is_a_config_error_naming_it(missing, statem
     )
     assert done.returncode == 0, done.stderr
     assert f"pip install 'django-rivet[{extra}]'" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize(
+    "missing, statement",
+    [
+        (["urllib3"], "import rivet.effect_client"),
+        (["environ"], "from rivet.dbconfig import database_from_url as f; f('sqlite://:memory:')"),
+    ],
+)
+def test_a_repository_feature_without_its_group_names_the_dependency_group(missing, statement):
+    done = without(
+        missing,
+        "from rivet.errors import RivetConfigError\n"
+        f"try:\n    {statement}\nexcept RivetConfigError as exc:\n    print(exc)\n"
+        "else:\n    print('no error')\n",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "install the repository's 'effect' dependency group: pip install --group effect" in (
+        done.stdout
+    ), done.stdout
+
+
+URLCONF_BODY = """
+import sys, types
+from django.conf import settings
+from django.core import checks
+from django.test import Client
+from django.urls import include, path
+conf = types.ModuleType("hosturls")
+conf.urlpatterns = [path("rivet/", include("rivet.urls"))]
+sys.modules["hosturls"] = conf
+settings.ROOT_URLCONF = "hosturls"
+settings.ALLOWED_HOSTS = ["testserver"]
+for issue in checks.run_checks(tags=["urls"]):
+    print(issue.id, issue.level, issue.msg, issue.hint)
+answer = Client().get("/rivet/tasks/")
+print(answer.status_code, answer.json())
+"""
+
+
+def test_rivet_urls_without_the_api_extra_imports_is_a_check_error_and_answers_501():
+    done = without(["rest_framework", "drf_spectacular", "drf_spectacular_sidecar"], URLCONF_BODY)
+    assert done.returncode == 0, done.stderr
+    check, answer = done.stdout.strip().splitlines()
+    assert check.startswith("rivet.E010 40 rivet.urls is in the URLconf, but rivet's HTTP API ")
+    assert check.endswith("pip install 'django-rivet[api]', or remove include('rivet.urls')")
+    assert answer.startswith("501 {'detail': \"rivet's HTTP API (rivet.api, rivet.urls) needs")
+    assert "'code': 'extra_missing'" in answer
+
+
+def test_rivet_urls_without_the_metrics_extra_is_a_check_warning():
+    done = without(["prometheus_client"], URLCONF_BODY)
+    assert done.returncode == 0, done.stderr
+    check = done.stdout.strip().splitlines()[0]
+    assert check.startswith("rivet.W011 30 rivet/metrics/ answers 501 extra_missing")
+    assert "pip install 'django-rivet[metrics]'" in check
+
+
+def test_a_host_without_rivet_urls_hears_nothing_of_the_http_extras():
+    body = URLCONF_BODY.replace('[path("rivet/", include("rivet.urls"))]', "[]").split("answer =")[
+        0
+    ]
+    done = without(["rest_framework", "prometheus_client"], body + "print('end')\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "end"
 
 
 def test_the_core_imports_without_any_extra():

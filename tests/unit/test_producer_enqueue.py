@@ -6,10 +6,21 @@ import pytest
 
 import rivet
 from rivet import producer as api
-from rivet.errors import BatchKeyClash, IdempotencyMismatch, InvalidInput, PayloadTooLarge
+from rivet.errors import (
+    BatchKeyClash,
+    IdempotencyMismatch,
+    InvalidInput,
+    PayloadTooLarge,
+    UnknownKind,
+)
 from rivet.jobs import registry
 from rivet.stores.memory import FakeClock, MemoryStore
 from rivet.values import EnqueueResult
+
+
+@pytest.fixture(autouse=True)
+def _kinds(registered_kinds):
+    registered_kinds("a", "b", "c", "k", "fresh")
 
 
 @pytest.fixture
@@ -40,8 +51,27 @@ def only_task(store):
     return task
 
 
-def test_an_unregistered_kind_takes_the_settings_defaults(store, settings):
-    settings.RIVET = {"QUEUE": "fallback", "MAX_ATTEMPTS": 7}
+def test_an_unregistered_kind_is_refused_naming_the_kind_and_the_setting(store):
+    with pytest.raises(UnknownKind) as raised:
+        rivet.enqueue("nobody.registered.this", {"a": 1}, using=store)
+    message = str(raised.value)
+    assert message.startswith("unknown job kind 'nobody.registered.this': no installed app")
+    assert "@rivet.job('nobody.registered.this')" in message
+    assert "RIVET['ALLOW_UNKNOWN_KINDS'] = True" in message
+    assert (raised.value.code, raised.value.field) == ("unknown_kind", "kind")
+    with pytest.raises(UnknownKind):
+        rivet.enqueue_many([("k", 1), ("nobody.registered.this", 2)], using=store)
+    assert store.task_list() == []
+
+
+def test_a_malformed_kind_is_a_bad_name_before_it_is_an_unknown_one(store):
+    with pytest.raises(InvalidInput) as raised:
+        rivet.enqueue("no such kind!", using=store)
+    assert raised.value.code == "invalid_name"
+
+
+def test_an_unregistered_kind_takes_the_settings_defaults_when_allowed(store, settings):
+    settings.RIVET = {"QUEUE": "fallback", "MAX_ATTEMPTS": 7, "ALLOW_UNKNOWN_KINDS": True}
     result = rivet.enqueue("nobody.registered.this", {"a": 1}, using=store)
     task = store.task_get(result.task_id)
     assert (task.kind, task.queue, task.max_attempts, task.priority) == (

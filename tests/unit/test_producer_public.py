@@ -13,6 +13,11 @@ from rivet.decisions import failed
 from rivet.stores.memory import MemoryStore
 
 
+@pytest.fixture(autouse=True)
+def _kinds(registered_kinds):
+    registered_kinds("fake.readback", "mem.readback")
+
+
 def test_every_name_in_all_resolves_to_its_module_object():
     assert set(rivet.__all__) >= {"enqueue", "enqueue_many", "job", "JobContext", "EnqueueResult"}
     assert rivet.enqueue is api.enqueue

@@ -11,6 +11,21 @@ from rivet.stores.memory import MemoryStore
 from rivet.testing import NotAFake
 
 
+@pytest.fixture(autouse=True)
+def _kinds(registered_kinds):
+    registered_kinds(
+        "a",
+        "b",
+        "k",
+        "billing.invoice",
+        "inner.kind",
+        "outer.kind",
+        "mail.welcome",
+        "mail.goodbye",
+        "other",
+    )
+
+
 @pytest.fixture
 def real_store():
     return MemoryStore()

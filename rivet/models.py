@@ -36,6 +36,11 @@ class Task(models.Model):
     result = models.JSONField(null=True, blank=True)
     #: An operator cancelled the task while it was leased: its worker buries it, never acks it.
     cancel_requested = models.BooleanField(default=False, db_default=False)
+    #: The epoch and owner named by the last decision a settle applied (ack, retry, burial);
+    #: on a done or dead task, the write that finished it. The chaos verifier checks that it
+    #: is the epoch the task held: a stale write applied through a broken fence shows here.
+    settled_epoch = models.BigIntegerField(null=True, blank=True)
+    settled_by = models.CharField(max_length=200, null=True, blank=True)
 
     class Meta:
         db_table = "rivet_task"

@@ -223,6 +223,9 @@ class TaskRecord:
     cancel_requested: bool = False
     #: The failed attempts of the task's whole life, oldest first (see ``history_entry``).
     errors: list[dict[str, Any]] = field(default_factory=list)
+    #: The epoch and owner of the last decision a settle applied (None: none yet).
+    settled_epoch: int | None = None
+    settled_by: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

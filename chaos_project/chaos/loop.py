@@ -208,9 +208,16 @@ class ChaosLoop:
                 continue
             self.settling.remove((proc, stopped_at))
             params = {"queue": self.queue, "owner": proc.owner}
-            held = dict(self._rows(queries.HELD_BY_OWNER, params))
+            rows = self._rows(queries.HELD_BY_OWNER, params)
+            held = {task: epoch for task, epoch, _ in rows}
             if proc.child.returncode is None and held:
-                zombie = Zombie(owner=proc.owner, slot=proc.slot, held=held, stopped_at=stopped_at)
+                zombie = Zombie(
+                    owner=proc.owner,
+                    slot=proc.slot,
+                    held=held,
+                    stopped_at=stopped_at,
+                    attempts={task: attempts for task, _, attempts in rows},
+                )
                 self.open.append(zombie)
                 self.fleet.log.add("stop", held=zombie.record()["held"], **proc.fields())
                 continue
@@ -226,7 +233,8 @@ class ChaosLoop:
         if not self.open:
             return
         ids = [task for z in self.open if z.phase is Phase.STOPPED for task in z.held]
-        epochs = dict(self._rows(queries.TASK_EPOCHS, {"ids": ids})) if ids else {}
+        rows = self._rows(queries.TASK_EPOCHS, {"ids": ids}) if ids else []
+        epochs = {task: (epoch, attempts) for task, epoch, attempts in rows}
         owners = [z.owner for z in self.open if z.phase is Phase.WOKEN]
         fenced: dict[str, set[tuple[int, int]]] = {}
         if owners:

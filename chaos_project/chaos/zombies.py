@@ -1,16 +1,20 @@
 """A zombie event from SIGSTOP to its verdict: stopped, reclaimed by another worker, woken, fenced.
 
 A zombie is a worker stopped (SIGSTOP) while it holds leases. It is kept stopped until another
-worker has claimed one of its tasks, which the harness sees as that task's ``lease_epoch``
-rising in the queue database (no fixed sleep: the wait is as long as this machine needs). Then
-it is continued (SIGCONT); its late write for that task must be refused by the fence and
-recorded in ``rivet_fenced_write`` under its owner and its stale epoch.
+worker has claimed one of its tasks, which the harness sees as that task's ``attempts`` rising
+in the queue database (every claim adds one, whatever it does to the epoch; no fixed sleep: the
+wait is as long as this machine needs). Then it is continued (SIGCONT); its late write for
+*every* task claimed from it must be refused by the fence and recorded in
+``rivet_fenced_write`` under its owner and its stale epoch. A claim that did not raise the
+epoch is recorded too: then the stale write cannot be refused.
 
 Outcomes:
 
-- ``fenced``: the stale write was refused and recorded. The only good ending.
-- ``unfenced``: its task was claimed again, it woke, and no refused write was recorded for it
-  within the bound: a stale write went through (or was never made). F2 fails.
+- ``fenced``: a stale write was refused and recorded for each task claimed from it. The only
+  good ending.
+- ``unfenced``: its tasks were claimed again, it woke, and for at least one of them no refused
+  write was recorded within the bound: a stale write went through (or was never made). F2
+  fails.
 - ``not bitten``: nobody claimed its tasks while it was stopped (within the bound), or it held
   nothing once stopped. Nothing was tested: reported, and the zombie event is tried again.
 """
@@ -43,9 +47,13 @@ class Zombie:
     slot: int
     held: dict[int, int]
     stopped_at: float
+    attempts: dict[int, int] = field(default_factory=dict)
+    """Each held task's attempts when it stopped (a later claim raises them)."""
     phase: Phase = Phase.STOPPED
     reclaimed: dict[int, int] = field(default_factory=dict)
-    """Held tasks another worker claimed while it slept: {task id: the newer epoch}."""
+    """Held tasks another worker claimed while it slept: {task id: the epoch it then held}."""
+    fenced: set[int] = field(default_factory=set)
+    """Reclaimed tasks whose stale write was refused and recorded."""
     woken_at: float | None = None
     ended_at: float | None = None
     note: str = ""
@@ -54,8 +62,10 @@ class Zombie:
     def done(self) -> bool:
         return self.phase in FINAL
 
-    def observe_epochs(self, epochs: Mapping[int, int], now: float, *, give_up: float) -> bool:
-        """Note the held tasks' epochs now; True when the zombie should be continued.
+    def observe_epochs(
+        self, rows: Mapping[int, tuple[int, int]], now: float, *, give_up: float
+    ) -> bool:
+        """Note the held tasks' (epoch, attempts) now; True when the zombie should be continued.
 
         ``give_up``: seconds stopped after which it is continued even if nothing was
         reclaimed (then it did not bite, and the event is tried again).
@@ -63,7 +73,9 @@ class Zombie:
         if self.phase is not Phase.STOPPED:
             return False
         self.reclaimed = {
-            task: epochs[task] for task, epoch in self.held.items() if epochs.get(task, 0) > epoch
+            task: rows[task][0]
+            for task, epoch in self.held.items()
+            if task in rows and self._claimed_since(task, epoch, *rows[task])
         }
         if self.reclaimed:
             self.phase, self.woken_at = Phase.WOKEN, now
@@ -73,24 +85,35 @@ class Zombie:
             return True
         return False
 
+    def _claimed_since(self, task: int, epoch: int, now_epoch: int, now_attempts: int) -> bool:
+        if task in self.attempts:
+            return now_attempts > self.attempts[task]
+        return now_epoch > epoch
+
     def observe_fenced(self, fenced: set[tuple[int, int]], now: float, *, give_up: float) -> None:
         """Note the (task, epoch) writes of this owner the fence refused; decide when due.
 
-        ``give_up``: seconds after waking with no refused write recorded before it is judged
-        unfenced.
+        Fenced once every reclaimed task has its refused write; ``give_up``: seconds after
+        waking before a zombie still missing one is judged unfenced.
         """
         if self.phase is not Phase.WOKEN:
             return
-        hits = sorted(task for task in self.reclaimed if (task, self.held[task]) in fenced)
-        if hits:
-            self._end(Phase.FENCED, now, "stale write refused for task " + _ids(hits))
+        self.fenced = {task for task in self.reclaimed if (task, self.held[task]) in fenced}
+        missing = sorted(set(self.reclaimed) - self.fenced)
+        if not missing:
+            self._end(Phase.FENCED, now, "stale write refused for task " + _ids(sorted(self.fenced)))
         elif now - self.woken_at >= give_up:
+            refused = f" (refused: {_ids(sorted(self.fenced))})" if self.fenced else ""
             self._end(
                 Phase.UNFENCED,
                 now,
-                f"task {_ids(sorted(self.reclaimed))} claimed again, and no refused write "
-                f"was recorded within {give_up:g} s of waking",
+                f"task {_ids(missing)} claimed again{self._same_epoch(missing)}, and no refused "
+                f"write was recorded for it within {give_up:g} s of waking{refused}",
             )
+
+    def _same_epoch(self, tasks: list[int]) -> str:
+        same = [task for task in tasks if self.reclaimed[task] <= self.held[task]]
+        return f" (task {_ids(same)} without a new epoch)" if same else ""
 
     def lost(self, now: float, why: str) -> None:
         """The process ended before a verdict (killed by hand, or the run ended)."""
@@ -113,6 +136,7 @@ class Zombie:
             "owner": self.owner,
             "held": {str(task): epoch for task, epoch in self.held.items()},
             "reclaimed": {str(task): epoch for task, epoch in self.reclaimed.items()},
+            "fenced": sorted(self.fenced),
             "outcome": self.phase.value,
             "note": self.note,
         }

@@ -101,7 +101,8 @@ class Zombie:
         self.fenced = {task for task in self.reclaimed if (task, self.held[task]) in fenced}
         missing = sorted(set(self.reclaimed) - self.fenced)
         if not missing:
-            self._end(Phase.FENCED, now, "stale write refused for task " + _ids(sorted(self.fenced)))
+            refused = _ids(sorted(self.fenced))
+            self._end(Phase.FENCED, now, f"stale write refused for task {refused}")
         elif now - self.woken_at >= give_up:
             refused = f" (refused: {_ids(sorted(self.fenced))})" if self.fenced else ""
             self._end(

@@ -121,6 +121,27 @@ class WorkerProcess:
     def fields(self) -> dict[str, Any]:
         return {"slot": self.slot, "owner": self.owner, "pid": self.child.pid}
 
+    def own_exit(self) -> str | None:
+        """The reason the worker logged for ending on its own (stuck handlers, or a stop with
+        a non-zero exit code), if its log holds one: a signal that ended it afterwards (a
+        planned kill) must not hide that it was leaving anyway."""
+        try:
+            text = self.child.log_path.read_text(errors="replace")
+        except OSError:
+            return None
+        for raw in reversed(text.splitlines()):
+            if '"event"' not in raw:
+                continue
+            try:
+                record = json.loads(raw[raw.index("{") :])
+            except ValueError:
+                continue
+            if record.get("event") == "too_many_abandoned":
+                return f"gave up: {record.get('abandoned', '?')} handler(s) stuck"
+            if record.get("event") == "worker_stopped" and record.get("exit_code"):
+                return f"stopping with exit {record['exit_code']}"
+        return None
+
 
 class Fleet:
     """``size`` worker slots running ``rivet_worker WORKER_ARGS``.
@@ -211,6 +232,10 @@ class Fleet:
         code = proc.child.returncode
         if code == -signal.SIGKILL and proc.kill_sent:
             self.log.add(KILL, **proc.fields())
+            own = proc.own_exit()
+            if own is not None:  # it was leaving on its own when the kill came
+                status = f"{own}, then {describe_exit(code)} by the harness"
+                self.log.add("exit", status=status, expected=False, **proc.fields())
         elif code == -signal.SIGABRT and proc.armed:
             self.log.add(FAILPOINT, **proc.fields())
         else:

@@ -111,6 +111,7 @@ class ChaosRun:
         self.options = options
         self.say = say
         self.seed = options.seed if options.seed is not None else chaos_plan.new_seed()
+        self.planned: dict[str, int] = {}
         # -- faults hook: the opt-in faults (--faults); with none, every hook does nothing --
         self.faults = FaultSet(
             options.faults, seed=self.seed, duration=options.duration, say=self.say
@@ -152,6 +153,7 @@ class ChaosRun:
                 unfenced_zombies=unfenced,
             )
             self._check_effect_store(service_url, expected=verdict.figures.effects_written)
+        self.planned = plan.counts()
         return self._finish(verdict, log, log_dir, outcome, time.monotonic() - started)
 
     # -- setting up --------------------------------------------------------------------------
@@ -329,7 +331,7 @@ class ChaosRun:
             f"{planned[FAILPOINT]} / zombie {planned[ZOMBIE]}; tasks released as they are "
             f"claimed, at most {o.backlog()} waiting"
         )
-        pacer = Pacer(total=o.tasks, window=o.backlog())
+        pacer = Pacer(total=o.tasks, window=o.backlog(), spread=o.duration)
         loop = ChaosLoop(
             fleet=fleet,
             plan=plan,
@@ -381,6 +383,7 @@ class ChaosRun:
             armed=(armed, reached),
             wall_secs=wall,
             faults=self.options.faults,
+            planned=self.planned,
         )
         lines = report_lines(verdict, chaos) + self.faults.report_lines(log.records)
         self.say("")

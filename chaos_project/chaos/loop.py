@@ -131,7 +131,7 @@ class ChaosLoop:
         outstanding = self._scalar(queries.PENDING_COUNT, {"queue": self.queue})
         if not self.pacer.finished_releasing:
             ready = self._scalar(queries.READY_COUNT, {"queue": self.queue})
-            released = self.pacer.take(ready)
+            released = self.pacer.take(ready, now)
             if released:
                 self.release(released)
                 outstanding += len(released)

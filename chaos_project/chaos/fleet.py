@@ -24,7 +24,14 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from chaos_project.chaos.pidfd import Child, describe_exit
-from chaos_project.chaos.plan import FAILPOINT, FAILPOINT_PROBABILITY, KILL, KINDS, Planned
+from chaos_project.chaos.plan import (
+    FAILPOINT,
+    FAILPOINT_PROBABILITY,
+    KILL,
+    KINDS,
+    PAUSE_POINT,
+    Planned,
+)
 from rivet.errors import RivetError
 
 EXIT_BAD_OPTION = 2  # rivet_worker: a bad option or RIVET_FAILPOINT; restarting cannot help
@@ -101,6 +108,8 @@ class WorkerProcess:
     term_sent: bool = False
     frozen: bool = False  # SIGSTOPped, not yet continued
     watched: bool = False  # a zombie whose verdict is still open: leave it alone
+    pausing: bool = False  # armed to stop itself at its ack (a pausing zombie), not yet stopped
+    paused: bool = False  # it stopped itself at its ack
     started: bool = False  # its log says worker_started: it claims tasks
 
     def ready(self) -> bool:
@@ -183,22 +192,30 @@ class Fleet:
         for slot in range(self.size):
             self.start(slot)
 
-    def start(self, slot: int, failpoint_seed: int | None = None) -> WorkerProcess:
+    def start(
+        self, slot: int, failpoint_seed: int | None = None, *, pause: bool = False
+    ) -> WorkerProcess:
+        """Start the slot's worker: armed to abort at its failpoint (``failpoint_seed``), or to
+        stop itself there once (``pause``: a pausing zombie), or clean."""
         self.generations[slot] += 1
         owner = f"chaos-w{slot}-g{self.generations[slot]}"
         env = dict(self.env)
         if failpoint_seed is not None:
             env["RIVET_FAILPOINT"] = f"after_effect_before_ack:{FAILPOINT_PROBABILITY}"
             env["RIVET_FAILPOINT_SEED"] = str(failpoint_seed)
+        if pause:
+            env["RIVET_FAILPOINT"] = f"{PAUSE_POINT}:1.0"
+            env["RIVET_FAILPOINT_ACTION"] = "stop"
         args = [*self.worker_args, "--owner", owner]
         log_path = self.log_dir / f"{owner}.log"
         if self.command is None:
             child = Child(env=env, log_path=log_path, main=lambda: worker_main(args, env))
         else:
             child = Child([*self.command, *args], env=env, log_path=log_path)
-        proc = WorkerProcess(slot=slot, owner=owner, child=child, armed=failpoint_seed is not None)
+        armed = failpoint_seed is not None
+        proc = WorkerProcess(slot=slot, owner=owner, child=child, armed=armed, pausing=pause)
         self.slots[slot] = proc
-        self.log.add("start", armed=proc.armed, **proc.fields())
+        self.log.add("start", armed=armed, pausing=pause, **proc.fields())
         return proc
 
     # -- observing ---------------------------------------------------------------------------
@@ -214,6 +231,18 @@ class Fleet:
 
     def armed_count(self) -> int:
         return sum(1 for p in self.alive() if p.armed)
+
+    def pausing_count(self) -> int:
+        return sum(1 for p in self.alive() if p.pausing)
+
+    def newly_paused(self) -> list[WorkerProcess]:
+        """Pausing workers that have stopped themselves at their point: now frozen zombies."""
+        paused = [p for p in self.alive() if p.pausing and p.child.stopped()]
+        for proc in paused:
+            proc.pausing = False
+            proc.paused = proc.frozen = proc.watched = True
+            self.log.add("paused", point=PAUSE_POINT, **proc.fields())
+        return paused
 
     def reap(self) -> None:
         """Reap exited workers, count what killed them, and restart their slots."""
@@ -263,7 +292,8 @@ class Fleet:
 
     @staticmethod
     def _free(proc: WorkerProcess) -> bool:
-        busy = proc.frozen or proc.armed or proc.watched or proc.kill_sent or proc.term_sent
+        busy = proc.frozen or proc.armed or proc.pausing or proc.watched
+        busy = busy or proc.kill_sent or proc.term_sent
         return proc.child.returncode is None and not busy
 
     def kill(self, slot: int) -> bool:
@@ -273,13 +303,14 @@ class Fleet:
         proc.kill_sent = True
         return True
 
-    def arm(self, slot: int, failpoint_seed: int) -> bool:
-        """Retire the slot's worker (SIGTERM: it finishes its tasks) for an armed one."""
+    def arm(self, slot: int, failpoint_seed: int | None, *, pause: bool = False) -> bool:
+        """Retire the slot's worker (SIGTERM: it finishes its tasks) for an armed one (or, with
+        ``pause``, one that stops itself at its point)."""
         proc = self.slots[slot]
         if proc is None or not self._terminate(proc):
             return False
         self.retiring.append(proc)
-        self.start(slot, failpoint_seed=failpoint_seed)
+        self.start(slot, failpoint_seed=failpoint_seed, pause=pause)
         return True
 
     def freeze(self, slot: int) -> WorkerProcess | None:
@@ -304,9 +335,9 @@ class Fleet:
             self.thaw(proc)
 
     def disarm(self) -> None:
-        """Replace every armed worker with a clean one."""
+        """Replace every armed (or still pausing) worker with a clean one."""
         for proc in self.alive():
-            if proc.armed and self._terminate(proc):
+            if (proc.armed or proc.pausing) and self._terminate(proc):
                 self.retiring.append(proc)
                 self.start(proc.slot)
 

@@ -155,6 +155,8 @@ class ChaosLoop:
         if not self.can_break_one():
             return False
         if event.kind == ZOMBIE:
+            if event.pause:
+                return self.pause_zombie(event)
             return self.stop_zombie(event, now)
         if event.kind == KILL:
             slot = self.fleet.pick(event, self._holds_leases())
@@ -192,7 +194,7 @@ class ChaosLoop:
         At most half the workers are stopped at once: the others must take the stopped
         workers' tasks while they sleep.
         """
-        if len(self.open) + len(self.settling) >= max(1, self.fleet.size // 2):
+        if not self._zombie_room():
             return False
         slot = self.fleet.pick(event, self._holds_leases())
         proc = self.fleet.freeze(slot) if slot is not None else None
@@ -200,6 +202,24 @@ class ChaosLoop:
             return False
         self.settling.append((proc, now))
         return True
+
+    def _zombie_room(self) -> bool:
+        """At most half the workers stopped (or about to stop themselves) at once."""
+        stopping = len(self.open) + len(self.settling) + self.fleet.pausing_count()
+        return stopping < max(1, self.fleet.size // 2)
+
+    def pause_zombie(self, event: Planned) -> bool:
+        """Replace a worker that holds leases with one that stops itself at its first ack.
+
+        Its ack is decided and not yet written when it stops; once another worker has claimed
+        the task it is continued, and that late ack must be refused by the fence: the write a
+        random SIGSTOP (mostly inside a handler, then refused by the heartbeat's check in the
+        worker itself) seldom sends through the store's guards.
+        """
+        if not self._zombie_room() or self.pacer.finished_releasing:
+            return False
+        slot = self.fleet.pick(event, self._holds_leases())
+        return slot is not None and self.fleet.arm(slot, None, pause=True)
 
     def _settle(self, now: float) -> None:
         """Read what each zombie stopped SETTLE_SECS ago holds; continue one holding nothing."""
@@ -217,7 +237,9 @@ class ChaosLoop:
                     held=held,
                     stopped_at=stopped_at,
                     attempts={task: attempts for task, _, attempts in rows},
+                    paused=proc.paused,
                 )
+                proc.paused = False  # a later zombie of this worker is the harness's SIGSTOP
                 self.open.append(zombie)
                 self.fleet.log.add("stop", held=zombie.record()["held"], **proc.fields())
                 continue
@@ -229,6 +251,7 @@ class ChaosLoop:
                 self.waiting.append(Planned(at=now, kind=ZOMBIE, slot=proc.slot))
 
     def follow_zombies(self, now: float) -> None:
+        self.settling += [(proc, now) for proc in self.fleet.newly_paused()]
         self._settle(now)
         if not self.open:
             return

@@ -54,6 +54,8 @@ class Zombie:
     """Held tasks another worker claimed while it slept: {task id: the epoch it then held}."""
     fenced: set[int] = field(default_factory=set)
     """Reclaimed tasks whose stale write was refused and recorded."""
+    paused: bool = False
+    """It stopped itself at its ack (its late write is an ack), not by the harness's SIGSTOP."""
     woken_at: float | None = None
     ended_at: float | None = None
     note: str = ""
@@ -127,8 +129,9 @@ class Zombie:
     def describe(self) -> str:
         held = ", ".join(f"{task}@{epoch}" for task, epoch in sorted(self.held.items()))
         stopped = (self.woken_at or self.ended_at or self.stopped_at) - self.stopped_at
+        how = "paused at its ack" if self.paused else "stopped"
         return (
-            f"zombie {self.owner}: held {held}; stopped {stopped:.1f} s; "
+            f"zombie {self.owner}: held {held}; {how} {stopped:.1f} s; "
             f"{self.phase.value}: {self.note}"
         )
 
@@ -138,6 +141,7 @@ class Zombie:
             "held": {str(task): epoch for task, epoch in self.held.items()},
             "reclaimed": {str(task): epoch for task, epoch in self.reclaimed.items()},
             "fenced": sorted(self.fenced),
+            "paused": self.paused,
             "outcome": self.phase.value,
             "note": self.note,
         }

@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 NOX_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test test-matrix pytest lint demo bench clean distclean
+.PHONY: help venv test test-matrix pytest lint demo bench mutation clean distclean
 
 help:
 	@echo "make venv   create .venv and install rivet with every extra and the dev tools"
@@ -17,6 +17,7 @@ help:
 	@echo "make lint   ruff check, ruff format --check, mypy rivet/, the migration check"
 	@echo "make demo   run the demo on SQLite files in demo/"
 	@echo "make bench  the benchmark: bench/results.md, results.json, throughput.png (BENCH_SOAK, BENCH_PREFETCH, BENCH_ARGS)"
+	@echo "make mutation  each guard of each SQL store removed in turn: conformance + 3 chaos seeds"
 	@echo "make clean  remove caches, build output and demo/ (distclean: .venv too)"
 
 venv: $(STAMP)
@@ -70,6 +71,15 @@ BENCH_ARGS ?=
 bench: venv
 	$(VPY) scripts/find_postgres.py run -- \
 		$(VPY) manage.py rivet_chaos bench --soak $(BENCH_SOAK) --prefetch $(BENCH_PREFETCH) $(BENCH_ARGS)
+
+# The mutation matrix (docs/chaos.md): each mutant in tests/mutation removes one guard of a SQL
+# store; it must fail the conformance suite and (PostgreSQL) the chaos verdict of a quick run on
+# each of MUTATION_SEEDS. Prints the table; exit 1 names any mutant that was not caught.
+MUTATION_SEEDS ?= 1,2,3
+MUTATION_ARGS ?=
+mutation: venv
+	$(VPY) scripts/find_postgres.py run -- \
+		$(VPY) -m tests.mutation.matrix --seeds $(MUTATION_SEEDS) $(MUTATION_ARGS)
 
 clean:
 	rm -rf demo build dist .pytest_cache .ruff_cache .nox *.egg-info

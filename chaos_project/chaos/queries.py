@@ -80,11 +80,13 @@ WHERE queue = %(queue)s
 #: A finished task whose finishing write is not the one that held it: settled_epoch (the
 #: epoch the applied decision named) differs from the epoch the task held, or a worker's
 #: decision (settled_by not '': a claim's or sweep's burial names no worker) came from another
-#: owner than the lease's. A stale write was applied through the fence. Sample and count.
+#: owner than the lease's. A stale write was applied through the fence. Sample and count. A
+#: row no settle statement finished (settled_epoch NULL: done before migration 0009, or set by
+#: hand) has nothing to judge.
 STALE_SETTLED_WHERE = """
-queue = %(queue)s AND state <> 'pending'
+queue = %(queue)s AND state <> 'pending' AND settled_epoch IS NOT NULL
     AND (
-        settled_epoch IS DISTINCT FROM lease_epoch
+        settled_epoch <> lease_epoch
         OR (settled_by <> '' AND settled_by IS DISTINCT FROM lease_owner)
     )
 """

@@ -358,6 +358,8 @@ class ChaosRun:
                 self.say(f"drained in {loop.now() - drain_started:.1f} s")
         finally:
             self.faults.stop()  # no fault outlives the chaos (stop is idempotent)
+            if self.faults in loop.sources:  # the chaos raised: the error is the one to see
+                loop.sources.remove(self.faults)
             loop.close()
             fleet.stop_all()
         return loop.outcome

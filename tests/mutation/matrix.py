@@ -40,8 +40,20 @@ def conformance(names: list[str], report: Path) -> dict[str, list[str]]:
     return found
 
 
-def chaos(name: str, seed: int, workdir: Path) -> dict:
-    """One quick chaos run of the mutant: its summary (failed invariants, zombie verdicts)."""
+def chaos(name: str, seed: int, workdir: Path, tries: int = 3) -> dict:
+    """One quick chaos run of the mutant: its summary (failed invariants, zombie verdicts).
+
+    A run that could not be carried out (no JSON: e.g. the server refused a connection, "too
+    many clients", on a shared machine) is tried again; it is not a verdict.
+    """
+    for _ in range(tries):
+        summary = _chaos_once(name, seed, workdir)
+        if "error" not in summary:
+            return summary
+    return summary
+
+
+def _chaos_once(name: str, seed: int, workdir: Path) -> dict:
     out = workdir / f"{name}-{seed}.json"
     env = {**os.environ, ENV: name, "DJANGO_SETTINGS_MODULE": "tests.mutation.settings"}
     done = subprocess.run(
@@ -51,12 +63,15 @@ def chaos(name: str, seed: int, workdir: Path) -> dict:
     )  # fmt: skip
     (workdir / f"{name}-{seed}.log").write_text(done.stdout + done.stderr)
     if not out.exists():
-        return {"seed": seed, "failed": ["error"], "violations": [done.stderr[-300:]]}
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"seed": seed, "error": last[:200]}
     return json.loads(out.read_text())
 
 
 def caught_by(summary: dict) -> str:
     """The invariants a run failed, F2 split into its parts: per task, or a stale write applied."""
+    if "error" in summary:
+        return f"error ({summary['error']})"
     parts = []
     for text in summary.get("violations", []):
         code = text.split(":", 1)[0]
@@ -107,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                 verdict = caught_by(chaos(name, seed, workdir))
                 print(f"  {name} seed {seed}: {verdict}", flush=True)
                 runs.append(f"{seed}: {verdict}")
-                if verdict == "held":
-                    missed.append(f"{name}: chaos seed {seed}")
+                if verdict == "held" or verdict.startswith("error"):
+                    missed.append(f"{name}: chaos seed {seed} {verdict}")
         rows.append((name, mutation.what, checks.get(name, []), runs))
     lines = table(rows)
     print("\n".join(lines))

@@ -341,6 +341,16 @@ class Fleet:
                 self.retiring.append(proc)
                 self.start(proc.slot)
 
+    def _continue_if_it_pauses(self, proc: WorkerProcess) -> None:
+        """A pausing worker told to stop may still reach its point as it finishes its tasks
+        and stop itself there: continue it (its point fires once), so it can exit."""
+        deadline = self.clock() + STOP_TIMEOUT_SECS
+        while proc.child.poll() is None and self.clock() < deadline:
+            if proc.child.stopped():
+                proc.child.send(signal.SIGCONT)
+                return
+            time.sleep(0.05)
+
     def _terminate(self, proc: WorkerProcess) -> bool:
         proc.term_sent = self._signal(proc, signal.SIGTERM)
         return proc.term_sent
@@ -361,6 +371,8 @@ class Fleet:
             if not proc.term_sent:  # a second SIGTERM makes a worker exit at once (128 + 15)
                 proc.term_sent = proc.child.terminate()
         for proc in procs:
+            if proc.pausing:
+                self._continue_if_it_pauses(proc)
             proc.child.stop(STOP_TIMEOUT_SECS, terminated=True)
         self.retiring.clear()
         self.slots = [None] * self.size

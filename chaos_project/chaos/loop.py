@@ -230,6 +230,7 @@ class ChaosLoop:
             params = {"queue": self.queue, "owner": proc.owner}
             rows = self._rows(queries.HELD_BY_OWNER, params)
             held = {task: epoch for task, epoch, _ in rows}
+            paused, proc.paused = proc.paused, False  # a later zombie of it is a SIGSTOP
             if proc.child.returncode is None and held:
                 zombie = Zombie(
                     owner=proc.owner,
@@ -237,9 +238,8 @@ class ChaosLoop:
                     held=held,
                     stopped_at=stopped_at,
                     attempts={task: attempts for task, _, attempts in rows},
-                    paused=proc.paused,
+                    paused=paused,
                 )
-                proc.paused = False  # a later zombie of this worker is the harness's SIGSTOP
                 self.open.append(zombie)
                 self.fleet.log.add("stop", held=zombie.record()["held"], **proc.fields())
                 continue

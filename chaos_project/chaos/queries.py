@@ -28,11 +28,14 @@ GROUP BY lease_owner
 """
 
 #: What one worker holds right now (SIGSTOPped: its leases cannot change until it runs again):
-#: each task's epoch and attempts.
+#: each task's epoch and attempts. Only live leases: a task whose lease had lapsed before the
+#: stop (its worker could not heartbeat, e.g. no database connection) may be claimed at once
+#: and its attempt already given up by its worker, with nothing left to write.
 HELD_BY_OWNER = """
 SELECT id, lease_epoch, attempts
 FROM rivet_task
 WHERE queue = %(queue)s AND state = 'pending' AND lease_owner = %(owner)s
+    AND visible_at > now()
 """
 
 #: The lease epoch and attempts of each of these tasks. Every claim, by anyone, adds one to

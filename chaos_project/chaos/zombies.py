@@ -26,6 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
+#: How long a paused zombie waits after its first task was claimed for the others to be.
+PAUSE_WAIT_SECS = 2.0
+
+
 class Phase(enum.Enum):
     STOPPED = "stopped"
     """SIGSTOPped, holding ``held``; waiting for another worker to claim one of them."""
@@ -56,6 +60,7 @@ class Zombie:
     """Reclaimed tasks whose stale write was refused and recorded."""
     paused: bool = False
     """It stopped itself at its ack (its late write is an ack), not by the harness's SIGSTOP."""
+    first_reclaim_at: float | None = None
     woken_at: float | None = None
     ended_at: float | None = None
     note: str = ""
@@ -79,13 +84,25 @@ class Zombie:
             for task, epoch in self.held.items()
             if task in rows and self._claimed_since(task, epoch, *rows[task])
         }
-        if self.reclaimed:
+        if self.reclaimed and self.first_reclaim_at is None:
+            self.first_reclaim_at = now
+        if self.reclaimed and self._ready_to_wake(now):
             self.phase, self.woken_at = Phase.WOKEN, now
             return True
         if now - self.stopped_at >= give_up:
             self._end(Phase.NOT_BITTEN, now, f"nobody claimed its tasks in {give_up:g} s")
             return True
         return False
+
+    def _ready_to_wake(self, now: float) -> bool:
+        """A SIGSTOPped zombie wakes at the first reclaim. A paused one holds an ack for one of
+        its tasks, which need not be the first one taken: it waits until every task it holds
+        was claimed (they lapse together), or PAUSE_WAIT_SECS after the first, so that its
+        ack meets the guard instead of a lease that is still its own."""
+        if not self.paused or len(self.reclaimed) == len(self.held):
+            return True
+        assert self.first_reclaim_at is not None
+        return now - self.first_reclaim_at >= PAUSE_WAIT_SECS
 
     def _claimed_since(self, task: int, epoch: int, now_epoch: int, now_attempts: int) -> bool:
         if task in self.attempts:

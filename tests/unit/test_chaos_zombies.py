@@ -103,3 +103,20 @@ def test_a_claim_that_kept_the_epoch_is_a_reclaim_and_is_named() -> None:
     z.observe_fenced(set(), 102.0 + LIMIT, give_up=LIMIT)
     assert z.phase is Phase.UNFENCED
     assert "task 18 without a new epoch" in z.note
+
+
+def test_a_paused_zombie_waits_until_every_task_it_holds_was_claimed() -> None:
+    z = zombie()
+    z.paused = True
+    assert not z.observe_epochs(rows({17: 1, 18: 4}), 102.0, give_up=LIMIT)
+    assert z.phase is Phase.STOPPED  # its ack may be for 17, whose lease is still its own
+    assert z.observe_epochs(rows({17: 2, 18: 4}), 102.5, give_up=LIMIT)
+    assert z.reclaimed == {17: 2, 18: 4}
+
+
+def test_a_paused_zombie_wakes_a_while_after_its_first_task_was_claimed() -> None:
+    z = zombie()
+    z.paused = True
+    assert not z.observe_epochs(rows({17: 1, 18: 4}), 102.0, give_up=LIMIT)
+    assert z.observe_epochs(rows({17: 1, 18: 4}), 104.0, give_up=LIMIT)
+    assert z.reclaimed == {18: 4}

@@ -25,7 +25,6 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-
 #: How long a paused zombie waits after its first task was claimed for the others to be.
 PAUSE_WAIT_SECS = 2.0
 

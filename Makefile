@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 NOX_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test test-matrix pytest lint demo bench screenshots clean distclean
+.PHONY: help venv test test-matrix pytest lint demo bench screenshots mutation clean distclean
 
 help:
 	@echo "make venv   create .venv: rivet with every extra, and the dev dependency group"
@@ -18,6 +18,7 @@ help:
 	@echo "make demo   run the demo on SQLite files in demo/"
 	@echo "make bench  the benchmark: bench/results.md, results.json, throughput.png (BENCH_SOAK, BENCH_PREFETCH, BENCH_ARGS)"
 	@echo "make screenshots  the admin's browser tests, saving their screenshots into docs/img/"
+	@echo "make mutation  each guard of each SQL store removed in turn: conformance + 3 chaos seeds"
 	@echo "make clean  remove caches, build output and demo/ (distclean: .venv too)"
 
 venv: $(STAMP)
@@ -90,6 +91,15 @@ BENCH_ARGS ?=
 bench: venv
 	$(VPY) scripts/find_postgres.py run -- \
 		$(VPY) manage.py rivet_chaos bench --soak $(BENCH_SOAK) --prefetch $(BENCH_PREFETCH) $(BENCH_ARGS)
+
+# The mutation matrix (docs/chaos.md): each mutant in tests/mutation removes one guard of a SQL
+# store; it must fail the conformance suite and (PostgreSQL) the chaos verdict of a quick run on
+# each of MUTATION_SEEDS. Prints the table; exit 1 names any mutant that was not caught.
+MUTATION_SEEDS ?= 1,2,3
+MUTATION_ARGS ?=
+mutation: venv
+	$(VPY) scripts/find_postgres.py run -- \
+		$(VPY) -m tests.mutation.matrix --seeds $(MUTATION_SEEDS) $(MUTATION_ARGS)
 
 clean:
 	rm -rf demo build dist .pytest_cache .ruff_cache .nox *.egg-info

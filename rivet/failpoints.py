@@ -11,6 +11,12 @@ so a chaos run that failed can be repeated. The points, in the order a task meet
 - ``after_effect_before_ack``: the handler returned (its effect happened); the ack is not sent.
   This is the window that makes duplicate deliveries.
 - ``after_ack``: the task is done.
+
+``RIVET_FAILPOINT_ACTION=stop`` makes a point stop the process (SIGSTOP) instead of aborting
+it: a pause, as a VM freeze or a long garbage collection makes, at a chosen moment, once (the
+point is disarmed as it fires). Whoever continues it (SIGCONT) sees the write it was about to
+make arrive late, under the lease it held when it stopped; the chaos harness uses it to send
+stale acks through the fence.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -28,6 +35,7 @@ from rivet.errors import RivetConfigError
 
 ENV_VAR = "RIVET_FAILPOINT"
 SEED_VAR = "RIVET_FAILPOINT_SEED"
+ACTION_VAR = "RIVET_FAILPOINT_ACTION"
 POINTS = ("after_claim", "before_effect", "after_effect_before_ack", "after_ack")
 FORMAT = "name:probability[,name:probability], e.g. after_effect_before_ack:1.0"
 
@@ -72,6 +80,25 @@ def parse_seed(text: str | None) -> int | None:
         ) from None
 
 
+def stop_self() -> None:
+    """SIGSTOP this process; it goes on from here when something sends it SIGCONT."""
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
+#: What a firing point does, by RIVET_FAILPOINT_ACTION (default abort).
+ACTIONS: dict[str, Callable[[], Any]] = {"abort": os.abort, "stop": stop_self}
+
+
+def parse_action(text: str | None) -> Callable[[], Any]:
+    """The action RIVET_FAILPOINT_ACTION names (unset or empty: abort)."""
+    name = (text or "abort").strip() or "abort"
+    if name not in ACTIONS:
+        raise FailpointConfigError(
+            f"{ACTION_VAR} must be one of {', '.join(ACTIONS)}, got {text!r}; unset it to abort"
+        )
+    return ACTIONS[name]
+
+
 class Failpoints:
     """A set of armed points and the seeded random source that decides when they fire."""
 
@@ -90,7 +117,11 @@ class Failpoints:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Failpoints:
         """Points armed by RIVET_FAILPOINT, seeded by RIVET_FAILPOINT_SEED."""
-        return cls(parse(environ.get(ENV_VAR, "")), seed=parse_seed(environ.get(SEED_VAR)))
+        return cls(
+            parse(environ.get(ENV_VAR, "")),
+            seed=parse_seed(environ.get(SEED_VAR)),
+            abort=parse_action(environ.get(ACTION_VAR)),
+        )
 
     def should_fire(self, name: str) -> bool:
         prob = self.armed.get(name, 0.0)
@@ -104,7 +135,11 @@ class Failpoints:
         if name not in POINTS:
             raise ValueError(f"unknown failpoint {name!r}; known: {', '.join(POINTS)}")
         if self.should_fire(name):
-            logs.event("failpoint_fired", logging.CRITICAL, point=name, then="SIGABRT")
+            stopping = self._abort is stop_self
+            if stopping:  # a pause happens once: continued, the process goes on unarmed
+                self.armed.pop(name, None)
+            then = "SIGSTOP" if stopping else "SIGABRT"
+            logs.event("failpoint_fired", logging.CRITICAL, point=name, then=then)
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()
             self._abort()

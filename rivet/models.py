@@ -39,6 +39,11 @@ class Task(models.Model):
     #: The producer's W3C trace context ({"traceparent": ..., "tracestate": ...}) when it
     #: enqueued inside a trace (rivet.tracing); the worker's attempt spans are its children.
     trace_context = models.JSONField(null=True, blank=True, editable=False)
+    #: The epoch and owner named by the last decision a settle applied (ack, retry, burial);
+    #: on a done or dead task, the write that finished it. The chaos verifier checks that it
+    #: is the epoch the task held: a stale write applied through a broken fence shows here.
+    settled_epoch = models.BigIntegerField(null=True, blank=True)
+    settled_by = models.CharField(max_length=200, null=True, blank=True)
 
     class Meta:
         db_table = "rivet_task"

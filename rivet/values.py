@@ -230,6 +230,9 @@ class TaskRecord:
     errors: list[dict[str, Any]] = field(default_factory=list)
     #: The producer's W3C trace context, or None (rivet.tracing).
     trace_context: dict[str, str] | None = None
+    #: The epoch and owner of the last decision a settle applied (None: none yet).
+    settled_epoch: int | None = None
+    settled_by: str | None = None
 
 
 #: A queue's done tasks are counted up to this many; past it a store may give the database's

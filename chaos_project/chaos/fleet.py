@@ -24,7 +24,14 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from chaos_project.chaos.pidfd import Child, describe_exit
-from chaos_project.chaos.plan import FAILPOINT, FAILPOINT_PROBABILITY, KILL, KINDS, Planned
+from chaos_project.chaos.plan import (
+    FAILPOINT,
+    FAILPOINT_PROBABILITY,
+    KILL,
+    KINDS,
+    PAUSE_POINT,
+    Planned,
+)
 from rivet.errors import RivetError
 
 EXIT_BAD_OPTION = 2  # rivet_worker: a bad option or RIVET_FAILPOINT; restarting cannot help
@@ -101,6 +108,8 @@ class WorkerProcess:
     term_sent: bool = False
     frozen: bool = False  # SIGSTOPped, not yet continued
     watched: bool = False  # a zombie whose verdict is still open: leave it alone
+    pausing: bool = False  # armed to stop itself at its ack (a pausing zombie), not yet stopped
+    paused: bool = False  # it stopped itself at its ack
     started: bool = False  # its log says worker_started: it claims tasks
 
     def ready(self) -> bool:
@@ -120,6 +129,27 @@ class WorkerProcess:
 
     def fields(self) -> dict[str, Any]:
         return {"slot": self.slot, "owner": self.owner, "pid": self.child.pid}
+
+    def own_exit(self) -> str | None:
+        """The reason the worker logged for ending on its own (stuck handlers, or a stop with
+        a non-zero exit code), if its log holds one: a signal that ended it afterwards (a
+        planned kill) must not hide that it was leaving anyway."""
+        try:
+            text = self.child.log_path.read_text(errors="replace")
+        except OSError:
+            return None
+        for raw in reversed(text.splitlines()):
+            if '"event"' not in raw:
+                continue
+            try:
+                record = json.loads(raw[raw.index("{") :])
+            except ValueError:
+                continue
+            if record.get("event") == "too_many_abandoned":
+                return f"gave up: {record.get('abandoned', '?')} handler(s) stuck"
+            if record.get("event") == "worker_stopped" and record.get("exit_code"):
+                return f"stopping with exit {record['exit_code']}"
+        return None
 
 
 class Fleet:
@@ -162,22 +192,30 @@ class Fleet:
         for slot in range(self.size):
             self.start(slot)
 
-    def start(self, slot: int, failpoint_seed: int | None = None) -> WorkerProcess:
+    def start(
+        self, slot: int, failpoint_seed: int | None = None, *, pause: bool = False
+    ) -> WorkerProcess:
+        """Start the slot's worker: armed to abort at its failpoint (``failpoint_seed``), or to
+        stop itself there once (``pause``: a pausing zombie), or clean."""
         self.generations[slot] += 1
         owner = f"chaos-w{slot}-g{self.generations[slot]}"
         env = dict(self.env)
         if failpoint_seed is not None:
             env["RIVET_FAILPOINT"] = f"after_effect_before_ack:{FAILPOINT_PROBABILITY}"
             env["RIVET_FAILPOINT_SEED"] = str(failpoint_seed)
+        if pause:
+            env["RIVET_FAILPOINT"] = f"{PAUSE_POINT}:1.0"
+            env["RIVET_FAILPOINT_ACTION"] = "stop"
         args = [*self.worker_args, "--owner", owner]
         log_path = self.log_dir / f"{owner}.log"
         if self.command is None:
             child = Child(env=env, log_path=log_path, main=lambda: worker_main(args, env))
         else:
             child = Child([*self.command, *args], env=env, log_path=log_path)
-        proc = WorkerProcess(slot=slot, owner=owner, child=child, armed=failpoint_seed is not None)
+        armed = failpoint_seed is not None
+        proc = WorkerProcess(slot=slot, owner=owner, child=child, armed=armed, pausing=pause)
         self.slots[slot] = proc
-        self.log.add("start", armed=proc.armed, **proc.fields())
+        self.log.add("start", armed=armed, pausing=pause, **proc.fields())
         return proc
 
     # -- observing ---------------------------------------------------------------------------
@@ -193,6 +231,18 @@ class Fleet:
 
     def armed_count(self) -> int:
         return sum(1 for p in self.alive() if p.armed)
+
+    def pausing_count(self) -> int:
+        return sum(1 for p in self.alive() if p.pausing)
+
+    def newly_paused(self) -> list[WorkerProcess]:
+        """Pausing workers that have stopped themselves at their point: now frozen zombies."""
+        paused = [p for p in self.alive() if p.pausing and p.child.stopped()]
+        for proc in paused:
+            proc.pausing = False
+            proc.paused = proc.frozen = proc.watched = True
+            self.log.add("paused", point=PAUSE_POINT, **proc.fields())
+        return paused
 
     def reap(self) -> None:
         """Reap exited workers, count what killed them, and restart their slots."""
@@ -211,6 +261,10 @@ class Fleet:
         code = proc.child.returncode
         if code == -signal.SIGKILL and proc.kill_sent:
             self.log.add(KILL, **proc.fields())
+            own = proc.own_exit()
+            if own is not None:  # it was leaving on its own when the kill came
+                status = f"{own}, then {describe_exit(code)} by the harness"
+                self.log.add("exit", status=status, expected=False, **proc.fields())
         elif code == -signal.SIGABRT and proc.armed:
             self.log.add(FAILPOINT, **proc.fields())
         else:
@@ -238,7 +292,8 @@ class Fleet:
 
     @staticmethod
     def _free(proc: WorkerProcess) -> bool:
-        busy = proc.frozen or proc.armed or proc.watched or proc.kill_sent or proc.term_sent
+        busy = proc.frozen or proc.armed or proc.pausing or proc.watched
+        busy = busy or proc.kill_sent or proc.term_sent
         return proc.child.returncode is None and not busy
 
     def kill(self, slot: int) -> bool:
@@ -248,13 +303,14 @@ class Fleet:
         proc.kill_sent = True
         return True
 
-    def arm(self, slot: int, failpoint_seed: int) -> bool:
-        """Retire the slot's worker (SIGTERM: it finishes its tasks) for an armed one."""
+    def arm(self, slot: int, failpoint_seed: int | None, *, pause: bool = False) -> bool:
+        """Retire the slot's worker (SIGTERM: it finishes its tasks) for an armed one (or, with
+        ``pause``, one that stops itself at its point)."""
         proc = self.slots[slot]
         if proc is None or not self._terminate(proc):
             return False
         self.retiring.append(proc)
-        self.start(slot, failpoint_seed=failpoint_seed)
+        self.start(slot, failpoint_seed=failpoint_seed, pause=pause)
         return True
 
     def freeze(self, slot: int) -> WorkerProcess | None:
@@ -279,11 +335,21 @@ class Fleet:
             self.thaw(proc)
 
     def disarm(self) -> None:
-        """Replace every armed worker with a clean one."""
+        """Replace every armed (or still pausing) worker with a clean one."""
         for proc in self.alive():
-            if proc.armed and self._terminate(proc):
+            if (proc.armed or proc.pausing) and self._terminate(proc):
                 self.retiring.append(proc)
                 self.start(proc.slot)
+
+    def _continue_if_it_pauses(self, proc: WorkerProcess) -> None:
+        """A pausing worker told to stop may still reach its point as it finishes its tasks
+        and stop itself there: continue it (its point fires once), so it can exit."""
+        deadline = self.clock() + STOP_TIMEOUT_SECS
+        while proc.child.poll() is None and self.clock() < deadline:
+            if proc.child.stopped():
+                proc.child.send(signal.SIGCONT)
+                return
+            time.sleep(0.05)
 
     def _terminate(self, proc: WorkerProcess) -> bool:
         proc.term_sent = self._signal(proc, signal.SIGTERM)
@@ -305,6 +371,8 @@ class Fleet:
             if not proc.term_sent:  # a second SIGTERM makes a worker exit at once (128 + 15)
                 proc.term_sent = proc.child.terminate()
         for proc in procs:
+            if proc.pausing:
+                self._continue_if_it_pauses(proc)
             proc.child.stop(STOP_TIMEOUT_SECS, terminated=True)
         self.retiring.clear()
         self.slots = [None] * self.size

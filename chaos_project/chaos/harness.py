@@ -114,6 +114,7 @@ class ChaosRun:
         self.options = options
         self.say = say
         self.seed = options.seed if options.seed is not None else chaos_plan.new_seed()
+        self.planned: dict[str, int] = {}
         # -- faults hook: the opt-in faults (--faults); with none, every hook does nothing --
         self.faults = FaultSet(
             options.faults, seed=self.seed, duration=options.duration, say=self.say
@@ -156,6 +157,7 @@ class ChaosRun:
             )
             self._check_effect_store(service_url, expected=verdict.figures.effects_written)
             timeline = read_timeline(log, queue=o.queue, duration=o.duration)
+        self.planned = plan.counts()
         result = self._finish(verdict, log, log_dir, outcome, time.monotonic() - started)
         return replace(result, timeline=timeline)
 
@@ -334,7 +336,7 @@ class ChaosRun:
             f"{planned[FAILPOINT]} / zombie {planned[ZOMBIE]}; tasks released as they are "
             f"claimed, at most {o.backlog()} waiting"
         )
-        pacer = Pacer(total=o.tasks, window=o.backlog())
+        pacer = Pacer(total=o.tasks, window=o.backlog(), spread=o.duration)
         loop = ChaosLoop(
             fleet=fleet,
             plan=plan,
@@ -361,6 +363,8 @@ class ChaosRun:
                 self.say(f"drained in {loop.now() - drain_started:.1f} s")
         finally:
             self.faults.stop()  # no fault outlives the chaos (stop is idempotent)
+            if self.faults in loop.sources:  # the chaos raised: the error is the one to see
+                loop.sources.remove(self.faults)
             loop.close()
             fleet.stop_all()
         return loop.outcome
@@ -386,6 +390,7 @@ class ChaosRun:
             armed=(armed, reached),
             wall_secs=wall,
             faults=self.options.faults,
+            planned=self.planned,
         )
         lines = report_lines(verdict, chaos) + self.faults.report_lines(log.records)
         self.say("")

@@ -131,7 +131,7 @@ class ChaosLoop:
         outstanding = self._scalar(queries.PENDING_COUNT, {"queue": self.queue})
         if not self.pacer.finished_releasing:
             ready = self._scalar(queries.READY_COUNT, {"queue": self.queue})
-            released = self.pacer.take(ready)
+            released = self.pacer.take(ready, now)
             if released:
                 self.release(released)
                 outstanding += len(released)
@@ -155,6 +155,8 @@ class ChaosLoop:
         if not self.can_break_one():
             return False
         if event.kind == ZOMBIE:
+            if event.pause:
+                return self.pause_zombie(event)
             return self.stop_zombie(event, now)
         if event.kind == KILL:
             slot = self.fleet.pick(event, self._holds_leases())
@@ -192,7 +194,7 @@ class ChaosLoop:
         At most half the workers are stopped at once: the others must take the stopped
         workers' tasks while they sleep.
         """
-        if len(self.open) + len(self.settling) >= max(1, self.fleet.size // 2):
+        if not self._zombie_room():
             return False
         slot = self.fleet.pick(event, self._holds_leases())
         proc = self.fleet.freeze(slot) if slot is not None else None
@@ -201,6 +203,24 @@ class ChaosLoop:
         self.settling.append((proc, now))
         return True
 
+    def _zombie_room(self) -> bool:
+        """At most half the workers stopped (or about to stop themselves) at once."""
+        stopping = len(self.open) + len(self.settling) + self.fleet.pausing_count()
+        return stopping < max(1, self.fleet.size // 2)
+
+    def pause_zombie(self, event: Planned) -> bool:
+        """Replace a worker that holds leases with one that stops itself at its first ack.
+
+        Its ack is decided and not yet written when it stops; once another worker has claimed
+        the task it is continued, and that late ack must be refused by the fence: the write a
+        random SIGSTOP (mostly inside a handler, then refused by the heartbeat's check in the
+        worker itself) seldom sends through the store's guards.
+        """
+        if not self._zombie_room() or self.pacer.finished_releasing:
+            return False
+        slot = self.fleet.pick(event, self._holds_leases())
+        return slot is not None and self.fleet.arm(slot, None, pause=True)
+
     def _settle(self, now: float) -> None:
         """Read what each zombie stopped SETTLE_SECS ago holds; continue one holding nothing."""
         for proc, stopped_at in list(self.settling):
@@ -208,9 +228,18 @@ class ChaosLoop:
                 continue
             self.settling.remove((proc, stopped_at))
             params = {"queue": self.queue, "owner": proc.owner}
-            held = dict(self._rows(queries.HELD_BY_OWNER, params))
+            rows = self._rows(queries.HELD_BY_OWNER, params)
+            held = {task: epoch for task, epoch, _ in rows}
+            paused, proc.paused = proc.paused, False  # a later zombie of it is a SIGSTOP
             if proc.child.returncode is None and held:
-                zombie = Zombie(owner=proc.owner, slot=proc.slot, held=held, stopped_at=stopped_at)
+                zombie = Zombie(
+                    owner=proc.owner,
+                    slot=proc.slot,
+                    held=held,
+                    stopped_at=stopped_at,
+                    attempts={task: attempts for task, _, attempts in rows},
+                    paused=paused,
+                )
                 self.open.append(zombie)
                 self.fleet.log.add("stop", held=zombie.record()["held"], **proc.fields())
                 continue
@@ -222,11 +251,13 @@ class ChaosLoop:
                 self.waiting.append(Planned(at=now, kind=ZOMBIE, slot=proc.slot))
 
     def follow_zombies(self, now: float) -> None:
+        self.settling += [(proc, now) for proc in self.fleet.newly_paused()]
         self._settle(now)
         if not self.open:
             return
         ids = [task for z in self.open if z.phase is Phase.STOPPED for task in z.held]
-        epochs = dict(self._rows(queries.TASK_EPOCHS, {"ids": ids})) if ids else {}
+        rows = self._rows(queries.TASK_EPOCHS, {"ids": ids}) if ids else []
+        epochs = {task: (epoch, attempts) for task, epoch, attempts in rows}
         owners = [z.owner for z in self.open if z.phase is Phase.WOKEN]
         fenced: dict[str, set[tuple[int, int]]] = {}
         if owners:

@@ -6,6 +6,12 @@ them, so the fence is never tested. The pacer therefore keeps at most ``window``
 (enqueued, visible and not yet claimed): each tick it releases as many as the workers claimed
 since the last one, however fast or slow the machine is. Tasks in flight do not count: a
 stopped or dead worker's leases must not starve the healthy workers of work.
+
+With ``spread`` (the chaos's seconds), releases also keep to a schedule: by ``now`` seconds at
+most ``window`` plus ``now / spread`` of the total. On a machine that finishes tasks faster
+than the run lasts, the tasks would otherwise be gone halfway through and the events planned
+for the second half would find no worker holding a lease to break; spread over the chaos,
+tasks are in flight whenever an event is due. A slower machine is paced by the window alone.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ class Pacer:
     total: int
     window: int
     released: int = 0
+    spread: float = 0.0
+    """Seconds over which to spread the releases (0: as fast as the workers claim)."""
 
     def __post_init__(self) -> None:
         if self.window < 1:
@@ -29,12 +37,15 @@ class Pacer:
     def finished_releasing(self) -> bool:
         return self.released >= self.total
 
-    def due(self, outstanding: int) -> int:
+    def due(self, outstanding: int, now: float = 0.0) -> int:
         """How many to release now (never more than what remains, never below zero)."""
-        return max(0, min(self.window - outstanding, self.total - self.released))
+        limit = self.total
+        if self.spread > 0 and now < self.spread:
+            limit = min(limit, self.window + int(self.total * now / self.spread))
+        return max(0, min(self.window - outstanding, limit - self.released))
 
-    def take(self, outstanding: int) -> range:
-        """The indexes of the tasks to release now, counted as released."""
+    def take(self, outstanding: int, now: float = 0.0) -> range:
+        """The indexes of the tasks to release now (``now``: seconds into the chaos)."""
         start = self.released
-        self.released += self.due(outstanding)
+        self.released += self.due(outstanding, now)
         return range(start, self.released)

@@ -162,6 +162,14 @@ class Child:
         self._close()
         return code
 
+    def stopped(self) -> bool:
+        """True while the child is stopped (by SIGSTOP, its own included): /proc says "T"."""
+        try:
+            with open(f"/proc/{self.pid}/stat") as stat:
+                return stat.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+        except (OSError, IndexError):
+            return False
+
     def terminate(self) -> bool:
         """SIGCONT (a stopped child cannot act on SIGTERM) then SIGTERM; False if it is gone."""
         self.send(signal.SIGCONT)

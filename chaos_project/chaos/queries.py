@@ -27,15 +27,20 @@ WHERE queue = %(queue)s AND state = 'pending' AND visible_at > now() AND lease_o
 GROUP BY lease_owner
 """
 
-#: What one worker holds right now (SIGSTOPped: its leases cannot change until it runs again).
+#: What one worker holds right now (SIGSTOPped: its leases cannot change until it runs again):
+#: each task's epoch and attempts. Only live leases: a task whose lease had lapsed before the
+#: stop (its worker could not heartbeat, e.g. no database connection) may be claimed at once
+#: and its attempt already given up by its worker, with nothing left to write.
 HELD_BY_OWNER = """
-SELECT id, lease_epoch
+SELECT id, lease_epoch, attempts
 FROM rivet_task
 WHERE queue = %(queue)s AND state = 'pending' AND lease_owner = %(owner)s
+    AND visible_at > now()
 """
 
-#: The lease epoch of each of these tasks (a claim by anyone raises it).
-TASK_EPOCHS = "SELECT id, lease_epoch FROM rivet_task WHERE id = ANY(%(ids)s)"
+#: The lease epoch and attempts of each of these tasks. Every claim, by anyone, adds one to
+#: attempts (whatever it does to the epoch), so a rise in attempts is a claim.
+TASK_EPOCHS = "SELECT id, lease_epoch, attempts FROM rivet_task WHERE id = ANY(%(ids)s)"
 
 #: The writes the fence refused for these owners: (owner, task, the stale epoch).
 FENCED_BY_OWNERS = """
@@ -73,6 +78,38 @@ SELECT
     max(attempts) AS max_attempts
 FROM rivet_task
 WHERE queue = %(queue)s
+"""
+
+#: A finished task whose finishing write is not the one that held it: settled_epoch (the
+#: epoch the applied decision named) differs from the epoch the task held, or a worker's
+#: decision (settled_by not '': a claim's or sweep's burial names no worker) came from another
+#: owner than the lease's. A stale write was applied through the fence. Sample and count. A
+#: row no settle statement finished (settled_epoch NULL: done before migration 0009, or set by
+#: hand) has nothing to judge.
+STALE_SETTLED_WHERE = """
+queue = %(queue)s AND state <> 'pending' AND settled_epoch IS NOT NULL
+    AND (
+        settled_epoch <> lease_epoch
+        OR (settled_by <> '' AND settled_by IS DISTINCT FROM lease_owner)
+    )
+"""
+STALE_SETTLED = f"""
+SELECT
+    (SELECT count(*) FROM rivet_task WHERE {STALE_SETTLED_WHERE}),
+    (
+        SELECT coalesce(array_agg(sample ORDER BY sample), '{{}}')
+        FROM (
+            SELECT format(
+                'task %%s %%s by %%s at epoch %%s (held: epoch %%s, owner %%s)', id, state,
+                coalesce(settled_by, '?'), coalesce(settled_epoch::text, 'none'),
+                lease_epoch, coalesce(lease_owner, 'none')
+            ) AS sample
+            FROM rivet_task
+            WHERE {STALE_SETTLED_WHERE}
+            ORDER BY id
+            LIMIT 5
+        ) AS samples
+    )
 """
 
 #: The effect keys of a queue's done effect tasks (the key the effect kinds send).

@@ -66,6 +66,7 @@ def run_summary(
     armed: tuple[int, int],
     wall_secs: float,
     faults: tuple[str, ...] = (),
+    planned: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """One run as plain data: the campaign's table row and the --json document."""
     f = verdict.figures
@@ -76,6 +77,7 @@ def run_summary(
         "failed": verdict.failed_codes(),
         "violations": [f"{v.code}: {v.message}" for v in verdict.violations],
         "events": {kind: chaos.get(kind, 0) for kind in KINDS},
+        "planned": dict(planned) if planned is not None else None,
         "not_carried_out": dict(outcome.not_carried_out),
         "zombies": zombies,
         "zombie_verdicts": [z.record() for z in outcome.zombies],
@@ -106,7 +108,19 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
         "could not be made to bite (tried again)",
         f"failpoints: {fp['armed']} workers armed, {fp['reached']} reached after_effect_before_ack",
     ]
+    planned = summary.get("planned")
+    if planned:
+        lines.append(planned_line(planned, missed))
     if any(missed.values()):
         detail = " / ".join(f"{kind} {missed.get(kind, 0)}" for kind in KINDS)
         lines.append(f"events not carried out (no worker to break before the end): {detail}")
     return lines
+
+
+def planned_line(planned: Mapping[str, int], missed: Mapping[str, int]) -> str:
+    """Planned events against those carried out, by kind, and the share carried out."""
+    total = sum(planned.values())
+    done = {kind: planned.get(kind, 0) - missed.get(kind, 0) for kind in KINDS}
+    share = 100.0 * sum(done.values()) / total if total else 100.0
+    detail = " / ".join(f"{kind} {done[kind]} of {planned.get(kind, 0)}" for kind in KINDS)
+    return f"planned events: {sum(done.values())} of {total} carried out ({share:.0f} %): {detail}"

@@ -5,12 +5,17 @@
   wrong key with it; any other effect is known by its key.
 - S2 no task done without its effect: every done effect task's key has an effect row.
 - L1 nothing left pending: every task ended done or dead.
-- F2 the fence fired and was handled: at least one fenced write was recorded, and every zombie
-  whose task another worker claimed while it slept had its late write refused and recorded.
-  Zero fails the run: it means no worker ever wrote with a lease it had lost, so the fencing
-  token was never tested and the other three lines describe a system that was not under the
-  pressure claimed. A zombie whose stale write was not refused fails it too: the write went
-  through (a fence that does not hold) or was never made.
+- F2 the fence fired and was handled, in three parts:
+  - per task: for every task a stopped worker held and another worker claimed while it slept,
+    that worker's late write to it was refused and recorded (every such task, not any one;
+    the run's zombie watch reads ``rivet_fenced_write`` and hands over the count that was not);
+  - no stale write applied: every finished task carries, in ``settled_epoch`` and
+    ``settled_by``, the epoch and owner of the decision that finished it, and they are the
+    epoch (and owner) the task held. A stale ack that went through the fence shows here even
+    when something else was fenced;
+  - at least one fenced write was recorded. Zero fails the run: no worker ever wrote with a
+    lease it had lost, so the fencing token was never tested and the other lines describe a
+    system that was not under the pressure claimed.
 
 Every figure is read from the two databases; none comes from what the harness intended.
 """
@@ -44,6 +49,9 @@ class Figures:
     dead_poison: int
     dead_other: int
     fenced_writes: int
+    stale_settled: int = 0
+    """Finished tasks whose finishing write named another epoch or owner than the task held."""
+    stale_samples: tuple[str, ...] = ()
 
     @property
     def dead_lettered(self) -> int:
@@ -66,7 +74,7 @@ class Verdict:
         return not self.violations
 
     def failed_codes(self) -> list[str]:
-        return [v.code for v in self.violations]
+        return list(dict.fromkeys(v.code for v in self.violations))
 
 
 def effect_connection(url: str) -> psycopg.Connection:
@@ -89,6 +97,8 @@ def read_figures(*, queue: str, effect_database_url: str, using: str = "default"
         enqueued, done, pending, lost, poison, dead, fenced, _ = cursor.fetchone()
         cursor.execute(queries.DONE_EFFECT_KEYS, {"queue": queue, "kinds": list(EFFECT_KINDS)})
         done_keys = {row[0] for row in cursor.fetchall()}
+        cursor.execute(queries.STALE_SETTLED, {"queue": queue})
+        stale, samples = cursor.fetchone()
     with effect_connection(effect_database_url) as effect_db:
         written, duplicates = effect_db.execute(queries.EFFECT_FIGURES).fetchone()
         effect_keys = {row[0] for row in effect_db.execute(queries.EFFECT_KEYS)}
@@ -103,6 +113,8 @@ def read_figures(*, queue: str, effect_database_url: str, using: str = "default"
         dead_poison=poison,
         dead_other=dead - lost - poison,
         fenced_writes=fenced,
+        stale_settled=stale,
+        stale_samples=tuple(samples),
     )
 
 
@@ -133,13 +145,23 @@ def judge(figures: Figures, *, drain_note: str = "", unfenced_zombies: int = 0) 
                 + (f" ({drain_note})" if drain_note else ""),
             )
         )
+    if figures.stale_settled:
+        found.append(
+            Violation(
+                "F2",
+                f"{figures.stale_settled} finished task(s) were finished by a write naming "
+                "another epoch or owner than the task held: a stale write went through the "
+                "fence (" + "; ".join(figures.stale_samples) + ")",
+            )
+        )
     if unfenced_zombies:
         found.append(
             Violation(
                 "F2",
                 f"{unfenced_zombies} zombie(s) woke after another worker had claimed their "
-                "task, and no refused write was recorded for them: a stale write went through "
-                "the fence, or the woken worker never wrote",
+                "tasks, and for at least one of those tasks no refused write of theirs was "
+                "recorded: a stale write went through the fence, or the woken worker never "
+                "wrote",
             )
         )
     elif figures.fenced_writes == 0:

@@ -1,16 +1,20 @@
 """A zombie event from SIGSTOP to its verdict: stopped, reclaimed by another worker, woken, fenced.
 
 A zombie is a worker stopped (SIGSTOP) while it holds leases. It is kept stopped until another
-worker has claimed one of its tasks, which the harness sees as that task's ``lease_epoch``
-rising in the queue database (no fixed sleep: the wait is as long as this machine needs). Then
-it is continued (SIGCONT); its late write for that task must be refused by the fence and
-recorded in ``rivet_fenced_write`` under its owner and its stale epoch.
+worker has claimed one of its tasks, which the harness sees as that task's ``attempts`` rising
+in the queue database (every claim adds one, whatever it does to the epoch; no fixed sleep: the
+wait is as long as this machine needs). Then it is continued (SIGCONT); its late write for
+*every* task claimed from it must be refused by the fence and recorded in
+``rivet_fenced_write`` under its owner and its stale epoch. A claim that did not raise the
+epoch is recorded too: then the stale write cannot be refused.
 
 Outcomes:
 
-- ``fenced``: the stale write was refused and recorded. The only good ending.
-- ``unfenced``: its task was claimed again, it woke, and no refused write was recorded for it
-  within the bound: a stale write went through (or was never made). F2 fails.
+- ``fenced``: a stale write was refused and recorded for each task claimed from it. The only
+  good ending.
+- ``unfenced``: its tasks were claimed again, it woke, and for at least one of them no refused
+  write was recorded within the bound: a stale write went through (or was never made). F2
+  fails.
 - ``not bitten``: nobody claimed its tasks while it was stopped (within the bound), or it held
   nothing once stopped. Nothing was tested: reported, and the zombie event is tried again.
 """
@@ -20,6 +24,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+#: How long a paused zombie waits after its first task was claimed for the others to be.
+PAUSE_WAIT_SECS = 2.0
 
 
 class Phase(enum.Enum):
@@ -43,9 +50,16 @@ class Zombie:
     slot: int
     held: dict[int, int]
     stopped_at: float
+    attempts: dict[int, int] = field(default_factory=dict)
+    """Each held task's attempts when it stopped (a later claim raises them)."""
     phase: Phase = Phase.STOPPED
     reclaimed: dict[int, int] = field(default_factory=dict)
-    """Held tasks another worker claimed while it slept: {task id: the newer epoch}."""
+    """Held tasks another worker claimed while it slept: {task id: the epoch it then held}."""
+    fenced: set[int] = field(default_factory=set)
+    """Reclaimed tasks whose stale write was refused and recorded."""
+    paused: bool = False
+    """It stopped itself at its ack (its late write is an ack), not by the harness's SIGSTOP."""
+    first_reclaim_at: float | None = None
     woken_at: float | None = None
     ended_at: float | None = None
     note: str = ""
@@ -54,8 +68,10 @@ class Zombie:
     def done(self) -> bool:
         return self.phase in FINAL
 
-    def observe_epochs(self, epochs: Mapping[int, int], now: float, *, give_up: float) -> bool:
-        """Note the held tasks' epochs now; True when the zombie should be continued.
+    def observe_epochs(
+        self, rows: Mapping[int, tuple[int, int]], now: float, *, give_up: float
+    ) -> bool:
+        """Note the held tasks' (epoch, attempts) now; True when the zombie should be continued.
 
         ``give_up``: seconds stopped after which it is continued even if nothing was
         reclaimed (then it did not bite, and the event is tried again).
@@ -63,9 +79,13 @@ class Zombie:
         if self.phase is not Phase.STOPPED:
             return False
         self.reclaimed = {
-            task: epochs[task] for task, epoch in self.held.items() if epochs.get(task, 0) > epoch
+            task: rows[task][0]
+            for task, epoch in self.held.items()
+            if task in rows and self._claimed_since(task, epoch, *rows[task])
         }
-        if self.reclaimed:
+        if self.reclaimed and self.first_reclaim_at is None:
+            self.first_reclaim_at = now
+        if self.reclaimed and self._ready_to_wake(now):
             self.phase, self.woken_at = Phase.WOKEN, now
             return True
         if now - self.stopped_at >= give_up:
@@ -73,24 +93,46 @@ class Zombie:
             return True
         return False
 
+    def _ready_to_wake(self, now: float) -> bool:
+        """A SIGSTOPped zombie wakes at the first reclaim. A paused one holds an ack for one of
+        its tasks, which need not be the first one taken: it waits until every task it holds
+        was claimed (they lapse together), or PAUSE_WAIT_SECS after the first, so that its
+        ack meets the guard instead of a lease that is still its own."""
+        if not self.paused or len(self.reclaimed) == len(self.held):
+            return True
+        assert self.first_reclaim_at is not None
+        return now - self.first_reclaim_at >= PAUSE_WAIT_SECS
+
+    def _claimed_since(self, task: int, epoch: int, now_epoch: int, now_attempts: int) -> bool:
+        if task in self.attempts:
+            return now_attempts > self.attempts[task]
+        return now_epoch > epoch
+
     def observe_fenced(self, fenced: set[tuple[int, int]], now: float, *, give_up: float) -> None:
         """Note the (task, epoch) writes of this owner the fence refused; decide when due.
 
-        ``give_up``: seconds after waking with no refused write recorded before it is judged
-        unfenced.
+        Fenced once every reclaimed task has its refused write; ``give_up``: seconds after
+        waking before a zombie still missing one is judged unfenced.
         """
         if self.phase is not Phase.WOKEN:
             return
-        hits = sorted(task for task in self.reclaimed if (task, self.held[task]) in fenced)
-        if hits:
-            self._end(Phase.FENCED, now, "stale write refused for task " + _ids(hits))
+        self.fenced = {task for task in self.reclaimed if (task, self.held[task]) in fenced}
+        missing = sorted(set(self.reclaimed) - self.fenced)
+        if not missing:
+            refused = _ids(sorted(self.fenced))
+            self._end(Phase.FENCED, now, f"stale write refused for task {refused}")
         elif now - self.woken_at >= give_up:
+            refused = f" (refused: {_ids(sorted(self.fenced))})" if self.fenced else ""
             self._end(
                 Phase.UNFENCED,
                 now,
-                f"task {_ids(sorted(self.reclaimed))} claimed again, and no refused write "
-                f"was recorded within {give_up:g} s of waking",
+                f"task {_ids(missing)} claimed again{self._same_epoch(missing)}, and no refused "
+                f"write was recorded for it within {give_up:g} s of waking{refused}",
             )
+
+    def _same_epoch(self, tasks: list[int]) -> str:
+        same = [task for task in tasks if self.reclaimed[task] <= self.held[task]]
+        return f" (task {_ids(same)} without a new epoch)" if same else ""
 
     def lost(self, now: float, why: str) -> None:
         """The process ended before a verdict (killed by hand, or the run ended)."""
@@ -103,8 +145,9 @@ class Zombie:
     def describe(self) -> str:
         held = ", ".join(f"{task}@{epoch}" for task, epoch in sorted(self.held.items()))
         stopped = (self.woken_at or self.ended_at or self.stopped_at) - self.stopped_at
+        how = "paused at its ack" if self.paused else "stopped"
         return (
-            f"zombie {self.owner}: held {held}; stopped {stopped:.1f} s; "
+            f"zombie {self.owner}: held {held}; {how} {stopped:.1f} s; "
             f"{self.phase.value}: {self.note}"
         )
 
@@ -113,6 +156,8 @@ class Zombie:
             "owner": self.owner,
             "held": {str(task): epoch for task, epoch in self.held.items()},
             "reclaimed": {str(task): epoch for task, epoch in self.reclaimed.items()},
+            "fenced": sorted(self.fenced),
+            "paused": self.paused,
             "outcome": self.phase.value,
             "note": self.note,
         }

@@ -199,3 +199,35 @@ def check_flush_without_a_claim_or_without_decisions(h: Harness) -> None:
     expect_eq(get(h, second).attempts, 0, "the other task was not claimed")
     nothing = h.store.task_settle_and_claim([], queues=[q], owner="w1", limit=0, lease_ttl=TTL)
     expect_eq((nothing.settled, nothing.batch.claimed), ([], []), "an empty flush")
+
+
+@check()
+def check_settle_records_the_epoch_and_owner_that_finished_a_task(h: Harness) -> None:
+    q = fresh_queue()
+    acked, retried, buried = (enqueue(h, q, max_attempts=3) for _ in range(3))
+    leases = {c.task_id: c for c in claim(h, q, owner="w1", limit=3)}
+    h.store.task_settle(
+        [
+            succeeded(leases[acked], {"n": 1}),
+            failed(leases[retried], "boom", 0.0),
+            failed_permanently(leases[buried], "ValueError: bad input"),
+        ]
+    )
+    for task_id in (acked, retried, buried):
+        row = get(h, task_id)
+        expect_eq(
+            (row.settled_epoch, row.settled_by),
+            (leases[task_id].epoch, "w1"),
+            f"settled_epoch and settled_by of task {task_id} after w1's decision",
+        )
+    again = claim_one(h, q, owner="w2")
+    expect_eq(again.task_id, retried, "the retried task is claimed again")
+    stale = Ack(lease=Lease(task_id=retried, epoch=leases[retried].epoch, owner="w1"))
+    expect_eq(h.store.task_settle([stale]), [Settled.FENCED], "w1's ack after w2's claim")
+    h.store.task_settle([succeeded(again, {"n": 2})])
+    row = get(h, retried)
+    expect_eq(
+        (row.state, row.settled_epoch, row.settled_by, row.lease_epoch),
+        ("done", again.epoch, "w2", again.epoch),
+        "a task finished by w2's ack carries w2's epoch, the epoch the task held",
+    )

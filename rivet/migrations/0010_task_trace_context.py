@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("rivet", "0008_task_table_settings"),
+        ("rivet", "0009_task_settled_epoch"),
     ]
 
     operations = [

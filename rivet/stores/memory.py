@@ -207,9 +207,15 @@ class MemoryStore(Store):
         row = {**vars(task), "payload": _copy(task.payload)}
         return v.Claimed.from_row({**row, "trace_context": _copy(task.trace_context)}, owner)
 
-    def _bury(self, task: v.TaskRecord, error: str, now: datetime) -> None:
+    def _bury(self, task: v.TaskRecord, error: str, now: datetime, owner: str = "") -> None:
         self._tasks[task.id] = dataclasses.replace(
-            task, state="dead", last_error=error, errors=_errors(task, error, now), updated_at=now
+            task,
+            state="dead",
+            last_error=error,
+            errors=_errors(task, error, now),
+            updated_at=now,
+            settled_epoch=task.lease_epoch,
+            settled_by=owner,
         )
 
     def _held(self, lease: v.Lease) -> v.TaskRecord | None:
@@ -248,16 +254,17 @@ class MemoryStore(Store):
             return v.Settled.FENCED
         if task.cancel_requested:
             error = decision.error if isinstance(decision, v.Bury) else v.CANCELLED_SUFFIX
-            self._bury(task, error, now)
+            self._bury(task, error, now, lease.owner)
             return v.Settled.CANCELLED
+        if isinstance(decision, v.Bury):
+            self._bury(task, decision.error, now, lease.owner)
+            return v.Settled.BURIED
+        task = dataclasses.replace(task, settled_epoch=lease.epoch, settled_by=lease.owner)
         if isinstance(decision, v.Ack):
             self._tasks[task.id] = dataclasses.replace(
                 task, state="done", result=_copy(decision.result), last_error="", updated_at=now
             )
             return v.Settled.ACKED
-        if isinstance(decision, v.Bury):
-            self._bury(task, decision.error, now)
-            return v.Settled.BURIED
         assert isinstance(decision, v.Retry)
         self._tasks[task.id] = dataclasses.replace(
             task,

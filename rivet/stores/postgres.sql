@@ -157,7 +157,8 @@ RETURNING t.id, t.cancel_requested
 -- statement (one round trip, one commit). Each decision is fenced by its own epoch; a refused
 -- one is recorded as a fenced write. A task an operator cancelled is buried as cancelled
 -- whatever was decided; an ack clears last_error, a retry or burial sets it and appends
--- {attempt, at, error} to errors (newest errors_kept kept). A doomed task the claim meets
+-- {attempt, at, error} to errors (newest errors_kept kept); the decision's epoch and owner
+-- are written as settled_epoch and settled_by. A doomed task the claim meets
 -- (attempts used up, or cancelled) is buried by the same statement, under the lock it took.
 -- Rows: one per leased task (position NULL), one per applied decision or burial (positions
 -- 1..n are the worker's decisions, later ones the claim's burials); wakes on retries.
@@ -242,6 +243,8 @@ applied AS (
             )
         END,
         lease_owner = CASE WHEN d.state = 'pending' THEN NULL ELSE t.lease_owner END,
+        settled_epoch = d.epoch,
+        settled_by = d.owner,
         visible_at = CASE
             WHEN d.state = 'pending' THEN now() + make_interval(secs => d.delay)
             ELSE t.visible_at
@@ -288,7 +291,7 @@ SELECT
     id, queue, kind, payload::text AS payload, idem_key, unique_key, state, attempts,
     max_attempts, lease_epoch, lease_owner, visible_at, priority, created_at, updated_at,
     last_error, result::text AS result, cancel_requested, errors::text AS errors,
-    trace_context::text AS trace_context
+    trace_context::text AS trace_context, settled_epoch, settled_by
 FROM rivet_task
 WHERE id = %(task_id)s
 
@@ -298,7 +301,7 @@ SELECT
     id, queue, kind, payload::text AS payload, idem_key, unique_key, state, attempts,
     max_attempts, lease_epoch, lease_owner, visible_at, priority, created_at, updated_at,
     last_error, result::text AS result, cancel_requested, errors::text AS errors,
-    trace_context::text AS trace_context
+    trace_context::text AS trace_context, settled_epoch, settled_by
 FROM rivet_task
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
     AND (%(state)s::text IS NULL OR state = %(state)s)

@@ -88,7 +88,8 @@ RETURNING id, cancel_requested;
 -- Apply one decision under its epoch. A row an operator cancelled is buried as cancelled
 -- whatever was decided; the caller records a fence when no row comes back. An ack clears
 -- last_error; a retry or burial sets it and appends {attempt, at, error} to errors, keeping
--- the newest :errors_kept entries.
+-- the newest :errors_kept entries. The decision's epoch and owner become settled_epoch and
+-- settled_by.
 UPDATE rivet_task SET
     state = CASE WHEN cancel_requested THEN 'dead' ELSE :state END,
     result = CASE WHEN :state = 'done' AND NOT cancel_requested THEN :result ELSE result END,
@@ -113,6 +114,8 @@ UPDATE rivet_task SET
         )
     END,
     lease_owner = CASE WHEN :state = 'pending' THEN NULL ELSE lease_owner END,
+    settled_epoch = :epoch,
+    settled_by = :owner,
     visible_at = CASE
         WHEN :state = 'pending'
             THEN strftime('%Y-%m-%d %H:%M:%f', 'now', printf('%+.6f seconds', :delay))
@@ -135,7 +138,7 @@ VALUES (
 -- One task row by id.
 SELECT id, queue, kind, payload, idem_key, unique_key, state, attempts, max_attempts,
     lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error, result, cancel_requested,
-    errors, trace_context
+    errors, trace_context, settled_epoch, settled_by
 FROM rivet_task
 WHERE id = :task_id;
 
@@ -143,7 +146,7 @@ WHERE id = :task_id;
 -- Task rows filtered by queue and state (NULL = any), oldest id first.
 SELECT id, queue, kind, payload, idem_key, unique_key, state, attempts, max_attempts,
     lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error, result, cancel_requested,
-    errors, trace_context
+    errors, trace_context, settled_epoch, settled_by
 FROM rivet_task
 WHERE (:queue IS NULL OR queue = :queue) AND (:state IS NULL OR state = :state)
 ORDER BY id

@@ -85,3 +85,26 @@ def test_verifier_fails_when_the_fence_never_fired(effect_db, effect_database_ur
     add_effect(effect_db, "once")
     with pytest.raises(CommandError, match=r"invariants failed: F2$"):
         verify(effect_database_url)
+
+
+def test_a_stale_write_applied_fails_f2_even_when_writes_were_fenced(
+    effect_db, effect_database_url
+):
+    """The finishing write's epoch and owner (settled_epoch, settled_by) must be the lease's."""
+    stale = effect_task("stale", "done")
+    add_effect(effect_db, "stale")
+    Task.objects.filter(pk=stale).update(
+        lease_epoch=2, lease_owner="new", settled_epoch=1, settled_by="zombie"
+    )
+    FencedWrite.objects.create(task_id=stale, queue=QUEUE, op="ack", owner="new", epoch=2)
+    with pytest.raises(CommandError, match=r"invariants failed: F2$"):
+        verify(effect_database_url)
+
+    Task.objects.filter(pk=stale).update(settled_epoch=2, settled_by="zombie")  # owner only
+    with pytest.raises(CommandError, match=r"invariants failed: F2$"):
+        verify(effect_database_url)
+
+    Task.objects.filter(pk=stale).update(settled_by="new")
+    assert "every invariant held" in verify(effect_database_url)
+    Task.objects.filter(pk=stale).update(state="dead", settled_by="")  # a claim's burial
+    assert "every invariant held" in verify(effect_database_url)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from django.db import connection
 
@@ -23,12 +25,14 @@ def test_a_django_task_runs_on_a_worker_process_and_its_result_comes_back(worker
     assert result.return_value == 5
 
 
-def backends_on(database: str) -> int:
-    """Connections to ``database`` other than this test's own."""
+def backends_of(application_name: str) -> int:
+    """Live client connections that name themselves ``application_name`` (one worker's: libpq
+    reads PGAPPNAME from its environment), not another process's, nor one already closing."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
-            [database],
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+            "AND backend_type = 'client backend' AND pid <> pg_backend_pid()",
+            [application_name],
         )
         return cursor.fetchone()[0]
 
@@ -36,14 +40,15 @@ def backends_on(database: str) -> int:
 @pytest.mark.parametrize("pool_size", [3, 8])
 def test_pool_size_bounds_the_connections_a_worker_holds(workers, pool_size):
     results = [count_tasks_slowly.enqueue(400) for _ in range(6)]
+    name = f"rivet-pool-test-{uuid.uuid4().hex[:12]}"
     worker = workers.start(
-        "--queue", "default", "--concurrency", "6", "--pool-size", str(pool_size)
+        *("--queue", "default", "--concurrency", "6", "--pool-size", str(pool_size)),
+        env=workers.env(PGAPPNAME=name),
     )
-    database = connection.settings_dict["NAME"]
     peak = 0
     for result in results:
         while True:
-            peak = max(peak, backends_on(database))
+            peak = max(peak, backends_of(name))
             result.refresh()
             if result.status == TaskResultStatus.SUCCESSFUL:
                 break

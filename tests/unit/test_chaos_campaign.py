@@ -47,3 +47,16 @@ def test_summary_lines_say_how_many_zombies_were_fenced_and_failpoints_reached()
     assert "1 could not be made to bite (tried again)" in lines[0]
     assert lines[1] == "failpoints: 4 workers armed, 4 reached after_effect_before_ack"
     assert len(lines) == 2  # nothing was left undone
+
+
+def test_summary_lines_put_the_events_carried_out_beside_those_planned() -> None:
+    summary = row(3) | {
+        "planned": {"kill": 13, "failpoint": 17, "zombie": 13},
+        "not_carried_out": {"kill": 1, "failpoint": 0, "zombie": 2},
+    }
+    lines = summary_lines(summary)
+    assert lines[2] == (
+        "planned events: 40 of 43 carried out (93 %): kill 12 of 13 / failpoint 17 of 17 / "
+        "zombie 11 of 13"
+    )
+    assert lines[3].endswith("kill 1 / failpoint 0 / zombie 2")

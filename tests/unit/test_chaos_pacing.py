@@ -47,3 +47,18 @@ def test_more_outstanding_than_the_window_releases_nothing() -> None:
 def test_a_window_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="window must be >= 1"):
         Pacer(total=10, window=0)
+
+
+def test_with_a_spread_releases_keep_to_the_schedule_of_the_chaos() -> None:
+    pacer = Pacer(total=500, window=16, spread=15.0)
+    assert len(pacer.take(outstanding=0, now=0.0)) == 16  # the window: the workers start
+    assert len(pacer.take(outstanding=0, now=0.1)) == 3  # 16 + 500 * 0.1 / 15 = 19 by now
+    assert pacer.take(outstanding=0, now=0.1) == range(19, 19)  # fast workers wait
+    for _ in range(100):  # each tick the workers claimed all that was ready
+        pacer.take(outstanding=0, now=7.5)
+    assert pacer.released == 16 + 250  # half the chaos: half the tasks (and the window)
+    pacer.take(outstanding=0, now=15.0)
+    assert pacer.released == 16 + 250 + 16  # past the spread only the window limits
+    for _ in range(100):
+        pacer.take(outstanding=0, now=20.0)
+    assert pacer.finished_releasing

@@ -9,18 +9,25 @@ LIMIT = 10.0
 
 
 def zombie() -> Zombie:
-    return Zombie(owner="chaos-w1-g2", slot=1, held={17: 1, 18: 3}, stopped_at=100.0)
+    return Zombie(
+        owner="chaos-w1-g2", slot=1, held={17: 1, 18: 3}, attempts={17: 1, 18: 3}, stopped_at=100.0
+    )
+
+
+def rows(epochs: dict[int, int]) -> dict[int, tuple[int, int]]:
+    """The (epoch, attempts) the queue shows: a claim that raised the epoch raised attempts."""
+    return {task: (epoch, epoch) for task, epoch in epochs.items()}
 
 
 def test_stays_stopped_while_nobody_claimed_its_tasks() -> None:
     z = zombie()
-    assert not z.observe_epochs({17: 1, 18: 3}, 101.0, give_up=LIMIT)
+    assert not z.observe_epochs(rows({17: 1, 18: 3}), 101.0, give_up=LIMIT)
     assert z.phase is Phase.STOPPED and not z.done
 
 
 def test_is_woken_once_another_worker_claimed_one_of_its_tasks() -> None:
     z = zombie()
-    assert z.observe_epochs({17: 1, 18: 4}, 102.5, give_up=LIMIT)
+    assert z.observe_epochs(rows({17: 1, 18: 4}), 102.5, give_up=LIMIT)
     assert z.phase is Phase.WOKEN
     assert z.reclaimed == {18: 4}
     assert z.woken_at == 102.5
@@ -28,7 +35,7 @@ def test_is_woken_once_another_worker_claimed_one_of_its_tasks() -> None:
 
 def test_the_recorded_refusal_of_its_stale_write_makes_it_fenced() -> None:
     z = zombie()
-    z.observe_epochs({17: 1, 18: 4}, 102.0, give_up=LIMIT)
+    z.observe_epochs(rows({17: 1, 18: 4}), 102.0, give_up=LIMIT)
     z.observe_fenced(set(), 102.1, give_up=LIMIT)
     assert z.phase is Phase.WOKEN  # not yet: the write may still be on its way
     z.observe_fenced({(18, 3)}, 102.3, give_up=LIMIT)
@@ -38,14 +45,14 @@ def test_the_recorded_refusal_of_its_stale_write_makes_it_fenced() -> None:
 
 def test_a_refusal_at_another_epoch_or_task_does_not_count() -> None:
     z = zombie()
-    z.observe_epochs({17: 1, 18: 4}, 102.0, give_up=LIMIT)
+    z.observe_epochs(rows({17: 1, 18: 4}), 102.0, give_up=LIMIT)
     z.observe_fenced({(18, 4), (17, 1)}, 103.0, give_up=LIMIT)  # 17 was never reclaimed
     assert z.phase is Phase.WOKEN
 
 
 def test_no_refusal_within_the_bound_after_waking_is_unfenced() -> None:
     z = zombie()
-    z.observe_epochs({17: 1, 18: 4}, 102.0, give_up=LIMIT)
+    z.observe_epochs(rows({17: 1, 18: 4}), 102.0, give_up=LIMIT)
     z.observe_fenced(set(), 102.0 + LIMIT, give_up=LIMIT)
     assert z.phase is Phase.UNFENCED
     assert "no refused write" in z.note
@@ -53,7 +60,7 @@ def test_no_refusal_within_the_bound_after_waking_is_unfenced() -> None:
 
 def test_nobody_reclaiming_within_the_bound_is_not_bitten_and_it_is_continued() -> None:
     z = zombie()
-    assert z.observe_epochs({17: 1, 18: 3}, 100.0 + LIMIT, give_up=LIMIT)
+    assert z.observe_epochs(rows({17: 1, 18: 3}), 100.0 + LIMIT, give_up=LIMIT)
     assert z.phase is Phase.NOT_BITTEN and z.done
     assert "nobody claimed" in z.note
 
@@ -61,7 +68,7 @@ def test_nobody_reclaiming_within_the_bound_is_not_bitten_and_it_is_continued() 
 def test_a_process_lost_while_stopped_did_not_bite_and_while_woken_is_unfenced() -> None:
     stopped, woken = zombie(), zombie()
     stopped.lost(101.0, "gone")
-    woken.observe_epochs({18: 4}, 101.0, give_up=LIMIT)
+    woken.observe_epochs(rows({18: 4}), 101.0, give_up=LIMIT)
     woken.lost(102.0, "gone")
     assert stopped.phase is Phase.NOT_BITTEN
     assert woken.phase is Phase.UNFENCED
@@ -69,9 +76,47 @@ def test_a_process_lost_while_stopped_did_not_bite_and_while_woken_is_unfenced()
 
 def test_a_verdict_is_final() -> None:
     z = zombie()
-    z.observe_epochs({18: 4}, 101.0, give_up=LIMIT)
+    z.observe_epochs(rows({18: 4}), 101.0, give_up=LIMIT)
     z.observe_fenced({(18, 3)}, 101.5, give_up=LIMIT)
     z.observe_fenced(set(), 200.0, give_up=LIMIT)
     z.lost(201.0, "gone")
     assert z.phase is Phase.FENCED
     assert z.record()["outcome"] == "fenced"
+
+
+def test_every_reclaimed_task_needs_its_refused_write_not_any_one() -> None:
+    z = zombie()
+    z.observe_epochs(rows({17: 2, 18: 4}), 102.0, give_up=LIMIT)
+    assert z.reclaimed == {17: 2, 18: 4}
+    z.observe_fenced({(18, 3)}, 102.5, give_up=LIMIT)
+    assert z.phase is Phase.WOKEN  # 17's write is still missing
+    z.observe_fenced({(18, 3)}, 102.0 + LIMIT, give_up=LIMIT)
+    assert z.phase is Phase.UNFENCED
+    assert z.note.startswith("task 17 claimed again") and "refused: 18" in z.note
+    assert z.record()["fenced"] == [18]
+
+
+def test_a_claim_that_kept_the_epoch_is_a_reclaim_and_is_named() -> None:
+    z = zombie()
+    assert z.observe_epochs({17: (1, 1), 18: (3, 4)}, 102.0, give_up=LIMIT)
+    assert z.reclaimed == {18: 3}
+    z.observe_fenced(set(), 102.0 + LIMIT, give_up=LIMIT)
+    assert z.phase is Phase.UNFENCED
+    assert "task 18 without a new epoch" in z.note
+
+
+def test_a_paused_zombie_waits_until_every_task_it_holds_was_claimed() -> None:
+    z = zombie()
+    z.paused = True
+    assert not z.observe_epochs(rows({17: 1, 18: 4}), 102.0, give_up=LIMIT)
+    assert z.phase is Phase.STOPPED  # its ack may be for 17, whose lease is still its own
+    assert z.observe_epochs(rows({17: 2, 18: 4}), 102.5, give_up=LIMIT)
+    assert z.reclaimed == {17: 2, 18: 4}
+
+
+def test_a_paused_zombie_wakes_a_while_after_its_first_task_was_claimed() -> None:
+    z = zombie()
+    z.paused = True
+    assert not z.observe_epochs(rows({17: 1, 18: 4}), 102.0, give_up=LIMIT)
+    assert z.observe_epochs(rows({17: 1, 18: 4}), 104.0, give_up=LIMIT)
+    assert z.reclaimed == {18: 4}

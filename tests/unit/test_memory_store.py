@@ -25,7 +25,7 @@ class AckIgnoresEpoch(MemoryStore):
 
 
 class NeverBuries(MemoryStore):
-    def _bury(self, task, error, now) -> None:
+    def _bury(self, task, error, now, owner="") -> None:
         pass
 
 

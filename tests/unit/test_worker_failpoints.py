@@ -5,6 +5,8 @@ In-process against a MemoryStore (helpers in worker_kit.py).
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from rivet.failpoints import FailpointConfigError, Failpoints, fires, parse, parse_seed
@@ -71,3 +73,44 @@ def test_a_seed_makes_failpoint_draws_repeatable():
 
     assert draws(7) == draws(7)
     assert draws(7) != draws(8)
+
+
+def test_the_action_variable_chooses_abort_or_stop_and_refuses_anything_else():
+    from rivet.failpoints import ACTION_VAR, stop_self
+
+    armed = {"RIVET_FAILPOINT": "after_ack:1.0"}
+    assert Failpoints.from_env(armed)._abort is os.abort
+    assert Failpoints.from_env({**armed, ACTION_VAR: "stop"})._abort is stop_self
+    with pytest.raises(FailpointConfigError, match="RIVET_FAILPOINT_ACTION must be one of"):
+        Failpoints.from_env({**armed, ACTION_VAR: "pause"})
+
+
+def test_a_stopping_point_stops_the_process_and_it_goes_on_when_continued():
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = (
+        "from rivet.failpoints import Failpoints\n"
+        "points = Failpoints.from_env()\n"
+        "points.fire('after_ack')\n"
+        "points.fire('after_ack')\n"
+        "print('continued', flush=True)\n"
+    )
+    env = {**os.environ, "RIVET_FAILPOINT": "after_ack:1.0", "RIVET_FAILPOINT_ACTION": "stop"}
+    child = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE)
+    try:
+        for _ in range(200):
+            with open(f"/proc/{child.pid}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] == "T":
+                    break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the child never stopped at its point")
+        child.send_signal(signal.SIGCONT)
+        out, _ = child.communicate(timeout=30)
+    finally:
+        child.kill()
+    assert child.returncode == 0
+    assert out.decode().strip() == "continued"  # once: the second fire did not stop it

@@ -1,0 +1,55 @@
+"""The mutation matrix, conformance half: every mutant (one guard of a SQL store removed, see
+tests.mutation) fails at least one rivet.conformance check, and which ones is reported.
+
+Two rows run in every suite; ``make mutation`` runs them all (RIVET_MUTATION_MATRIX=1), with
+each mutant's chaos runs, and writes the table of docs/chaos.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import traceback
+
+import pytest
+
+from rivet.conformance import Harness, checks_for
+from tests.mutation import MUTATIONS, applied
+
+#: The rows every suite runs: one per SQL store.
+ALWAYS = ("postgres-ack", "sqlite-retry")
+ALL_ROWS = os.environ.get("RIVET_MUTATION_MATRIX") == "1"
+#: A JSON-lines file each row appends its findings to (make mutation's table reads it).
+REPORT = os.environ.get("RIVET_MUTATION_REPORT")
+
+MARKS = {
+    "sqlite": [pytest.mark.django_db(databases=["default", "sqlite"], transaction=True)],
+    "postgres": [pytest.mark.django_db(transaction=True)],
+}
+
+
+def _params() -> list:
+    params = []
+    for name, mutation in MUTATIONS.items():
+        marks = list(MARKS[mutation.store])
+        if not ALL_ROWS and name not in ALWAYS:
+            marks.append(pytest.mark.skip(reason="a row of make mutation (the whole matrix)"))
+        params.append(pytest.param(mutation.store, name, marks=marks, id=name))
+    return params
+
+
+@pytest.mark.parametrize(("harness", "mutant"), _params(), indirect=["harness"])
+def test_every_mutant_fails_the_conformance_suite(harness: Harness, mutant: str) -> None:
+    failed: dict[str, str] = {}
+    with applied(mutant):
+        for name, check in checks_for(harness):
+            try:
+                check(harness)
+            except Exception as exc:  # noqa: BLE001 - any failure of a check is a catch
+                failed[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                if not isinstance(exc, AssertionError):
+                    failed[name] += " | " + traceback.format_exc(limit=1).splitlines()[-1][:100]
+    if REPORT:
+        with open(REPORT, "a", encoding="utf-8") as out:
+            out.write(json.dumps({"mutant": mutant, "conformance": sorted(failed)}) + "\n")
+    assert failed, f"mutant {mutant} passed every conformance check: the suite misses it"

@@ -210,7 +210,11 @@ class AttemptErrorSerializer(serializers.Serializer):
 
 
 class TaskSerializer(serializers.ModelSerializer):
-    """A snapshot of one task row: the model's columns, less the internal cancel mark."""
+    """A snapshot of one task row: the model's columns, less the internal ones.
+
+    Left out: the cancel mark (a leased task shows it by dying), the producer's trace context
+    (rivet.tracing's, not the API's) and the settle audit (the chaos verifier's evidence).
+    """
 
     errors = AttemptErrorSerializer(
         many=True, help_text="every failed attempt of the whole life, oldest first, bounded"
@@ -218,7 +222,7 @@ class TaskSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Task
-        exclude = ("cancel_requested",)
+        exclude = ("cancel_requested", "trace_context", "settled_epoch", "settled_by")
         extra_kwargs = {
             "last_error": {"help_text": "why the current life is failing; empty once done"}
         }

@@ -3,7 +3,8 @@
 Each cell installs rivet with every extra, the ``test`` dependency group and one Django series
 on one Python, then runs the whole suite through ``scripts/find_postgres.py``, as ``make test``
 does, on databases of its own (``<name>_py312`` beside the ``<name>`` that DATABASE_URL names),
-so cells never share one.
+so cells never share one. The ``wheel`` tests (minutes of fresh virtualenvs) run in one cell
+only, the one marked ``wheel``, and in ``make test``; the others say so and leave them out.
 
 ``nox -l`` lists the cells; ``nox -s py3.12-django6.0`` runs one; arguments after ``--`` go to
 pytest. Interpreters: ``RIVET_PYTHON_3_12=/path/to/python3.12`` names one; otherwise pyenv's
@@ -39,6 +40,9 @@ class Cell:
 
     python: str
     django: str
+    #: Runs the ``wheel`` tests (the sdist/wheel built and installed into fresh virtualenvs,
+    #: the adopter's project): minutes each, so one cell runs them, besides ``make test``.
+    wheel: bool = False
 
     @property
     def name(self) -> str:
@@ -55,7 +59,8 @@ class Cell:
 
 # The README's "Supported versions" table and pyproject's classifiers state this matrix;
 # tests/unit/test_supported_matrix.py keeps the three in step.
-MATRIX = (Cell("3.11", "5.2"), Cell("3.12", "6.0"), Cell("3.13", "6.1"))
+MATRIX = (Cell("3.11", "5.2"), Cell("3.12", "6.0"), Cell("3.13", "6.1", wheel=True))
+WHEEL_CELL = next(cell for cell in MATRIX if cell.wheel)
 
 _PROBE = "import ensurepip, sys; print('%d.%d' % sys.version_info[:2])"
 
@@ -179,9 +184,16 @@ def run_cell(session: nox.Session, cell: Cell) -> None:
             f"{django_version}, not Python {cell.python} and Django {cell.django}"
         )
     session.log(f"{cell.name}: Python {python_version}, Django {django_version}")
+    selection: list[str] = []
+    if not cell.wheel and not session.posargs:
+        selection = ["-m", "not wheel"]
+        session.log(
+            f"{cell.name}: the wheel tests (-m wheel) are left out here; they run in "
+            f"the {WHEEL_CELL.name} cell and in `make test`"
+        )
     session.run(
-        python, "scripts/find_postgres.py", "run", "--", python, "-m", "pytest", *session.posargs,
-        env=cell_environment(cell),
+        python, "scripts/find_postgres.py", "run", "--", python, "-m", "pytest", *selection,
+        *session.posargs, env=cell_environment(cell),
     )  # fmt: skip
 
 

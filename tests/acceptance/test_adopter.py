@@ -366,9 +366,11 @@ for name in ("chaos_project", "effect_project", "tests.settings"):
 for task_id in (1, 2):
     task = rivet.get_task(task_id)
     print(task.kind, task.queue, task.state, task.result)
+from rivet.errors import UnknownKind
+
 try:
     rivet.enqueue("billing.invocie", {})
-except rivet.UnknownKind as exc:
+except UnknownKind as exc:
     print("refused", exc.code)
 print(rivet.get_task(3))
 """

@@ -40,7 +40,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "rivet.urls",
         ),
     ),
-    ("producer", ("rivet.producer", "rivet.testing", "rivet.effect_client")),
+    ("producer", ("rivet.producer", "rivet.testing", "effect_project.client")),
     ("worker", ("rivet.worker",)),
     ("jobs", ("rivet.jobs",)),
     ("conformance", ("rivet.conformance",)),
@@ -50,7 +50,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "values, errors, conf",
         (
             "rivet.conf",
-            "rivet.dbconfig",
+            "effect_project.dbconfig",
             "rivet.dberrors",
             "rivet.errors",
             "rivet.extras",
@@ -229,7 +229,7 @@ def test_the_error_tree_depends_on_no_other_rivet_module():
     assert import_graph()["rivet.errors"] == frozenset()
 
 
-@pytest.mark.parametrize("piece", ["rivet.testing", "rivet.effect_client"])
+@pytest.mark.parametrize("piece", ["rivet.testing", "effect_project.client"])
 def test_no_module_of_the_library_imports_the_fake_or_the_demo_client(piece):
     importers = sorted(module for module, targets in import_graph().items() if piece in targets)
     assert importers == [], f"{piece} is imported by {importers}"

@@ -1,4 +1,4 @@
-"""Child processes the demo and the harness start: the effect service and workers."""
+"""The child processes of the demo, the chaos harness and the bench: effect service, workers."""
 
 from __future__ import annotations
 

@@ -122,7 +122,7 @@ def test_the_wheel_ships_rivet_only_with_its_data_files(dist):
         line.split(":", 1)[1].strip() for line in fields if line.startswith("Provides-Extra:")
     )
     # The repository's own tools are dependency groups, never published extras.
-    assert extras == ["api", "binary", "metrics", "pool"], extras
+    assert extras == ["api", "binary", "metrics", "otel", "pool"], extras
     assert any(line.startswith("Classifier: Development Status :: ") for line in fields)
     urls = [line for line in fields if line.startswith("Project-URL:")]
     assert {line.split(":", 1)[1].split(",")[0].strip() for line in urls} >= {

@@ -15,8 +15,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connections
 
-from chaos_project.services import EffectService, child_env, free_port, run_worker
-from rivet.effect_client import fetch_verify
+from chaos_project.kit.services import EffectService, child_env, free_port, run_worker
+from effect_project.client import fetch_verify
 from rivet.errors import RivetError
 from rivet.producer import enqueue, resolve_store
 from rivet.values import TaskRecord

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.conf import settings
 
-from rivet.effect_client import EffectRejected, EffectResponse, post_effect
+from effect_project.client import EffectRejected, EffectResponse, post_effect
 from rivet.errors import Permanent
 from rivet.failpoints import failpoint, fires
 from rivet.jobs import JobContext, job

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import environ
 
-from rivet.dbconfig import database_from_url
+from effect_project.dbconfig import database_from_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -108,6 +108,8 @@ RIVET = {
     "JOB_MODULES": ["chaos_project.effect_kind", "chaos_project.chaos_kinds"],
     # Prometheus may scrape rivet/metrics/ with "Authorization: Bearer <token>" when set.
     "METRICS_TOKEN": env("RIVET_METRICS_TOKEN", default=None),
+    # The chaos harness and the demo arm crash points in their workers (RIVET_FAILPOINT).
+    "FAILPOINTS": True,
 }
 
 # Django's own @task functions run on rivet too (django.tasks on Django 6, the backport on 5.2).

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import environ
 
-from rivet.dbconfig import database_from_url
+from effect_project.dbconfig import database_from_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 

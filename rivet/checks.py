@@ -25,6 +25,9 @@ _STORES = ("auto", "memory", "sqlite", "postgres")
 #: Most failed attempts a task's errors list may keep (each entry up to MAX_ERROR_LENGTH).
 MAX_ERRORS_KEPT_LIMIT = 1000
 
+#: The settings that are True or False.
+_FLAGS = ("ALLOW_UNKNOWN_KINDS", "FAILPOINTS")
+
 
 @register()
 def check_rivet_settings(app_configs=None, **kwargs):
@@ -57,14 +60,12 @@ def check_rivet_settings(app_configs=None, **kwargs):
                 id="rivet.E002",
             )
         )
-    if not isinstance(rivet_settings.ALLOW_UNKNOWN_KINDS, bool):
-        errors.append(
-            Error(
-                "RIVET['ALLOW_UNKNOWN_KINDS'] must be True or False, "
-                f"got {rivet_settings.ALLOW_UNKNOWN_KINDS!r}",
-                id="rivet.E002",
+    for key in _FLAGS:
+        value = getattr(rivet_settings, key)
+        if not isinstance(value, bool):
+            errors.append(
+                Error(f"RIVET[{key!r}] must be True or False, got {value!r}", id="rivet.E002")
             )
-        )
     if rivet_settings.STORE not in _STORES:
         errors.append(
             Error(

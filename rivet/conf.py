@@ -53,6 +53,8 @@ DEFAULTS: dict[str, Any] = {
     "API_BULK_MAX": 1000,
     # A bearer token that may read rivet/metrics/ without a user (None: users only).
     "METRICS_TOKEN": None,
+    # Whether workers honour RIVET_FAILPOINT (rivet.failpoints): only for tests and chaos runs.
+    "FAILPOINTS": False,
 }
 
 

@@ -2,9 +2,9 @@
 
 The library's errors are defined here; the most used are exported by ``rivet`` too. The errors
 of the pieces around the library live with them, still under RivetError: the test fake's
-``rivet.testing.NotAFake``, the effect client's ``rivet.effect_client.EffectError`` (and its
-``EffectRejected``, ``EffectUnavailable``), ``rivet.failpoints.FailpointConfigError`` and the
-worker options' ``rivet.worker.options.OptionError``.
+``rivet.testing.NotAFake``, ``rivet.failpoints.FailpointConfigError`` and the worker options'
+``rivet.worker.options.OptionError`` (the repository's effect client, which is not shipped, roots
+its errors here too).
 """
 
 from django.core.exceptions import ImproperlyConfigured

@@ -17,6 +17,11 @@ it: a pause, as a VM freeze or a long garbage collection makes, at a chosen mome
 point is disarmed as it fires). Whoever continues it (SIGCONT) sees the write it was about to
 make arrive late, under the lease it held when it stopped; the chaos harness uses it to send
 stale acks through the fence.
+
+Failpoints are off unless the project enables them: ``RIVET = {"FAILPOINTS": True}`` (the test
+settings and the chaos host project do). Off, nothing fires whatever the environment says, and
+``rivet_worker`` refuses to start (exit 2, one line) when RIVET_FAILPOINT is set, so a variable
+left in a production environment cannot abort a worker, nor be believed armed when it is not.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rivet import logs
+from rivet.conf import rivet_settings
 from rivet.errors import RivetConfigError
 
 ENV_VAR = "RIVET_FAILPOINT"
@@ -145,6 +151,28 @@ class Failpoints:
             self._abort()
 
 
+def enabled() -> bool:
+    """Whether this project lets failpoints fire: ``RIVET["FAILPOINTS"]`` is True."""
+    return rivet_settings.FAILPOINTS is True
+
+
+def from_settings(environ: Mapping[str, str] = os.environ) -> Failpoints:
+    """The points a worker honours: RIVET_FAILPOINT's when enabled, else none.
+
+    Raises FailpointConfigError when RIVET_FAILPOINT is set in a project that does not enable
+    failpoints: the variable would otherwise be silently ignored.
+    """
+    if enabled():
+        return Failpoints.from_env(environ)
+    if environ.get(ENV_VAR, "").strip():
+        raise FailpointConfigError(
+            f"{ENV_VAR} is set but failpoints are off in this project; unset it, or set "
+            "RIVET['FAILPOINTS'] = True in the settings of a test or chaos project (never in "
+            "production)"
+        )
+    return Failpoints()
+
+
 _active: Failpoints | None = None
 _active_lock = threading.Lock()
 
@@ -158,11 +186,11 @@ def install(points: Failpoints) -> Failpoints:
 
 
 def active() -> Failpoints:
-    """The process-wide set, read from the environment on first use."""
+    """The process-wide set, read from the environment on first use (when enabled)."""
     global _active
     with _active_lock:
         if _active is None:
-            _active = Failpoints.from_env()
+            _active = Failpoints.from_env() if enabled() else Failpoints()
         return _active
 
 

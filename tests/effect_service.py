@@ -28,7 +28,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from chaos_project import services
+from chaos_project.kit import services
 
 REPO = Path(__file__).resolve().parents[1]
 EFFECT_TABLES = ("effects_effect", "rivet_idempotency_record")

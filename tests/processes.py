@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from chaos_project.services import database_url
+from chaos_project.kit.services import database_url
 
 MANAGE = Path(__file__).resolve().parents[1] / "manage.py"
 KEEP_VARIABLES = ("RIVET_TEST_TMPDIR",)

@@ -1,4 +1,8 @@
-"""Settings for the test suite: the host project's settings, on PostgreSQL, plus a SQLite alias.
+"""Settings for the test suite, on PostgreSQL, plus a SQLite alias.
+
+The tests' own settings: the apps, URLs and job kinds of the host project (chaos_project), whose
+admin, API and demo kinds the tests drive, with failpoints enabled, fast password hashing and
+``rivet.idempotency`` installed.
 
 ``default`` is PostgreSQL for the tests that need a database (``make test`` finds or starts a
 server and exports DATABASE_URL); unit tests need none and run whatever it names. Django tests
@@ -14,9 +18,107 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from chaos_project.settings import *  # noqa: F403
-from chaos_project.settings import DATABASES, RIVET
-from rivet.dbconfig import SQLITE_OPTIONS
+import environ
+
+from effect_project.dbconfig import SQLITE_OPTIONS, database_from_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+if env.bool("RIVET_READ_DOTENV", default=True):
+    environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+SECRET_KEY = "rivet-tests-only-not-a-secret"
+DEBUG = False
+ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "rivet",
+    "chaos_project",
+    # The reusable dedup piece is tested on the host project's own views too (with real users).
+    "rivet.idempotency",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "chaos_project.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+DATABASES = {
+    "default": database_from_url(
+        env("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'rivet.sqlite3'}")
+    ),
+}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.BasicAuthentication",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_THROTTLE_RATES": {},
+}
+
+EFFECT_SERVICE_URL = env("EFFECT_SERVICE_URL", default="http://127.0.0.1:8081")
+
+RIVET = {
+    "JOB_MODULES": ["chaos_project.effect_kind", "chaos_project.chaos_kinds"],
+    "METRICS_TOKEN": env("RIVET_METRICS_TOKEN", default=None),
+    # The crash tests arm failpoints (RIVET_FAILPOINT) in the workers they start.
+    "FAILPOINTS": True,
+}
+
+TASKS = {"default": {"BACKEND": "rivet.backends.RivetBackend", "QUEUES": ["default"]}}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {
+        "rivet": {"handlers": ["console"], "level": env("RIVET_LOG_LEVEL", default="INFO")}
+    },
+}
+
+# Hashing passwords slowly buys a test nothing.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 _POSTGRES_ENGINES = (
     "django.db.backends.postgresql",
@@ -61,11 +163,3 @@ DATABASES = {
         "TEST": {"NAME": str(RIVET_TEST_TMPDIR / "test_rivet.sqlite3")},
     },
 }
-
-RIVET = {**RIVET}
-
-# Hashing passwords slowly buys a test nothing.
-PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-# The reusable dedup piece is tested on the host project's own views too (with real users).
-INSTALLED_APPS = [*INSTALLED_APPS, "rivet.idempotency"]  # noqa: F405

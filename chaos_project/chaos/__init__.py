@@ -1,8 +1,6 @@
-"""rivet's chaos harness, its verifier and the benchmark (``manage.py rivet_chaos``).
+"""rivet's chaos harness and its verifier (``manage.py rivet_chaos``; the benchmark is ``bench``).
 
 - ``plan``: the seeded schedule of a run (task work, chaos events), from one seed.
-- ``pidfd``: the child processes the harness starts (forked or executed), signalled only
-  through a pidfd.
 - ``fleet``: the worker slots: start, restart, break, reap, and the event log of what happened.
 - ``pacing``: releasing tasks as the workers claim them, so the backlog stays short.
 - ``zombies``: one zombie from SIGSTOP to its verdict (fenced, not fenced, not bitten).
@@ -12,9 +10,10 @@
 - ``campaign``: many seeds back to back, one table, one JSON file.
 - ``verifier``: reads both databases and checks S1, S2, L1 and F2.
 - ``report``: the report text.
-- ``bench``: throughput and latency, from the task rows only.
 - ``faults``: the opt-in faults (``--faults``): db-restart, effect-restart, effect-net.
 - ``pgcluster``: a throwaway PostgreSQL cluster (also scripts/find_postgres.py's);
   ``queuecluster`` moves a run's queue database onto one.
 - ``proxy``: the seeded faulty TCP proxy between workers and the effect service.
+
+The processes are started with the shared kit, ``chaos_project.kit``.
 """

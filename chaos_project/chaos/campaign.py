@@ -16,8 +16,8 @@ from typing import Any
 
 from chaos_project.chaos.harness import ChaosError, ChaosOptions, ChaosRun
 from chaos_project.chaos.plan import KINDS
+from chaos_project.kit.progress import progress
 
-BAR_WIDTH = 20
 COLUMNS = (
     ("seed", 6),
     ("kill", 5),
@@ -95,12 +95,6 @@ class Campaign:
                 }
         summary["output"] = str(out_path)
         return summary
-
-
-def progress(done: int, total: int, note: str, started: float) -> str:
-    filled = BAR_WIDTH * done // max(total, 1)
-    bar = "#" * filled + "-" * (BAR_WIDTH - filled)
-    return f"[{bar}] {done}/{total} {time.monotonic() - started:6.0f} s  {note}"
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:

@@ -30,10 +30,10 @@ from django.db import connections
 
 from chaos_project.chaos.fleet import EventLog
 from chaos_project.chaos.pgcluster import Cluster, ClusterError
-from chaos_project.chaos.pidfd import describe_exit
 from chaos_project.chaos.proxy import DELAY, DROP, RESET, FaultyProxy, NetFaultRates
 from chaos_project.chaos.queuecluster import queue_on_cluster, wait_until_answers
 from chaos_project.chaos.report import line
+from chaos_project.kit.pidfd import describe_exit
 from rivet.errors import RivetError
 
 DB_RESTART = "db-restart"
@@ -174,7 +174,7 @@ class EffectRestart(Scheduled):
 
     def __init__(self, times: list[float]) -> None:
         super().__init__(times)
-        self.service: Any = None  # chaos_project.services.EffectService
+        self.service: Any = None  # chaos_project.kit.services.EffectService
         self._starting: threading.Thread | None = None
         self._pending: dict[str, Any] = {}
 

@@ -23,7 +23,6 @@ from typing import Any
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
-from chaos_project.chaos.pidfd import Child, describe_exit
 from chaos_project.chaos.plan import (
     FAILPOINT,
     FAILPOINT_PROBABILITY,
@@ -32,6 +31,7 @@ from chaos_project.chaos.plan import (
     PAUSE_POINT,
     Planned,
 )
+from chaos_project.kit.pidfd import Child, describe_exit
 from rivet.errors import RivetError
 
 EXIT_BAD_OPTION = 2  # rivet_worker: a bad option or RIVET_FAILPOINT; restarting cannot help

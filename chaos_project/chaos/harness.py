@@ -25,24 +25,25 @@ from django.db import connections
 from django.db.migrations.executor import MigrationExecutor
 
 from chaos_project.chaos import plan as chaos_plan
-from chaos_project.chaos import queries
 from chaos_project.chaos.faults import FaultSet
 from chaos_project.chaos.fleet import EventLog, Fleet
 from chaos_project.chaos.loop import ChaosLoop, LoopOutcome
 from chaos_project.chaos.pacing import Pacer
-from chaos_project.chaos.pidfd import require_pidfd
 from chaos_project.chaos.plan import FAILPOINT, KILL, ZOMBIE, ChaosPlan
 from chaos_project.chaos.report import report_lines, run_summary, summary_lines, verdict_lines
 from chaos_project.chaos.timeline import Timeline, read_timeline
-from chaos_project.chaos.verifier import Verdict, effect_connection, verify
-from chaos_project.services import (
+from chaos_project.chaos.verifier import Verdict, verify
+from chaos_project.kit import queries
+from chaos_project.kit.pidfd import require_pidfd
+from chaos_project.kit.services import (
     MANAGE_PY,
     EffectService,
     database_url,
+    effect_connection,
     free_port,
     worker_env,
 )
-from rivet.effect_client import EffectError, EffectUnavailable, fetch_verify, post_effect
+from effect_project.client import EffectError, EffectUnavailable, fetch_verify, post_effect
 from rivet.errors import RivetError
 from rivet.producer import enqueue_many
 

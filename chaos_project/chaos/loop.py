@@ -20,11 +20,11 @@ from typing import Protocol
 
 from django.db import connections
 
-from chaos_project.chaos import queries
 from chaos_project.chaos.fleet import Fleet, WorkerProcess
 from chaos_project.chaos.pacing import Pacer
 from chaos_project.chaos.plan import FAILPOINT, KILL, KINDS, ZOMBIE, ChaosPlan, Planned
 from chaos_project.chaos.zombies import Phase, Zombie
+from chaos_project.kit import queries
 
 TICK_SECS = 0.05
 #: A failpoint that no restart took within this long retires a running worker for an armed one.

@@ -24,11 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import psycopg
 from django.db import connections
 
-from chaos_project.chaos import queries
-from rivet.errors import RivetConfigError
+from chaos_project.kit import queries
+from chaos_project.kit.services import effect_connection
 from rivet.values import HANDLER_ERROR_SUFFIX, WORKER_LOST_SUFFIX
 
 #: Kinds whose handler makes an effect through the effect service, keyed by the task's key.
@@ -75,16 +74,6 @@ class Verdict:
 
     def failed_codes(self) -> list[str]:
         return list(dict.fromkeys(v.code for v in self.violations))
-
-
-def effect_connection(url: str) -> psycopg.Connection:
-    """An autocommit psycopg connection to the effect database (PostgreSQL only)."""
-    if not url.startswith(("postgres://", "postgresql://")):
-        raise RivetConfigError(
-            f"the verifier reads the effect database with psycopg and needs a PostgreSQL URL, "
-            f"got EFFECT_DATABASE_URL={url!r}; set it to postgres://USER@HOST:PORT/NAME"
-        )
-    return psycopg.connect(url, autocommit=True, connect_timeout=10)
 
 
 def read_figures(*, queue: str, effect_database_url: str, using: str = "default") -> Figures:

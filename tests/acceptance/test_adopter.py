@@ -34,7 +34,7 @@ import psycopg
 import pytest
 from django.conf import settings as django_settings
 
-from chaos_project.services import free_port
+from chaos_project.kit.services import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SECTION = "## Use it in your project"

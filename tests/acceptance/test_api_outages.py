@@ -24,7 +24,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from chaos_project.services import free_port
+from chaos_project.kit.services import free_port
 from tests.processes import child_environ, postgres_url
 
 pytestmark = [pytest.mark.acceptance]

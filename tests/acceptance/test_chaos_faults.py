@@ -25,8 +25,8 @@ from chaos_project.chaos.fleet import EventLog, Fleet
 from chaos_project.chaos.pgcluster import pid_alive
 from chaos_project.chaos.proxy import FaultyProxy, NetFaultRates
 from chaos_project.chaos.queuecluster import queue_on_cluster
-from chaos_project.services import EffectService, database_url, free_port
-from rivet.effect_client import post_effect
+from chaos_project.kit.services import EffectService, database_url, free_port
+from effect_project.client import post_effect
 from rivet.models import Task
 from rivet.producer import enqueue_many
 from tests.acceptance.conftest import wait_for

@@ -67,7 +67,7 @@ HOST_CHECK = """
     import rivet
 
     assert "site-packages" in rivet.__file__, rivet.__file__
-    for name in ("chaos_project", "effect_project", "tests"):
+    for name in ("chaos_project", "effect_project", "bench", "tests"):
         try:
             __import__(name)
         except ImportError:
@@ -99,6 +99,9 @@ def test_the_wheel_ships_rivet_only_with_its_data_files(dist):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names}
     assert tops == {"rivet", wheel.name.split("-py3")[0] + ".dist-info"}, sorted(tops)
+    # The effect client and the database-URL helper serve the repository's projects only.
+    shipped = [name for name in ("rivet/effect_client.py", "rivet/dbconfig.py") if name in names]
+    assert shipped == [], f"repository helpers in the wheel: {shipped}"
     missing = [name for name in DATA_FILES if name not in names]
     assert not missing, f"not in the wheel: {missing}"
     metadata = zipfile.ZipFile(wheel).read(wheel.name.split("-py3")[0] + ".dist-info/METADATA")

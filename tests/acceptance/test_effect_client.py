@@ -1,4 +1,4 @@
-"""rivet.effect_client against a real effect service, and against nothing at all."""
+"""effect_project.client against a real effect service, and against nothing at all."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from rivet.effect_client import (
+from effect_project.client import (
     EffectRejected,
     EffectUnavailable,
     fetch_verify,

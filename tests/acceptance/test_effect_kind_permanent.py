@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 import chaos_project.effect_kind  # noqa: F401 - registers the effect kind
-from rivet.effect_client import post_effect
+from effect_project.client import post_effect
 from rivet.failpoints import Failpoints
 from rivet.producer import enqueue
 from rivet.stores.memory import FakeClock, MemoryStore

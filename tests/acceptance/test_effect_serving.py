@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from rivet.effect_client import pool, post_effect
+from effect_project.client import pool, post_effect
 
 pytestmark = pytest.mark.acceptance
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from chaos_project.services import free_port
+from chaos_project.kit.services import free_port
 from rivet.models import Task
 from tests.processes import MANAGE, child_environ, manage, postgres_url
 

@@ -27,7 +27,7 @@ import psycopg
 import pytest
 
 from chaos_project.chaos.pgcluster import Cluster
-from chaos_project.services import free_port
+from chaos_project.kit.services import free_port
 from tests.processes import MANAGE, child_environ
 
 pytestmark = pytest.mark.acceptance

@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from chaos_project.chaos import pgcluster
-from chaos_project.services import database_url
+from chaos_project.kit.services import database_url
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "find_postgres.py"
 CLOSED_URL = "postgres://postgres@127.0.0.1:1/rivet_nowhere"

@@ -20,7 +20,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
-from chaos_project.services import free_port
+from chaos_project.kit.services import free_port
 from rivet.values import Claimed
 from rivet.worker.metrics import WORKER_EVENTS, WorkerMetrics
 from tests.factories import UserFactory, task_in

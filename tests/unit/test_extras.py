@@ -78,8 +78,11 @@ def test_a_feature_without_its_extra_is_a_config_error_naming_it(missing, statem
 @pytest.mark.parametrize(
     "missing, statement",
     [
-        (["urllib3"], "import rivet.effect_client"),
-        (["environ"], "from rivet.dbconfig import database_from_url as f; f('sqlite://:memory:')"),
+        (["urllib3"], "import effect_project.client"),
+        (
+            ["environ"],
+            "from effect_project.dbconfig import database_from_url as f; f('sqlite://:memory:')",
+        ),
     ],
 )
 def test_a_repository_feature_without_its_group_names_the_dependency_group(missing, statement):

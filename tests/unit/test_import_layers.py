@@ -1,4 +1,6 @@
-"""rivet's modules import downwards only: no module imports one that imports it back, however far.
+"""The import layers: rivet's modules import downwards only, and the repository's folders too.
+
+Inside rivet, no module imports one that imports it back, however far.
 
 The graph is built from the source (``ast``, nothing is imported), over every ``import`` in a
 module: the top-level ones and those inside functions too, since an import moved into a function
@@ -8,6 +10,10 @@ that is a module, else of ``rivet.x``.
 
 Two checks: no cycle between modules, and every module sits in one of the layers of
 docs/architecture.md ("Layers") and imports only from its own layer or the ones below it.
+
+Around rivet (docs/architecture.md, "The repository"): the library imports none of the
+repository's projects; the chaos harness and the benchmark both stand on the process kit
+(``chaos_project.kit``) and never import each other, nor the ``rivet_chaos`` command on top.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "rivet.urls",
         ),
     ),
-    ("producer", ("rivet.producer", "rivet.testing", "rivet.effect_client")),
+    ("producer", ("rivet.producer", "rivet.testing")),
     ("worker", ("rivet.worker",)),
     ("jobs", ("rivet.jobs",)),
     ("conformance", ("rivet.conformance",)),
@@ -50,7 +56,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "values, errors, conf",
         (
             "rivet.conf",
-            "rivet.dbconfig",
             "rivet.dberrors",
             "rivet.errors",
             "rivet.extras",
@@ -67,10 +72,15 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 ]
 
 
-def module_files() -> dict[str, tuple[Path, bool]]:
-    """Dotted module name -> (file, whether it is a package's __init__)."""
+#: The repository's Python packages (tests aside): the library and what stands around it.
+REPOSITORY = ("rivet", "effect_project", "chaos_project", "bench")
+
+
+def module_files(*packages: str) -> dict[str, tuple[Path, bool]]:
+    """Dotted module name -> (file, whether it is a package's __init__), rivet's by default."""
     found = {}
-    for path in sorted((ROOT / "rivet").rglob("*.py")):
+    paths = [path for package in packages or ("rivet",) for path in (ROOT / package).rglob("*.py")]
+    for path in sorted(paths):
         parts = list(path.relative_to(ROOT).with_suffix("").parts)
         is_package = parts[-1] == "__init__"
         found[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
@@ -105,9 +115,9 @@ def imported_names(module: str, is_package: bool, tree: ast.Module) -> list[str]
 
 
 @functools.cache
-def import_graph() -> dict[str, frozenset[str]]:
-    """rivet module -> the rivet modules it imports (read once per run)."""
-    modules = module_files()
+def import_graph(*packages: str) -> dict[str, frozenset[str]]:
+    """module -> the modules of ``packages`` (rivet's by default) it imports (read once per run)."""
+    modules = module_files(*packages)
     graph: dict[str, frozenset[str]] = {}
     for module, (path, is_package) in modules.items():
         targets = set()
@@ -229,7 +239,49 @@ def test_the_error_tree_depends_on_no_other_rivet_module():
     assert import_graph()["rivet.errors"] == frozenset()
 
 
-@pytest.mark.parametrize("piece", ["rivet.testing", "rivet.effect_client"])
-def test_no_module_of_the_library_imports_the_fake_or_the_demo_client(piece):
-    importers = sorted(module for module, targets in import_graph().items() if piece in targets)
-    assert importers == [], f"{piece} is imported by {importers}"
+def test_no_module_of_the_library_imports_the_fake():
+    importers = sorted(m for m, targets in import_graph().items() if "rivet.testing" in targets)
+    assert importers == [], f"rivet.testing is imported by {importers}"
+
+
+def _inside(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+#: (who, what it must not import, why)
+FORBIDDEN = [
+    ("rivet", "effect_project", "the library ships alone"),
+    ("rivet", "chaos_project", "the library ships alone"),
+    ("rivet", "bench", "the library ships alone"),
+    ("effect_project", "chaos_project", "the effect service is a project of its own"),
+    ("effect_project", "bench", "the effect service is a project of its own"),
+    ("chaos_project.kit", "chaos_project.chaos", "the kit sits below the harness"),
+    ("chaos_project.kit", "bench", "the kit sits below the benchmark"),
+    ("chaos_project.kit", "chaos_project.management", "the kit sits below the command"),
+    ("chaos_project.chaos", "bench", "the harness and the benchmark are siblings"),
+    ("chaos_project.chaos", "chaos_project.management", "the command sits on top"),
+    ("bench", "chaos_project.chaos", "the benchmark and the harness are siblings"),
+    ("bench", "chaos_project.management", "the command sits on top"),
+]
+
+
+def repository_imports(who: str, what: str) -> list[str]:
+    found = []
+    for module, targets in sorted(import_graph(*REPOSITORY).items()):
+        if _inside(module, who):
+            found += [f"{module} -> {t}" for t in sorted(targets) if _inside(t, what)]
+    return found
+
+
+@pytest.mark.parametrize(
+    ("who", "what", "why"), FORBIDDEN, ids=[f"{w}-{x}" for w, x, _ in FORBIDDEN]
+)
+def test_the_repository_folders_import_downwards(who, what, why):
+    assert repository_imports(who, what) == [], f"{who} imports {what} ({why})"
+
+
+def test_the_repository_graph_sees_the_kit_under_both_runs():
+    assert repository_imports("bench", "chaos_project.kit")
+    assert repository_imports("chaos_project.chaos", "chaos_project.kit")
+    assert repository_imports("chaos_project.management", "bench")
+    assert repository_imports("chaos_project.management", "chaos_project.chaos")

@@ -126,7 +126,8 @@ def test_every_public_error_is_defined_in_rivet_errors():
 
 def test_the_errors_of_the_pieces_around_the_library_live_with_them():
     """The fake's, the effect client's, the failpoints' and the worker options' errors."""
-    from rivet import effect_client, failpoints, testing
+    from effect_project import client as effect_client
+    from rivet import failpoints, testing
     from rivet.worker import options
 
     homes = {

@@ -114,3 +114,44 @@ def test_a_stopping_point_stops_the_process_and_it_goes_on_when_continued():
         child.kill()
     assert child.returncode == 0
     assert out.decode().strip() == "continued"  # once: the second fire did not stop it
+
+
+def test_failpoints_are_off_unless_the_project_enables_them(settings):
+    from rivet.failpoints import from_settings
+
+    settings.RIVET = {}
+    assert from_settings({}).armed == {}
+    with pytest.raises(FailpointConfigError, match=r"RIVET\['FAILPOINTS'\] = True"):
+        from_settings({"RIVET_FAILPOINT": "after_ack:1.0"})
+    settings.RIVET = {"FAILPOINTS": True}
+    assert from_settings({"RIVET_FAILPOINT": "after_ack:1.0"}).armed == {"after_ack": 1.0}
+
+
+def test_off_the_process_wide_points_never_read_the_environment(settings, monkeypatch):
+    from rivet import failpoints
+
+    settings.RIVET = {}
+    monkeypatch.setenv("RIVET_FAILPOINT", "after_ack:1.0")
+    monkeypatch.setattr(failpoints, "_active", None)
+    assert failpoints.active().armed == {}
+
+
+def test_a_worker_with_rivet_failpoint_set_and_failpoints_off_refuses_to_start(
+    settings, monkeypatch
+):
+    from django.core.management import CommandError, call_command
+
+    settings.RIVET = {}
+    monkeypatch.setenv("RIVET_FAILPOINT", "after_claim:1.0")
+    with pytest.raises(CommandError, match="RIVET_FAILPOINT is set but failpoints are off") as err:
+        call_command("rivet_worker", "--once")
+    assert err.value.returncode == 2
+    assert "\n" not in str(err.value)
+
+
+def test_the_failpoints_setting_is_checked_to_be_true_or_false(settings):
+    from rivet.checks import check_rivet_settings
+
+    settings.RIVET = {"FAILPOINTS": "yes"}
+    found = [(e.id, e.msg) for e in check_rivet_settings()]
+    assert ("rivet.E002", "RIVET['FAILPOINTS'] must be True or False, got 'yes'") in found

@@ -20,7 +20,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from chaos_project.chaos.bench import KINDS, SOAK_DEFAULT, Bench, BenchOptions
+from bench.runner import KINDS, SOAK_DEFAULT, Bench, BenchOptions
 from chaos_project.chaos.campaign import Campaign
 from chaos_project.chaos.faults import EFFECT_RESTART, FAULTS, parse_faults
 from chaos_project.chaos.fleet import count_chaos, read_event_log

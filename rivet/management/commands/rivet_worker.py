@@ -2,9 +2,9 @@
 
 Each flag also reads its RIVET_* variable, then settings.RIVET (flag beats variable beats
 setting). Exit codes: 0 stopped cleanly (SIGTERM/SIGINT, --once, --max-jobs); 1 --once could
-not claim (database error); 2 a bad option or RIVET_FAILPOINT; 3 handlers had to be abandoned
-(restart the worker); 128+N a second signal N (exit at once); SIGABRT (-6, or 134 from a
-shell) a failpoint fired.
+not claim (database error); 2 a bad option, or RIVET_FAILPOINT malformed or set in a project
+whose RIVET['FAILPOINTS'] is off; 3 handlers had to be abandoned (restart the worker); 128+N a
+second signal N (exit at once); SIGABRT (-6, or 134 from a shell) a failpoint fired.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from rivet.conf import rivet_settings
 from rivet.dberrors import DatabaseUnready, preflight
 from rivet.errors import RivetConfigError
 from rivet.extras import require
-from rivet.failpoints import Failpoints, install
+from rivet.failpoints import Failpoints, from_settings, install
 from rivet.management.base import EXIT_UNAVAILABLE, RivetCommand
 from rivet.stores.base import Store
 from rivet.worker import EXIT_STORE_ERROR, Worker
@@ -66,7 +66,7 @@ class Command(RivetCommand):
     def handle(self, *args, **options):
         try:
             config = WorkerConfig.from_sources(options, os.environ, once=options["once"])
-            points = Failpoints.from_env()
+            points = from_settings()
             if config.metrics_port is not None:
                 require("prometheus_client", extra="metrics", feature="--metrics-port")
         except RivetConfigError as exc:

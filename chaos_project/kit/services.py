@@ -1,4 +1,4 @@
-"""Child processes the demo and the harness start: the effect service and workers."""
+"""The child processes of the demo, the chaos harness and the bench: effect service, workers."""
 
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ import time
 import urllib.parse
 from pathlib import Path
 
+import psycopg
 from django.conf import settings
 from django.db import connections
 
-from chaos_project.chaos.pidfd import open_children
-from rivet.effect_client import EffectUnavailable, fetch_verify
+from chaos_project.kit.pidfd import open_children
+from effect_project.client import EffectUnavailable, fetch_verify
+from rivet.errors import RivetConfigError
 
 MANAGE_PY = Path(settings.BASE_DIR) / "manage.py"
 
@@ -201,3 +203,13 @@ def run_worker(
         text=True,
         timeout=timeout,
     )
+
+
+def effect_connection(url: str) -> psycopg.Connection:
+    """An autocommit psycopg connection to the effect database (PostgreSQL only)."""
+    if not url.startswith(("postgres://", "postgresql://")):
+        raise RivetConfigError(
+            f"the verifier reads the effect database with psycopg and needs a PostgreSQL URL, "
+            f"got EFFECT_DATABASE_URL={url!r}; set it to postgres://USER@HOST:PORT/NAME"
+        )
+    return psycopg.connect(url, autocommit=True, connect_timeout=10)

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db import connections
 
-from chaos_project.chaos import queries
+from chaos_project.kit import queries
 from rivet.conf import rivet_settings
 from rivet.producer import enqueue, enqueue_many, resolve_store, task_spec
 from rivet.values import TaskSpec

@@ -2,7 +2,7 @@
 
 import pytest
 
-from chaos_project.chaos.enqueuebench import measure_enqueue
+from bench.enqueue import measure_enqueue
 from rivet.models import Task
 
 

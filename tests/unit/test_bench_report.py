@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from chaos_project.chaos.benchreport import (
+from bench.report import (
     Row,
     Window,
     duration,

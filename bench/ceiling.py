@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from chaos_project.chaos.pidfd import Child
+from chaos_project.kit.pidfd import Child
 from rivet.stores import resolve_store
 from rivet.values import Ack, Lease, Settled
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from django.core.management.base import CommandError
 
-from chaos_project.chaos.bench import BenchError, BenchOptions
-from chaos_project.chaos.benchplot import write_plot
-from chaos_project.chaos.benchreport import Row
+from bench.plot import write_plot
+from bench.report import Row
+from bench.runner import BenchError, BenchOptions
 from chaos_project.management.commands.rivet_chaos import Command
 
 

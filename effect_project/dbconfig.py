@@ -33,7 +33,9 @@ def database_from_url(url: str, variable: str = "DATABASE_URL") -> dict:
     (rivet.worker.pool), and Django refuses a pool beside persistent connections.
     """
     # django-environ comes with the effect extra: only projects that read URLs need it.
-    environ = require("environ", group="effect", feature="rivet.dbconfig.database_from_url")
+    environ = require(
+        "environ", group="effect", feature="effect_project.dbconfig.database_from_url"
+    )
     reason = unstorable(url)  # a byte that is not UTF-8 reaches Python as a lone surrogate
     if reason:
         raise ImproperlyConfigured(f"{variable} {reason} (or percent-encode the byte, e.g. %FF)")

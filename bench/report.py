@@ -21,7 +21,7 @@ from typing import Any
 import django
 from django.db import connections
 
-from chaos_project.chaos import queries
+from chaos_project.kit import queries
 
 TITLE = "# rivet benchmark results"
 INTRO = (

@@ -7,7 +7,7 @@ What one run measures (each part can be turned off; see docs/benchmarking.md):
    then real ``manage.py rivet_worker`` processes drain it; right after each noop
    configuration, its **ceiling**: the same store's claim and settle in a bare loop (no
    worker) with batch = concurrency + prefetch (the most one worker claims at once) and
-   connections = workers (chaos_project/chaos/ceiling.py);
+   connections = workers (bench/ceiling.py);
 3. offered load: workers started first, then tasks offered at ``rate`` per second;
 4. soak: one backlog of ``soak`` tasks, its first and last tenth compared.
 
@@ -40,8 +40,9 @@ from django.core.management import call_command
 from django.db import connections
 from django.db.migrations.executor import MigrationExecutor
 
-from chaos_project.chaos import ceiling, queries
-from chaos_project.chaos.benchreport import (
+from bench import ceiling
+from bench.enqueue import measure_enqueue
+from bench.report import (
     BACKLOG,
     RATE,
     SOAK,
@@ -56,10 +57,17 @@ from chaos_project.chaos.benchreport import (
     to_json,
     with_ceiling,
 )
-from chaos_project.chaos.campaign import progress
-from chaos_project.chaos.enqueuebench import measure_enqueue
-from chaos_project.chaos.pidfd import Child, require_pidfd
-from chaos_project.services import MANAGE_PY, EffectService, database_url, free_port, worker_env
+from chaos_project.kit import queries
+from chaos_project.kit.pidfd import Child, require_pidfd
+from chaos_project.kit.progress import progress
+from chaos_project.kit.services import (
+    MANAGE_PY,
+    EffectService,
+    database_url,
+    effect_connection,
+    free_port,
+    worker_env,
+)
 from rivet.errors import RivetError
 from rivet.producer import enqueue, enqueue_many
 from rivet.stores.postgres import PostgresStore
@@ -252,7 +260,7 @@ class Bench:
                 "PostgreSQL URL (postgres://USER@HOST:PORT/NAME); or leave effect out of --kind"
             )
         if self.options.plot_out is not None:
-            from chaos_project.chaos.benchplot import require_matplotlib
+            from bench.plot import require_matplotlib
 
             require_matplotlib()
         self._migrate()
@@ -459,7 +467,6 @@ class Bench:
                 cursor.execute(queries.BENCH_VACUUM)
 
     def _empty_effects(self) -> None:
-        from chaos_project.chaos.verifier import effect_connection
 
         with effect_connection(self.options.effect_database_url) as conn:
             conn.execute(queries.EFFECT_EMPTY)
@@ -635,7 +642,7 @@ class Bench:
         o = self.options
         plot = o.plot_out
         if plot is not None:
-            from chaos_project.chaos.benchplot import write_plot
+            from bench.plot import write_plot
 
             stamp = dict(setup)["date"]
             title = f"rivet bench, {stamp}: {machine()}, load at the end {load()}"

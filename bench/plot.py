@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from chaos_project.chaos.benchreport import BACKLOG, RATE, Row
+from bench.report import BACKLOG, RATE, Row
 from rivet.errors import RivetConfigError
 
 #: The offered-load targets of issue 10, drawn on the latency panel.

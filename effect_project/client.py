@@ -30,7 +30,7 @@ from rivet.extras import missing_extra
 try:
     import urllib3
 except ImportError as _missing:  # the repository's effect group: pip install --group effect
-    raise missing_extra("urllib3", group="effect", feature="rivet.effect_client") from _missing
+    raise missing_extra("urllib3", group="effect", feature="effect_project.client") from _missing
 
 REPLAY_HEADER = "idempotent-replay"
 _RETRYABLE_4XX = frozenset({408, 429})

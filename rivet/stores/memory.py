@@ -252,9 +252,9 @@ class MemoryStore(Store):
         if task is None:
             self._fence(lease, decision.op)
             return v.Settled.FENCED
+        assert not isinstance(decision, v.Fence)
         if task.cancel_requested:
-            error = decision.error if isinstance(decision, v.Bury) else v.CANCELLED_SUFFIX
-            self._bury(task, error, now, lease.owner)
+            self._bury(task, decision.cancelled_error, now, lease.owner)
             return v.Settled.CANCELLED
         if isinstance(decision, v.Bury):
             self._bury(task, decision.error, now, lease.owner)

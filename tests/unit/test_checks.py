@@ -46,3 +46,14 @@ def test_the_errors_kept_bound_is_an_integer_from_1_to_1000(settings):
                 f"RIVET['MAX_ERRORS_KEPT'] must be an integer from 1 to 1000, got {bad!r}",
             )
         ], bad
+
+
+def test_the_memory_store_is_refused_outside_a_test_run(settings, monkeypatch):
+    from django.test import utils
+
+    assert messages(settings, STORE="memory") == []  # pytest-django set up the test environment
+    monkeypatch.delattr(utils._TestState, "saved_data")  # as in runserver or rivet_worker
+    found = messages(settings, STORE="memory")
+    assert [error_id for error_id, _ in found] == ["rivet.E006"]
+    assert "no worker in another process can run them" in found[0][1]
+    assert messages(settings, STORE="auto") == []

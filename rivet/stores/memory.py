@@ -249,10 +249,9 @@ class MemoryStore(Store):
     def _settle_one(self, decision: v.Decision, now: datetime) -> v.Settled:
         lease = decision.lease
         task = None if isinstance(decision, v.Fence) else self._held(lease)
-        if task is None:
+        if task is None or isinstance(decision, v.Fence):
             self._fence(lease, decision.op)
             return v.Settled.FENCED
-        assert not isinstance(decision, v.Fence)
         if task.cancel_requested:
             self._bury(task, decision.cancelled_error, now, lease.owner)
             return v.Settled.CANCELLED

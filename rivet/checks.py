@@ -29,6 +29,13 @@ MAX_ERRORS_KEPT_LIMIT = 1000
 _FLAGS = ("ALLOW_UNKNOWN_KINDS", "FAILPOINTS")
 
 
+def under_test() -> bool:
+    """True inside a test run: Django's test environment is set up (its runner, pytest-django)."""
+    from django.test import utils
+
+    return hasattr(utils._TestState, "saved_data")
+
+
 @register()
 def check_rivet_settings(app_configs=None, **kwargs):
     errors = []
@@ -71,6 +78,16 @@ def check_rivet_settings(app_configs=None, **kwargs):
             Error(
                 f"RIVET['STORE'] is {rivet_settings.STORE!r}; expected one of {', '.join(_STORES)}",
                 id="rivet.E003",
+            )
+        )
+    if rivet_settings.STORE == "memory" and not under_test():
+        errors.append(
+            Error(
+                "RIVET['STORE'] is 'memory' outside a test run; the memory store keeps tasks "
+                "in this one process, so no worker in another process can run them",
+                hint="use 'auto' (the database's store); in tests use rivet.testing.fake() "
+                "or run them under a test runner (pytest-django, manage.py test)",
+                id="rivet.E006",
             )
         )
     token = rivet_settings.METRICS_TOKEN

@@ -18,9 +18,13 @@ PERMANENT_SUFFIX = "permanent failure (retrying cannot help)"
 CANCELLED_SUFFIX = "cancelled by an operator"
 
 
+#: Between the earlier reason and the fixed suffix of a burial's last_error.
+ENDING_SEPARATOR = "; "
+
+
 def ending(previous: str, suffix: str) -> str:
     """last_error for a burial: the earlier reason, if any, then the fixed suffix."""
-    return f"{previous}; {suffix}" if previous else suffix
+    return f"{previous}{ENDING_SEPARATOR}{suffix}" if previous else suffix
 
 
 def claim_burial(last_error: str, cancel_requested: bool) -> str:
@@ -28,9 +32,18 @@ def claim_burial(last_error: str, cancel_requested: bool) -> str:
     return ending(last_error, CANCELLED_SUFFIX if cancel_requested else WORKER_LOST_SUFFIX)
 
 
+def error_at(at: datetime) -> str:
+    """``at`` of an errors entry: ISO 8601 in UTC, always six fraction digits and ``+00:00``.
+
+    Every store writes exactly this shape (``2026-01-01T00:00:00.000000+00:00``); SQLite's
+    clock resolves milliseconds, so its last three digits are zeros.
+    """
+    return at.astimezone(UTC).isoformat(timespec="microseconds")
+
+
 def history_entry(attempt: int, at: datetime, error: str) -> dict[str, Any]:
-    """One entry of a task's errors list: the attempt, when it ended (UTC, ISO 8601), why."""
-    return {"attempt": attempt, "at": at.astimezone(UTC).isoformat(), "error": error}
+    """One entry of a task's errors list: the attempt, when it ended (``error_at``), why."""
+    return {"attempt": attempt, "at": error_at(at), "error": error}
 
 
 class TaskState(models.TextChoices):
@@ -130,6 +143,11 @@ class Ack:
     result: Any = None
     op: ClassVar[str] = "ack"
 
+    @property
+    def cancelled_error(self) -> str:
+        """last_error when the task turns out cancelled at settle: buried as cancelled."""
+        return CANCELLED_SUFFIX
+
 
 @dataclass(frozen=True, kw_only=True)
 class Retry:
@@ -140,6 +158,11 @@ class Retry:
     delay: float = 0.0
     op: ClassVar[str] = "fail"
 
+    @property
+    def cancelled_error(self) -> str:
+        """last_error when the task turns out cancelled at settle: buried as cancelled."""
+        return CANCELLED_SUFFIX
+
 
 @dataclass(frozen=True, kw_only=True)
 class Bury:
@@ -148,6 +171,11 @@ class Bury:
     lease: Lease
     error: str
     op: ClassVar[str] = "fail"
+
+    @property
+    def cancelled_error(self) -> str:
+        """A burial stays as decided when the task turns out cancelled: its reason is kept."""
+        return self.error
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
@@ -27,7 +28,7 @@ from rivet.conformance.harness import (
     fresh_queue,
     get,
 )
-from rivet.decisions import failed, failed_permanently, succeeded
+from rivet.decisions import cancelled, failed, failed_permanently, succeeded
 from rivet.values import (
     CANCELLED_SUFFIX,
     HANDLER_ERROR_SUFFIX,
@@ -38,7 +39,9 @@ from rivet.values import (
     Lease,
     Settled,
     TaskRecord,
+    claim_burial,
     ending,
+    error_at,
 )
 
 
@@ -47,12 +50,23 @@ def history(row: TaskRecord) -> list[tuple[int, str]]:
     return [(entry["attempt"], entry["error"]) for entry in row.errors]
 
 
+#: The one shape of an entry's ``at`` on every store (``rivet.values.error_at``).
+AT_SHAPE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00")
+
+
+def expect_at_shape(entry: dict[str, Any], what: str) -> None:
+    """``at`` is ISO 8601 in UTC with six fraction digits and +00:00, the same on every store."""
+    shape = "YYYY-MM-DDTHH:MM:SS.ffffff+00:00"
+    expect(AT_SHAPE.fullmatch(entry["at"]) is not None, f"{what}: 'at' {entry['at']!r} != {shape}")
+
+
 def expect_entry_at_write(entry: dict[str, Any], row: TaskRecord, what: str) -> None:
-    """The entry's time is ISO 8601 with an offset, from the clock that wrote updated_at."""
+    """The entry's time is ``error_at`` of the clock that wrote updated_at, to the character."""
     expect_eq(sorted(entry), ["at", "attempt", "error"], f"keys of {what}")
+    expect_at_shape(entry, what)
     at = datetime.fromisoformat(entry["at"])
-    expect(at.tzinfo is not None, f"{what}: 'at' has no UTC offset: {entry['at']!r}")
     expect_eq(at, row.updated_at, f"{what}: 'at' against the row's updated_at")
+    expect_eq(entry["at"], error_at(row.updated_at), f"{what}: 'at' as text")
 
 
 @check()
@@ -179,3 +193,77 @@ def check_fenced_write_appends_nothing(h: Harness) -> None:
     expect_eq((row.last_error, row.errors), ("", []), "a task after fenced writes")
     h.store.task_retry(new.lease, "E: current", 0.0)
     expect_eq(history(get(h, task_id)), [(2, "E: current")], "the holder's retry is kept")
+
+
+@check()
+def check_every_entry_has_the_same_at_shape(h: Harness) -> None:
+    """Retries, burials (worker, claim, sweep, cancel) and cancel overrides: one ``at`` shape."""
+    qs = {path: fresh_queue() for path in ("retry", "bury", "lost", "swept", "marked", "cancel")}
+    ids = {
+        path: enqueue(h, q, max_attempts=1 if path in ("lost", "swept") else 3)
+        for path, q in qs.items()
+    }
+    claim_one(h, qs["lost"], owner="vanished")
+    claim_one(h, qs["swept"], owner="vanished")
+    h.advance(TTL + 1)  # moves the SQL stores' timestamps: every write below comes after it
+    expect_eq(claim_batch(h, qs["lost"], owner="w2").buried, 1, "the claim's burial")
+    expect_eq(h.store.dead_sweep(qs["swept"]), 1, "the sweep's burial")
+    h.store.task_retry(claim_one(h, qs["retry"]).lease, "E: flaky", 0.0)
+    h.store.task_settle([failed_permanently(claim_one(h, qs["bury"]), "E: bad")])
+    marked = claim_one(h, qs["marked"])
+    h.store.task_cancel(ids["marked"])
+    h.store.task_ack(marked.lease, "late")
+    h.store.task_cancel(ids["cancel"])
+    for path, task_id in ids.items():
+        row = get(h, task_id)
+        expect_eq(len(row.errors), 1, f"{path}: errors entries of {row}")
+        expect_entry_at_write(row.errors[0], row, f"{path}: the entry")
+
+
+@check()
+def check_claim_burial_keeps_the_earlier_reason(h: Harness) -> None:
+    """A claim's burial texts are rivet.values.claim_burial's, earlier reason included."""
+    queues = {was_cancelled: fresh_queue() for was_cancelled in (False, True)}
+    ids = {was_cancelled: enqueue(h, q, max_attempts=2) for was_cancelled, q in queues.items()}
+    for q in queues.values():
+        h.store.task_retry(claim_one(h, q).lease, "E: first", 0.0)
+        claim_one(h, q, owner="vanished")
+    h.store.task_cancel(ids[True])
+    h.advance(TTL + 1)
+    for was_cancelled, q in queues.items():
+        batch = claim_batch(h, q, owner="w2")
+        expect_eq((batch.claimed, batch.buried), ([], 1), f"claim meeting {ids[was_cancelled]}")
+    for was_cancelled, task_id in ids.items():
+        row = get(h, task_id)
+        text = claim_burial("E: first", was_cancelled)
+        expect_eq((row.state, row.last_error), ("dead", text), f"task {task_id}'s burial")
+        expect_eq(history(row), [(1, "E: first"), (2, text)], f"task {task_id}'s errors")
+
+
+@check()
+def check_a_cancel_mark_overrides_each_decision_with_its_own_text(h: Harness) -> None:
+    """Ack and retry become the cancel ending; a burial keeps the reason it was decided with."""
+    q = fresh_queue()
+    acked, retried, buried, stopped = (enqueue(h, q, max_attempts=3) for _ in range(4))
+    leases = [claim_one(h, q) for _ in range(4)]
+    for task_id in (acked, retried, buried, stopped):
+        expect_eq(h.store.task_cancel(task_id), CancelOutcome.MARKED, f"mark {task_id}")
+    decisions = [
+        succeeded(leases[0], "late"),
+        failed(leases[1], "E: retry", 5.0),
+        failed_permanently(leases[2], "E: bad"),
+        cancelled(leases[3]),
+    ]
+    expect_eq(h.store.task_settle(decisions), [Settled.CANCELLED] * 4, "outcomes")
+    texts = {
+        acked: CANCELLED_SUFFIX,
+        retried: CANCELLED_SUFFIX,
+        buried: ending("E: bad", PERMANENT_SUFFIX),
+        stopped: CANCELLED_SUFFIX,
+    }
+    for decision, (task_id, text) in zip(decisions, texts.items(), strict=True):
+        expect_eq(decision.cancelled_error, text, f"the decision's cancelled_error ({task_id})")
+        row = get(h, task_id)
+        expect_eq((row.state, row.last_error, row.result), ("dead", text, None), f"task {task_id}")
+        expect_eq(history(row), [(1, text)], f"task {task_id}'s errors")
+        expect_entry_at_write(row.errors[0], row, f"task {task_id}'s entry")

@@ -249,12 +249,11 @@ class MemoryStore(Store):
     def _settle_one(self, decision: v.Decision, now: datetime) -> v.Settled:
         lease = decision.lease
         task = None if isinstance(decision, v.Fence) else self._held(lease)
-        if task is None:
+        if task is None or isinstance(decision, v.Fence):
             self._fence(lease, decision.op)
             return v.Settled.FENCED
         if task.cancel_requested:
-            error = decision.error if isinstance(decision, v.Bury) else v.CANCELLED_SUFFIX
-            self._bury(task, error, now, lease.owner)
+            self._bury(task, decision.cancelled_error, now, lease.owner)
             return v.Settled.CANCELLED
         if isinstance(decision, v.Bury):
             self._bury(task, decision.error, now, lease.owner)

@@ -43,7 +43,17 @@ BULK_CHUNK = 10_000
 #: Smaller chunks go as one INSERT over arrays: no temporary table for the session to create
 #: (a web request on a fresh connection enqueueing three tasks), one round trip.
 COPY_MIN_ROWS = 200
-SETTLE_COLUMNS = ("task_id", "epoch", "owner", "op", "state", "result", "error", "delay")
+SETTLE_COLUMNS = (
+    "task_id",
+    "epoch",
+    "owner",
+    "op",
+    "state",
+    "result",
+    "error",
+    "cancelled_error",
+    "delay",
+)
 #: Queries run often enough that they are sent as prepared statements (besides settle_claim):
 #: a single enqueue spends a large part of its server time parsing and planning.
 PREPARED_QUERIES = frozenset({"enqueue"})

@@ -155,8 +155,10 @@ RETURNING t.id, t.cancel_requested
 -- name: settle_claim
 -- Apply the worker's decisions and lease up to limit runnable tasks of one queue, in one
 -- statement (one round trip, one commit). Each decision is fenced by its own epoch; a refused
--- one is recorded as a fenced write. A task an operator cancelled is buried as cancelled
--- whatever was decided; an ack clears last_error, a retry or burial sets it and appends
+-- one is recorded as a fenced write. A task an operator cancelled is buried whatever was
+-- decided, with the decision's cancelled_error (texts are composed by rivet.values, never
+-- here; the claim's burials take their suffixes and separator as parameters); an ack clears
+-- last_error, a retry or burial sets it and appends
 -- {attempt, at, error} to errors (newest errors_kept kept); the decision's epoch and owner
 -- are written as settled_epoch and settled_by. A doomed task the claim meets
 -- (attempts used up, or cancelled) is buried by the same statement, under the lock it took.
@@ -170,8 +172,11 @@ WITH decided_by_worker AS (
     SELECT *
     FROM unnest(
         %(task_ids)s::bigint[], %(epochs)s::bigint[], %(owners)s::text[], %(ops)s::text[],
-        %(states)s::text[], %(results)s::text[], %(errors)s::text[], %(delays)s::float8[]
-    ) WITH ORDINALITY AS d (task_id, epoch, owner, op, state, result, error, delay, position)
+        %(states)s::text[], %(results)s::text[], %(errors)s::text[], %(cancelled_errors)s::text[],
+        %(delays)s::float8[]
+    ) WITH ORDINALITY AS d (
+        task_id, epoch, owner, op, state, result, error, cancelled_error, delay, position
+    )
 ),
 picked AS (
     SELECT
@@ -203,12 +208,14 @@ decided AS (
     SELECT * FROM decided_by_worker
     UNION ALL
     SELECT
-        t.id, t.lease_epoch, '', 'fail', 'dead', NULL,
-        concat_ws('; ', nullif(t.last_error, ''), CASE
-            WHEN t.cancel_requested THEN %(cancelled_error)s::text ELSE %(worker_lost_error)s::text
-        END),
+        t.id, t.lease_epoch, '', 'fail', 'dead', NULL, burial.error, burial.error,
         0, cardinality(%(task_ids)s::bigint[]) + row_number() OVER (ORDER BY t.id)
     FROM picked JOIN rivet_task AS t ON t.id = picked.id
+    CROSS JOIN LATERAL (
+        SELECT concat_ws(%(ending_separator)s::text, nullif(t.last_error, ''), CASE
+            WHEN t.cancel_requested THEN %(cancelled_error)s::text ELSE %(worker_lost_error)s::text
+        END) AS error
+    ) AS burial
     WHERE picked.doomed
 ),
 applied AS (
@@ -219,7 +226,7 @@ applied AS (
             WHEN d.state = 'done' AND NOT t.cancel_requested THEN d.result::jsonb ELSE t.result
         END,
         last_error = CASE
-            WHEN t.cancel_requested AND d.state <> 'dead' THEN %(cancelled_error)s::text
+            WHEN t.cancel_requested THEN d.cancelled_error
             WHEN d.state = 'done' THEN ''
             ELSE d.error
         END,
@@ -233,10 +240,7 @@ applied AS (
                         'at', to_char(
                             now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'
                         ),
-                        'error', CASE
-                            WHEN t.cancel_requested AND d.state <> 'dead' THEN %(cancelled_error)s::text
-                            ELSE d.error
-                        END
+                        'error', CASE WHEN t.cancel_requested THEN d.cancelled_error ELSE d.error END
                     )
                 ) WITH ORDINALITY AS kept (entry, n)
                 WHERE kept.n > jsonb_array_length(t.errors) + 1 - %(errors_kept)s::integer

@@ -27,6 +27,7 @@ from rivet.stores.claim import ClaimPlan, ClaimStatement, PartlyCommitted, walk_
 from rivet.values import (
     CANCELLED_SUFFIX,
     DONE_COUNT_LIMIT,
+    ENDING_SEPARATOR,
     WORKER_LOST_SUFFIX,
     Ack,
     Bury,
@@ -90,6 +91,7 @@ def settle_row(decision: Decision) -> dict[str, Any]:
         "state": None,
         "result": None,
         "error": None,
+        "cancelled_error": None,
         "delay": 0.0,
     }
     if isinstance(decision, Ack):
@@ -98,6 +100,8 @@ def settle_row(decision: Decision) -> dict[str, Any]:
         row.update(state="pending", error=decision.error, delay=max(float(decision.delay), 0.0))
     elif isinstance(decision, Bury):
         row.update(state="dead", error=decision.error)
+    if not isinstance(decision, Fence):
+        row["cancelled_error"] = decision.cancelled_error
     return row
 
 
@@ -208,6 +212,7 @@ class SqlStore(Store):
         return {
             "cancelled_error": CANCELLED_SUFFIX,
             "worker_lost_error": WORKER_LOST_SUFFIX,
+            "ending_separator": ENDING_SEPARATOR,
             "errors_kept": rivet_settings.MAX_ERRORS_KEPT,
         }
 

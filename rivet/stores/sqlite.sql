@@ -85,16 +85,16 @@ WHERE state = 'pending'
 RETURNING id, cancel_requested;
 
 -- name: settle
--- Apply one decision under its epoch. A row an operator cancelled is buried as cancelled
--- whatever was decided; the caller records a fence when no row comes back. An ack clears
+-- Apply one decision under its epoch. A row an operator cancelled is buried whatever was
+-- decided, with the decision's :cancelled_error (composed by rivet.values); the caller records a fence when no row comes back. An ack clears
 -- last_error; a retry or burial sets it and appends {attempt, at, error} to errors, keeping
--- the newest :errors_kept entries. The decision's epoch and owner become settled_epoch and
+-- the newest :errors_kept entries (at: rivet.values.error_at's shape; the clock has ms). The decision's epoch and owner become settled_epoch and
 -- settled_by.
 UPDATE rivet_task SET
     state = CASE WHEN cancel_requested THEN 'dead' ELSE :state END,
     result = CASE WHEN :state = 'done' AND NOT cancel_requested THEN :result ELSE result END,
     last_error = CASE
-        WHEN cancel_requested AND :state <> 'dead' THEN :cancelled_error
+        WHEN cancel_requested THEN :cancelled_error
         WHEN :state = 'done' THEN ''
         ELSE :error
     END,
@@ -104,11 +104,8 @@ UPDATE rivet_task SET
             SELECT json_group_array(json(kept.value))
             FROM json_each(json_insert(errors, '$[#]', json_object(
                 'attempt', attempts,
-                'at', strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'),
-                'error', CASE
-                    WHEN cancel_requested AND :state <> 'dead' THEN :cancelled_error
-                    ELSE :error
-                END
+                'at', strftime('%Y-%m-%dT%H:%M:%f', 'now') || '000+00:00',
+                'error', CASE WHEN cancel_requested THEN :cancelled_error ELSE :error END
             ))) AS kept
             WHERE kept.key > json_array_length(errors) - :errors_kept
         )

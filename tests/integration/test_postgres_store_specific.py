@@ -223,9 +223,9 @@ def test_store_error_inside_the_callers_transaction_reaches_the_caller(
 
 
 @pytest.mark.django_db
-def test_claim_reads_the_partial_claim_index(queue: str) -> None:
+def test_claim_reads_the_partial_claim_index(store: PostgresStore, queue: str) -> None:
     params = {"queue": queue, "limit": 4, "owner": "w", "ttl": 30.0, "channel": "c", "seen": []}
-    params |= {"cancelled_error": "c", "worker_lost_error": "w", "errors_kept": 10}
+    params |= store._common_params()
     params |= {f"{column}s": [] for column in SETTLE_COLUMNS}
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")

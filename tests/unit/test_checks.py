@@ -46,3 +46,41 @@ def test_the_errors_kept_bound_is_an_integer_from_1_to_1000(settings):
                 f"RIVET['MAX_ERRORS_KEPT'] must be an integer from 1 to 1000, got {bad!r}",
             )
         ], bad
+
+
+def test_the_memory_store_is_refused_outside_a_test_run(settings, monkeypatch):
+    from django.test import utils
+
+    assert messages(settings, STORE="memory") == []  # pytest-django set up the test environment
+    monkeypatch.delattr(utils._TestState, "saved_data")  # as in runserver or rivet_worker
+    found = messages(settings, STORE="memory")
+    assert [error_id for error_id, _ in found] == ["rivet.E006"]
+    assert "no worker in another process can run them" in found[0][1]
+    assert messages(settings, STORE="auto") == []
+
+
+def test_manage_py_check_refuses_the_memory_store(tmp_path):
+    """A real process outside a test run (as a worker or runserver starts) fails rivet.E006."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "memory_settings.py").write_text(
+        "from chaos_project.settings import *  # noqa: F403\n"
+        "RIVET = {**RIVET, 'STORE': 'memory'}  # noqa: F405\n"
+    )
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "memory_settings",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root)]),
+        "DATABASE_URL": "sqlite://:memory:",
+        "EFFECT_DATABASE_URL": "sqlite://:memory:",
+    }
+    done = subprocess.run(
+        [sys.executable, str(root / "manage.py"), "check"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "(rivet.E006) RIVET['STORE'] is 'memory' outside a test run" in done.stderr

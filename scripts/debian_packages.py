@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 
 #: Seconds apt-get waits for dpkg's lock held by another installer.
 LOCK_TIMEOUT_SECS = 300
@@ -33,3 +34,18 @@ def install(package: str, *, who: str) -> bool:
         return True
     subprocess.run(["apt-get", *lock, "update"], env=env, check=False)
     return subprocess.run(command, env=env, check=False).returncode == 0
+
+
+def find_or_install(
+    find: Callable[[], str | None], install: Callable[[], bool], help_text: str, missing: int
+) -> int:
+    """A find_* script's main: print what ``find`` finds (installing first if need be), or
+    print ``help_text`` and return ``missing``."""
+    path = find()
+    if path is None and install():
+        path = find()
+    if path is None:
+        print(help_text, file=sys.stderr)
+        return missing
+    print(path)
+    return 0

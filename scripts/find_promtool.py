@@ -47,14 +47,7 @@ def install() -> bool:
 
 
 def main() -> int:
-    path = find()
-    if path is None and install():
-        path = find()
-    if path is None:
-        print(HELP, file=sys.stderr)
-        return EXIT_NO_PROMTOOL
-    print(path)
-    return 0
+    return debian_packages.find_or_install(find, install, HELP, EXIT_NO_PROMTOOL)
 
 
 if __name__ == "__main__":

@@ -10,13 +10,15 @@ so a chaos run that failed can be repeated. The points, in the order a task meet
   itself just before its side effect (the ``effect`` kind does, before its HTTP call).
 - ``after_effect_before_ack``: the handler returned (its effect happened); the ack is not sent.
   This is the window that makes duplicate deliveries.
+- ``after_error_before_fail``: the handler failed (or was stopped by its deadline) and the
+  worker decided to retry or bury the task; that decision is not yet queued for writing.
 - ``after_ack``: the task is done.
 
 ``RIVET_FAILPOINT_ACTION=stop`` makes a point stop the process (SIGSTOP) instead of aborting
 it: a pause, as a VM freeze or a long garbage collection makes, at a chosen moment, once (the
 point is disarmed as it fires). Whoever continues it (SIGCONT) sees the write it was about to
 make arrive late, under the lease it held when it stopped; the chaos harness uses it to send
-stale acks through the fence.
+stale acks, retries and burials through the fence.
 """
 
 from __future__ import annotations
@@ -36,7 +38,13 @@ from rivet.errors import RivetConfigError
 ENV_VAR = "RIVET_FAILPOINT"
 SEED_VAR = "RIVET_FAILPOINT_SEED"
 ACTION_VAR = "RIVET_FAILPOINT_ACTION"
-POINTS = ("after_claim", "before_effect", "after_effect_before_ack", "after_ack")
+POINTS = (
+    "after_claim",
+    "before_effect",
+    "after_effect_before_ack",
+    "after_error_before_fail",
+    "after_ack",
+)
 FORMAT = "name:probability[,name:probability], e.g. after_effect_before_ack:1.0"
 
 

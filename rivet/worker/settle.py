@@ -187,6 +187,7 @@ class Settler:
         else:
             delay = self.retry_policy.delay(attempt.claimed.attempt)
             decision = decisions.failed(attempt.claimed, error, delay)
+        self.failpoints.fire("after_error_before_fail")
         self._queue(attempt, decision, error=error, exc=exc)
 
     # -- queueing and flushing decisions ----------------------------------------------------

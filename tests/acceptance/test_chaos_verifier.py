@@ -76,7 +76,7 @@ def test_verifier_names_every_broken_invariant_then_passes_once_repaired(
     FencedWrite.objects.create(task_id=stuck, queue=QUEUE, op="ack", owner="old", epoch=1)
 
     output = verify(effect_database_url)
-    assert "every invariant held: S1, S2, L1, F2" in output
+    assert "every invariant held: S1, S2, L1, F2, C1" in output
     assert "fenced acks              1   <- proof F2 fired and was handled" in output
 
 

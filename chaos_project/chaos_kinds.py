@@ -9,7 +9,7 @@ idempotency key, so a second delivery is a replay and never a second effect.
 Some chaos tasks fail on purpose, after the wait and before any effect, so that the run sends
 retries and burials through the store's guards as well as acks: ``fail_attempts: N`` raises on
 attempts 1..N (a retry, or with N >= max_attempts a burial as ``max attempts exceeded``), and
-``permanent: true`` raises ``rivet.Permanent`` (buried at once).
+``permanent_at: K`` raises ``rivet.Permanent`` at attempt K (buried at once).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def chaos_effect(context: JobContext) -> dict[str, Any]:
     """Work ``work_ms`` (stopping early if the lease is lost), then make the effect once."""
     context.wait(work_ms(context.payload) / 1000)
     payload = context.payload
-    if payload.get("permanent") is True:
+    if payload.get("permanent_at") == context.attempt:
         raise Permanent(f"chaos task {payload.get('chaos_task')} fails permanently by design")
     fail_attempts = payload.get("fail_attempts", 0)
     if isinstance(fail_attempts, int) and context.attempt <= fail_attempts:

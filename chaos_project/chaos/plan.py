@@ -41,14 +41,20 @@ PAUSE_POINT_FAIL = "after_error_before_fail"
 PAUSE_POINTS = (PAUSE_POINT, PAUSE_POINT_FAIL, PAUSE_POINT_FAIL)
 
 #: The chaos tasks' designs, by task number (no draw: the rest of the plan is what the seed
-#: gave before designs existed). Every 20 tasks hold two flaky ones (fail their first attempt,
-#: then make their effect: a retry decision), one permanent failure (buried at once), one
-#: doomed one (always fails, two attempts: a retry then a burial as max attempts exceeded) and
-#: two one-shot ones (max_attempts 1: a claim that meets one whose worker was lost buries it at
-#: the epoch it had, so a late write of that worker meets a finished task).
+#: gave before designs existed). Every 20 tasks hold two flaky ones (fail their first two
+#: attempts, then make their effect: retry decisions, and a task that is pending again, not
+#: finished, when a zombie's late retry of it arrives), one permanent failure (raises
+#: rivet.Permanent at its first attempt: buried at once; a later attempt, which only a lost
+#: first one leads to, fails as a plain error until its three attempts are used up, so a
+#: zombie's late burial meets a pending task), one doomed one (always fails, two attempts: a
+#: retry then a burial as max attempts exceeded) and two one-shot ones (max_attempts 1: a claim
+#: that meets one whose worker was lost buries it at the epoch it had, so a late write of that
+#: worker meets a finished task).
 FLAKY, PERMANENT, DOOMED, ONE_SHOT, PLAIN = "flaky", "permanent", "doomed", "one-shot", "plain"
 DESIGN_CYCLE = {1: FLAKY, 11: FLAKY, 3: PERMANENT, 7: DOOMED, 5: ONE_SHOT, 15: ONE_SHOT}
 DOOMED_MAX_ATTEMPTS = 2
+FLAKY_FAILS = 2
+PERMANENT_MAX_ATTEMPTS = 3
 
 
 def design(n: int) -> str:
@@ -60,9 +66,10 @@ def designed_fields(n: int, max_attempts: int) -> tuple[dict[str, object], int]:
     """The payload fields and max_attempts that make task ``n`` go as designed."""
     kind = design(n)
     if kind == FLAKY:
-        return {"fail_attempts": 1}, max_attempts
+        return {"fail_attempts": FLAKY_FAILS}, max_attempts
     if kind == PERMANENT:
-        return {"permanent": True}, max_attempts
+        fields = {"permanent_at": 1, "fail_attempts": PERMANENT_MAX_ATTEMPTS}
+        return fields, PERMANENT_MAX_ATTEMPTS
     if kind == DOOMED:
         return {"fail_attempts": DOOMED_MAX_ATTEMPTS}, DOOMED_MAX_ATTEMPTS
     if kind == ONE_SHOT:

@@ -74,8 +74,8 @@ def test_every_twenty_tasks_hold_each_design_and_the_designs_fail_as_they_say() 
     designs = [design(n) for n in range(20)]
     assert designs.count(FLAKY) == 2 and designs.count(ONE_SHOT) == 2
     assert designs.count(PERMANENT) == 1 and designs.count(DOOMED) == 1
-    assert designed_fields(1, 10) == ({"fail_attempts": 1}, 10)
-    assert designed_fields(3, 10) == ({"permanent": True}, 10)
+    assert designed_fields(1, 10) == ({"fail_attempts": 2}, 10)
+    assert designed_fields(3, 10) == ({"permanent_at": 1, "fail_attempts": 3}, 3)
     assert designed_fields(7, 10) == ({"fail_attempts": 2}, 2)  # fails every attempt it has
     assert designed_fields(5, 10) == ({}, 1)
     assert designed_fields(0, 10) == ({}, 10)

@@ -138,8 +138,11 @@ class Failpoints:
         with self._lock:
             return self._random.random() < prob
 
-    def fire(self, name: str) -> None:
-        """Abort the process at ``name`` if the point is armed and the draw says so."""
+    def fire(self, name: str, **fields: Any) -> None:
+        """Abort the process at ``name`` if the point is armed and the draw says so.
+
+        ``fields`` go into the ``failpoint_fired`` log line (e.g. the task the point fired for).
+        """
         if name not in POINTS:
             raise ValueError(f"unknown failpoint {name!r}; known: {', '.join(POINTS)}")
         if self.should_fire(name):
@@ -147,7 +150,7 @@ class Failpoints:
             if stopping:  # a pause happens once: continued, the process goes on unarmed
                 self.armed.pop(name, None)
             then = "SIGSTOP" if stopping else "SIGABRT"
-            logs.event("failpoint_fired", logging.CRITICAL, point=name, then=then)
+            logs.event("failpoint_fired", logging.CRITICAL, point=name, then=then, **fields)
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()
             self._abort()

@@ -13,9 +13,11 @@ reported as not carried out.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from django.db import connections
@@ -45,6 +47,22 @@ PROGRESS_EVERY_SECS = 1.0
 #: ack it) and a task a stopped zombie holds (buried at the zombie's epoch, now or at the next
 #: claim: the zombie's late write must meet a finished task and be refused).
 CANCEL_EVERY_SECS = 0.5
+
+
+def paused_task(log_path: Path) -> int | None:
+    """The task a worker's last ``failpoint_fired`` line names (its paused write's task)."""
+    task = None
+    try:
+        with log_path.open("rb") as log:
+            for raw in log:
+                if b'"failpoint_fired"' in raw:
+                    try:
+                        task = json.loads(raw).get("task", task)
+                    except ValueError:
+                        continue
+    except OSError:
+        return None
+    return task if isinstance(task, int) else None
 
 
 class Source(Protocol):
@@ -284,6 +302,7 @@ class ChaosLoop:
                     attempts={task: attempts for task, _, attempts in rows},
                     paused=paused,
                     pause_point=proc.pause_point if paused else "",
+                    paused_task=paused_task(proc.child.log_path) if paused else None,
                 )
                 self.open.append(zombie)
                 self.fleet.log.add("stop", held=zombie.record()["held"], **proc.fields())

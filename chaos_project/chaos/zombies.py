@@ -65,6 +65,8 @@ class Zombie:
     """It stopped itself at a failpoint (its late write is decided), not by the harness's
     SIGSTOP."""
     pause_point: str = ""
+    paused_task: int | None = None
+    """The task a paused zombie's decided write is for (from its ``failpoint_fired`` line)."""
     """Where a paused zombie stopped: ``after_effect_before_ack`` or ``after_error_before_fail``."""
     first_reclaim_at: float | None = None
     woken_at: float | None = None
@@ -103,11 +105,15 @@ class Zombie:
 
     def _ready_to_wake(self, now: float) -> bool:
         """A SIGSTOPped zombie wakes at the first reclaim. A paused one holds a write for one of
-        its tasks, which need not be the first one taken: it waits until every task it holds
-        was claimed (they lapse together), or PAUSE_WAIT_SECS after the first, so that its
-        ack meets the guard instead of a lease that is still its own."""
+        its tasks, which need not be the first one taken: it wakes once that task was taken
+        (when its log named it), or every task it holds was (they lapse together), or
+        PAUSE_WAIT_SECS after the first, so that its write meets the guard instead of a lease
+        that is still its own, and meets it soon: a task the new holder finished meanwhile
+        would refuse the write by its state whatever the epoch guard did."""
         if not self.paused or len(self.reclaimed) == len(self.held):
             return True
+        if self.paused_task in self.reclaimed:
+            return True  # its write meets the task while the new holder may still hold it
         assert self.first_reclaim_at is not None
         return now - self.first_reclaim_at >= PAUSE_WAIT_SECS
 

@@ -43,15 +43,24 @@ PAUSE_POINTS = (PAUSE_POINT, PAUSE_POINT_FAIL, PAUSE_POINT_FAIL)
 #: The chaos tasks' designs, by task number (no draw: the rest of the plan is what the seed
 #: gave before designs existed). Every 20 tasks hold two flaky ones (fail their first two
 #: attempts, then make their effect: retry decisions, and a task that is pending again, not
-#: finished, when a zombie's late retry of it arrives), one permanent failure (raises
-#: rivet.Permanent at its first attempt: buried at once; a later attempt, which only a lost
+#: finished, when a zombie's late retry of it arrives), three permanent failures (raise
+#: rivet.Permanent at their first attempt: buried at once; a later attempt, which only a lost
 #: first one leads to, fails as a plain error until its three attempts are used up, so a
 #: zombie's late burial meets a pending task), one doomed one (always fails, two attempts: a
 #: retry then a burial as max attempts exceeded) and two one-shot ones (max_attempts 1: a claim
 #: that meets one whose worker was lost buries it at the epoch it had, so a late write of that
 #: worker meets a finished task).
 FLAKY, PERMANENT, DOOMED, ONE_SHOT, PLAIN = "flaky", "permanent", "doomed", "one-shot", "plain"
-DESIGN_CYCLE = {1: FLAKY, 11: FLAKY, 3: PERMANENT, 7: DOOMED, 5: ONE_SHOT, 15: ONE_SHOT}
+DESIGN_CYCLE = {
+    1: FLAKY,
+    11: FLAKY,
+    3: PERMANENT,
+    9: PERMANENT,
+    13: PERMANENT,
+    7: DOOMED,
+    5: ONE_SHOT,
+    15: ONE_SHOT,
+}
 DOOMED_MAX_ATTEMPTS = 2
 FLAKY_FAILS = 2
 PERMANENT_MAX_ATTEMPTS = 3
@@ -137,15 +146,17 @@ def _event(rng: random.Random, kind: str, at: float, workers: int) -> Planned:
 
 
 def _every_other_zombie_pauses(events: list[Planned]) -> list[Planned]:
-    """The second, fourth... zombie stops itself at a failpoint, in turn at PAUSE_POINTS: no
-    draw, so the rest of the plan is what the seed gave before pauses existed."""
-    zombies = 0
+    """Two zombies in three (the second, third, fifth, sixth...) stop themselves at a
+    failpoint, in turn at PAUSE_POINTS; the others are SIGSTOPped by the harness. No draw, so
+    the rest of the plan is what the seed gave before pauses existed."""
+    zombies = paused = 0
     out = []
     for event in events:
         if event.kind == ZOMBIE:
             zombies += 1
-            if zombies % 2 == 0:
-                point = PAUSE_POINTS[(zombies // 2 - 1) % len(PAUSE_POINTS)]
+            if zombies % 3 != 1:
+                paused += 1
+                point = PAUSE_POINTS[(paused - 1) % len(PAUSE_POINTS)]
                 event = Planned(
                     at=event.at, kind=ZOMBIE, slot=event.slot, pause=True, pause_point=point
                 )

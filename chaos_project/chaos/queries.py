@@ -89,7 +89,13 @@ SELECT
     count(*) FILTER (
         WHERE state = 'dead' AND right(last_error, length(%(cancelled)s)) = %(cancelled)s
     ) AS dead_cancelled,
-    count(*) FILTER (WHERE state = 'done' AND cancel_requested) AS done_cancelled
+    count(*) FILTER (WHERE state = 'done' AND cancel_requested) AS done_cancelled,
+    count(*) FILTER (
+        WHERE state = 'dead' AND kind = 'chaos.effect' AND max_attempts > 1
+            AND NOT cancel_requested
+            AND right(last_error, length(%(cancelled)s)) <> %(cancelled)s
+            AND NOT (payload ? 'fail_attempts') AND NOT (payload ? 'permanent_at')
+    ) AS dead_not_designed
 FROM rivet_task
 WHERE queue = %(queue)s
 """

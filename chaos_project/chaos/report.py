@@ -98,6 +98,7 @@ def run_summary(
             "dead_handler_error": f.dead_poison,
             "dead_cancelled": f.dead_cancelled,
             "dead_other": f.dead_other,
+            "dead_not_designed": f.dead_not_designed,
         },
         "faults": list(faults),
         "wall_secs": round(wall_secs, 1),
@@ -121,6 +122,12 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
         lines.append(
             f"operator cancels: {sum(cancels.values())} ({detail or 'none'}); "
             f"{summary.get('C1', 0)} of the cancelled tasks ended done   <- C1"
+        )
+    figures = summary.get("figures", {})
+    if "dead_not_designed" in figures:
+        lines.append(
+            f"dead tasks not designed to die (plain chaos tasks, not cancelled): "
+            f"{figures['dead_not_designed']} of {figures.get('dead_lettered', 0)} dead"
         )
     planned = summary.get("planned")
     if planned:

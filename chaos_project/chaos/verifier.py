@@ -54,6 +54,9 @@ class Figures:
     fenced_writes: int
     dead_cancelled: int = 0
     done_cancelled: int = 0
+    dead_not_designed: int = 0
+    """Dead chaos tasks not designed to die (no designed failure, more than one attempt, not
+    cancelled): reported, not a violation (ten lost attempts are possible, if unlikely)."""
     """Tasks an operator's cancel marked that ended done: C1."""
     stale_settled: int = 0
     """Finished tasks whose finishing write named another epoch or owner than the task held."""
@@ -106,7 +109,8 @@ def read_figures(*, queue: str, effect_database_url: str, using: str = "default"
             },
         )
         row = cursor.fetchone()
-        enqueued, done, pending, lost, poison, dead, fenced, _, cancelled, done_cancelled = row
+        enqueued, done, pending, lost, poison, dead, fenced, _, cancelled, done_cancelled = row[:10]
+        dead_not_designed = row[10]
         cursor.execute(queries.DONE_EFFECT_KEYS, {"queue": queue, "kinds": list(EFFECT_KINDS)})
         done_keys = {row[0] for row in cursor.fetchall()}
         cursor.execute(queries.STALE_SETTLED, {"queue": queue})
@@ -127,6 +131,7 @@ def read_figures(*, queue: str, effect_database_url: str, using: str = "default"
         fenced_writes=fenced,
         dead_cancelled=cancelled,
         done_cancelled=done_cancelled,
+        dead_not_designed=dead_not_designed,
         stale_settled=stale,
         stale_samples=tuple(samples),
     )

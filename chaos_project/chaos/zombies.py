@@ -29,8 +29,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos_project.chaos.plan import PAUSE_POINT_FAIL
-
 #: How long a paused zombie waits after its first task was claimed for the others to be.
 PAUSE_WAIT_SECS = 2.0
 
@@ -107,16 +105,15 @@ class Zombie:
 
     def _ready_to_wake(self, now: float) -> bool:
         """A SIGSTOPped zombie wakes at the first reclaim. A paused one holds a write for one of
-        its tasks, which need not be the first one taken: it wakes once every task it holds was
-        taken (they lapse together), or PAUSE_WAIT_SECS after the first, so that its write
-        meets the guard instead of a lease that is still its own, and is flushed with the
-        writes its other tasks' ends call for (a batch). One paused at a retry or burial wakes
-        as soon as that task was taken (its log names it): a task the new holder finished
-        meanwhile would refuse the write by its state whatever the epoch guard did."""
+        its tasks, which need not be the first one taken: it wakes once that task was taken
+        (when its log named it), or every task it holds was (they lapse together), or
+        PAUSE_WAIT_SECS after the first, so that its write meets the guard instead of a lease
+        that is still its own, and meets it soon: a task the new holder finished meanwhile
+        would refuse the write by its state whatever the epoch guard did."""
         if not self.paused or len(self.reclaimed) == len(self.held):
             return True
-        if self.pause_point == PAUSE_POINT_FAIL and self.paused_task in self.reclaimed:
-            return True  # its retry or burial meets the task while it is still pending
+        if self.paused_task in self.reclaimed:
+            return True  # its write meets the task while the new holder may still hold it
         assert self.first_reclaim_at is not None
         return now - self.first_reclaim_at >= PAUSE_WAIT_SECS
 

@@ -144,22 +144,14 @@ def test_a_refused_write_to_a_task_a_claim_buried_makes_it_fenced() -> None:
     assert z.phase is Phase.FENCED
 
 
-def test_a_zombie_paused_at_a_failure_wakes_once_the_task_its_write_is_for_was_taken() -> None:
+def test_a_paused_zombie_wakes_once_the_task_its_write_is_for_was_taken() -> None:
     """Not after the others: the new holder of that task may finish it meanwhile, and then the
     late write is refused by the task's state whatever the epoch guard does."""
     z = zombie()
-    z.paused, z.paused_task, z.pause_point = True, 18, "after_error_before_fail"
+    z.paused, z.paused_task = True, 18
     assert not z.observe_epochs(rows({17: 2, 18: 3}), 101.0, give_up=LIMIT)
     assert z.observe_epochs(rows({17: 2, 18: 4}), 101.1, give_up=LIMIT)
     assert z.phase is Phase.WOKEN
-
-
-def test_a_zombie_paused_at_an_ack_still_waits_for_its_other_tasks() -> None:
-    """Its late ack is flushed with the ends of its other tasks: a batch of decisions."""
-    z = zombie()
-    z.paused, z.paused_task, z.pause_point = True, 18, "after_effect_before_ack"
-    assert not z.observe_epochs(rows({17: 1, 18: 4}), 101.0, give_up=LIMIT)
-    assert z.observe_epochs(rows({17: 2, 18: 4}), 101.1, give_up=LIMIT)
 
 
 def test_the_paused_task_is_read_from_the_workers_last_failpoint_line(tmp_path) -> None:

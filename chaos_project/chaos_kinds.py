@@ -5,6 +5,11 @@ the harness stops (SIGSTOP) or kills is likely to hold tasks in flight. The wait
 the guard stops the handler (its lease was fenced or lapsed), and then no effect is attempted.
 The effect itself is the ``effect`` kind's: a POST to the effect service with the task's
 idempotency key, so a second delivery is a replay and never a second effect.
+
+Some chaos tasks fail on purpose, after the wait and before any effect, so that the run sends
+retries and burials through the store's guards as well as acks: ``fail_attempts: N`` raises on
+attempts 1..N (a retry, or with N >= max_attempts a burial as ``max attempts exceeded``), and
+``permanent_at: K`` raises ``rivet.Permanent`` at attempt K (buried at once).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from chaos_project.effect_kind import send_effect
-from rivet.errors import InvalidInput
+from rivet.errors import InvalidInput, Permanent
 from rivet.failpoints import fires
 from rivet.jobs import JobContext, job
 
@@ -24,6 +29,14 @@ MAX_WORK_MS = 60_000
 def chaos_effect(context: JobContext) -> dict[str, Any]:
     """Work ``work_ms`` (stopping early if the lease is lost), then make the effect once."""
     context.wait(work_ms(context.payload) / 1000)
+    payload = context.payload
+    if payload.get("permanent_at") == context.attempt:
+        raise Permanent(f"chaos task {payload.get('chaos_task')} fails permanently by design")
+    fail_attempts = payload.get("fail_attempts", 0)
+    if isinstance(fail_attempts, int) and context.attempt <= fail_attempts:
+        raise RuntimeError(
+            f"chaos task {payload.get('chaos_task')} fails attempt {context.attempt} by design"
+        )
     response = send_effect(context)
     return {"status": response.status, "replay": response.replay}
 

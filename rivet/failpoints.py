@@ -10,13 +10,15 @@ so a chaos run that failed can be repeated. The points, in the order a task meet
   itself just before its side effect (the ``effect`` kind does, before its HTTP call).
 - ``after_effect_before_ack``: the handler returned (its effect happened); the ack is not sent.
   This is the window that makes duplicate deliveries.
+- ``after_error_before_fail``: the handler failed (or was stopped by its deadline) and the
+  worker decided to retry or bury the task; that decision is not yet queued for writing.
 - ``after_ack``: the task is done.
 
 ``RIVET_FAILPOINT_ACTION=stop`` makes a point stop the process (SIGSTOP) instead of aborting
 it: a pause, as a VM freeze or a long garbage collection makes, at a chosen moment, once (the
 point is disarmed as it fires). Whoever continues it (SIGCONT) sees the write it was about to
 make arrive late, under the lease it held when it stopped; the chaos harness uses it to send
-stale acks through the fence.
+stale acks, retries and burials through the fence.
 
 Failpoints are off unless the project enables them: ``RIVET = {"FAILPOINTS": True}`` (the test
 settings and the chaos host project do). Off, nothing fires whatever the environment says, and
@@ -42,7 +44,13 @@ from rivet.errors import RivetConfigError
 ENV_VAR = "RIVET_FAILPOINT"
 SEED_VAR = "RIVET_FAILPOINT_SEED"
 ACTION_VAR = "RIVET_FAILPOINT_ACTION"
-POINTS = ("after_claim", "before_effect", "after_effect_before_ack", "after_ack")
+POINTS = (
+    "after_claim",
+    "before_effect",
+    "after_effect_before_ack",
+    "after_error_before_fail",
+    "after_ack",
+)
 FORMAT = "name:probability[,name:probability], e.g. after_effect_before_ack:1.0"
 
 
@@ -136,8 +144,11 @@ class Failpoints:
         with self._lock:
             return self._random.random() < prob
 
-    def fire(self, name: str) -> None:
-        """Abort the process at ``name`` if the point is armed and the draw says so."""
+    def fire(self, name: str, **fields: Any) -> None:
+        """Abort the process at ``name`` if the point is armed and the draw says so.
+
+        ``fields`` go into the ``failpoint_fired`` log line (e.g. the task the point fired for).
+        """
         if name not in POINTS:
             raise ValueError(f"unknown failpoint {name!r}; known: {', '.join(POINTS)}")
         if self.should_fire(name):
@@ -145,7 +156,7 @@ class Failpoints:
             if stopping:  # a pause happens once: continued, the process goes on unarmed
                 self.armed.pop(name, None)
             then = "SIGSTOP" if stopping else "SIGABRT"
-            logs.event("failpoint_fired", logging.CRITICAL, point=name, then=then)
+            logs.event("failpoint_fired", logging.CRITICAL, point=name, then=then, **fields)
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()
             self._abort()

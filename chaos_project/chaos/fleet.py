@@ -108,8 +108,9 @@ class WorkerProcess:
     term_sent: bool = False
     frozen: bool = False  # SIGSTOPped, not yet continued
     watched: bool = False  # a zombie whose verdict is still open: leave it alone
-    pausing: bool = False  # armed to stop itself at its ack (a pausing zombie), not yet stopped
-    paused: bool = False  # it stopped itself at its ack
+    pausing: bool = False  # armed to stop itself at its point (a pausing zombie), not yet stopped
+    paused: bool = False  # it stopped itself at its point
+    pause_point: str = PAUSE_POINT  # where a pausing worker stops itself
     started: bool = False  # its log says worker_started: it claims tasks
 
     def ready(self) -> bool:
@@ -193,7 +194,12 @@ class Fleet:
             self.start(slot)
 
     def start(
-        self, slot: int, failpoint_seed: int | None = None, *, pause: bool = False
+        self,
+        slot: int,
+        failpoint_seed: int | None = None,
+        *,
+        pause: bool = False,
+        pause_point: str = PAUSE_POINT,
     ) -> WorkerProcess:
         """Start the slot's worker: armed to abort at its failpoint (``failpoint_seed``), or to
         stop itself there once (``pause``: a pausing zombie), or clean."""
@@ -204,7 +210,7 @@ class Fleet:
             env["RIVET_FAILPOINT"] = f"after_effect_before_ack:{FAILPOINT_PROBABILITY}"
             env["RIVET_FAILPOINT_SEED"] = str(failpoint_seed)
         if pause:
-            env["RIVET_FAILPOINT"] = f"{PAUSE_POINT}:1.0"
+            env["RIVET_FAILPOINT"] = f"{pause_point}:1.0"
             env["RIVET_FAILPOINT_ACTION"] = "stop"
         args = [*self.worker_args, "--owner", owner]
         log_path = self.log_dir / f"{owner}.log"
@@ -213,9 +219,12 @@ class Fleet:
         else:
             child = Child([*self.command, *args], env=env, log_path=log_path)
         armed = failpoint_seed is not None
-        proc = WorkerProcess(slot=slot, owner=owner, child=child, armed=armed, pausing=pause)
+        proc = WorkerProcess(
+            slot=slot, owner=owner, child=child, armed=armed, pausing=pause, pause_point=pause_point
+        )
         self.slots[slot] = proc
-        self.log.add("start", armed=armed, pausing=pause, **proc.fields())
+        point = pause_point if pause else None
+        self.log.add("start", armed=armed, pausing=pause, pause_point=point, **proc.fields())
         return proc
 
     # -- observing ---------------------------------------------------------------------------
@@ -241,7 +250,7 @@ class Fleet:
         for proc in paused:
             proc.pausing = False
             proc.paused = proc.frozen = proc.watched = True
-            self.log.add("paused", point=PAUSE_POINT, **proc.fields())
+            self.log.add("paused", point=proc.pause_point, **proc.fields())
         return paused
 
     def reap(self) -> None:
@@ -303,14 +312,21 @@ class Fleet:
         proc.kill_sent = True
         return True
 
-    def arm(self, slot: int, failpoint_seed: int | None, *, pause: bool = False) -> bool:
+    def arm(
+        self,
+        slot: int,
+        failpoint_seed: int | None,
+        *,
+        pause: bool = False,
+        pause_point: str = PAUSE_POINT,
+    ) -> bool:
         """Retire the slot's worker (SIGTERM: it finishes its tasks) for an armed one (or, with
         ``pause``, one that stops itself at its point)."""
         proc = self.slots[slot]
         if proc is None or not self._terminate(proc):
             return False
         self.retiring.append(proc)
-        self.start(slot, failpoint_seed=failpoint_seed, pause=pause)
+        self.start(slot, failpoint_seed=failpoint_seed, pause=pause, pause_point=pause_point)
         return True
 
     def freeze(self, slot: int) -> WorkerProcess | None:

@@ -29,7 +29,7 @@ from chaos_project.chaos.faults import FaultSet
 from chaos_project.chaos.fleet import EventLog, Fleet
 from chaos_project.chaos.loop import ChaosLoop, LoopOutcome
 from chaos_project.chaos.pacing import Pacer
-from chaos_project.chaos.plan import FAILPOINT, KILL, ZOMBIE, ChaosPlan
+from chaos_project.chaos.plan import FAILPOINT, KILL, ZOMBIE, ChaosPlan, designed_fields
 from chaos_project.chaos.report import report_lines, run_summary, summary_lines, verdict_lines
 from chaos_project.chaos.timeline import Timeline, read_timeline
 from chaos_project.chaos.verifier import Verdict, verify
@@ -293,16 +293,19 @@ class ChaosRun:
 
     def _release(self, plan: ChaosPlan, indexes: range) -> None:
         """Enqueue the effect tasks ``indexes`` (their body names the task: see verifier)."""
-        items = [
-            {
-                "kind": EFFECT_KIND,
-                "payload": {"chaos_task": self._key(n), "n": n, "work_ms": plan.work_ms[n]},
-                "queue": self.options.queue,
-                "idem_key": self._key(n),
-                "max_attempts": EFFECT_MAX_ATTEMPTS,
-            }
-            for n in indexes
-        ]
+        items = []
+        for n in indexes:
+            fields, max_attempts = designed_fields(n, EFFECT_MAX_ATTEMPTS)
+            payload = {"chaos_task": self._key(n), "n": n, "work_ms": plan.work_ms[n], **fields}
+            items.append(
+                {
+                    "kind": EFFECT_KIND,
+                    "payload": payload,
+                    "queue": self.options.queue,
+                    "idem_key": self._key(n),
+                    "max_attempts": max_attempts,
+                }
+            )
         for start in range(0, len(items), ENQUEUE_CHUNK):
             enqueue_many(items[start : start + ENQUEUE_CHUNK], using="default")
 

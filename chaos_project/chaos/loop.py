@@ -13,9 +13,11 @@ reported as not carried out.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from django.db import connections
@@ -25,6 +27,8 @@ from chaos_project.chaos.pacing import Pacer
 from chaos_project.chaos.plan import FAILPOINT, KILL, KINDS, ZOMBIE, ChaosPlan, Planned
 from chaos_project.chaos.zombies import Phase, Zombie
 from chaos_project.kit import queries
+from rivet.producer import cancel
+from rivet.values import CancelOutcome
 
 TICK_SECS = 0.05
 #: A failpoint that no restart took within this long retires a running worker for an armed one.
@@ -37,6 +41,28 @@ MAX_ARMED = 1
 SETTLE_SECS = 0.3
 #: How the drain measures progress, and how often.
 PROGRESS_EVERY_SECS = 1.0
+#: An operator's cancel every this many seconds of the chaos, through ``rivet.cancel`` (the path
+#: the admin, the API and ``rivet_dlq cancel`` take): in turn a task a working worker holds (its
+#: handler may finish before its heartbeat sees the mark: the store must bury it anyway, never
+#: ack it) and a task a stopped zombie holds (buried at the zombie's epoch, now or at the next
+#: claim: the zombie's late write must meet a finished task and be refused).
+CANCEL_EVERY_SECS = 0.5
+
+
+def paused_task(log_path: Path) -> int | None:
+    """The task a worker's last ``failpoint_fired`` line names (its paused write's task)."""
+    task = None
+    try:
+        with log_path.open("rb") as log:
+            for raw in log:
+                if b'"failpoint_fired"' in raw:
+                    try:
+                        task = json.loads(raw).get("task", task)
+                    except ValueError:
+                        continue
+    except OSError:
+        return None
+    return task if isinstance(task, int) else None
 
 
 class Source(Protocol):
@@ -52,6 +78,10 @@ class LoopOutcome:
     zombies: list[Zombie] = field(default_factory=list)
     not_carried_out: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     drain_note: str = ""
+    cancels: dict[str, int] = field(
+        default_factory=lambda: {outcome.value: 0 for outcome in CancelOutcome}
+    )
+    """The operator cancels the harness issued, by what ``rivet.cancel`` answered."""
 
     def zombie_counts(self) -> dict[str, int]:
         return {phase.value: sum(1 for z in self.zombies if z.phase is phase) for phase in Phase}
@@ -85,6 +115,8 @@ class ChaosLoop:
         self.open: list[Zombie] = []
         self.settling: list[tuple[WorkerProcess, float]] = []  # stopped, not yet read
         self.chaos_on = True
+        self.next_cancel = CANCEL_EVERY_SECS
+        self.cancels_sent = 0
         # A reclaim needs the lease to lapse and a free slot elsewhere; a woken worker needs
         # one guard tick. Both bounds are generous: reaching one is reported, never hidden.
         self.stop_limit = max(10.0, 5 * lease_ttl)
@@ -140,6 +172,9 @@ class ChaosLoop:
             while self.due and self.due[0].at <= now:
                 self.waiting.append(self.due.pop(0))
             self.waiting = [e for e in self.waiting if not self.apply(e, now)]
+            if now >= self.next_cancel:
+                self.next_cancel = now + CANCEL_EVERY_SECS
+                self.cancel_one()
         for source in self.sources:
             source.tick(now)
         return outstanding
@@ -186,6 +221,30 @@ class ChaosLoop:
         leases = self._leases()
         return lambda proc: proc.working() and proc.owner in leases
 
+    # -- operator cancels --------------------------------------------------------------------
+
+    def cancel_one(self) -> None:
+        """Cancel one leased task as an operator would: in turn one a working worker holds and
+        one a stopped zombie holds (when no zombie holds one, a working worker's)."""
+        self.cancels_sent += 1
+        zombie_tasks = [
+            task
+            for z in self.open
+            if z.phase is Phase.STOPPED
+            for task in sorted(z.held)
+            if task not in z.reclaimed
+        ]
+        if self.cancels_sent % 2 == 0 and zombie_tasks:
+            task = zombie_tasks[0]
+        else:
+            rows = self._rows(queries.CANCEL_PICK, {"queue": self.queue})
+            if not rows:
+                return
+            task = rows[0][0]
+        outcome = cancel(task, using="default")
+        self.outcome.cancels[outcome.value] += 1
+        self.fleet.log.add("cancel", task=task, outcome=outcome.value)
+
     # -- zombies -----------------------------------------------------------------------------
 
     def stop_zombie(self, event: Planned, now: float) -> bool:
@@ -209,17 +268,20 @@ class ChaosLoop:
         return stopping < max(1, self.fleet.size // 2)
 
     def pause_zombie(self, event: Planned) -> bool:
-        """Replace a worker that holds leases with one that stops itself at its first ack.
+        """Replace a worker that holds leases with one that stops itself at its first ack (or,
+        by ``event.pause_point``, its first retry or burial).
 
-        Its ack is decided and not yet written when it stops; once another worker has claimed
-        the task it is continued, and that late ack must be refused by the fence: the write a
+        Its decision is made and not yet written when it stops; once another worker has claimed
+        the task it is continued, and that late write must be refused by the fence: the write a
         random SIGSTOP (mostly inside a handler, then refused by the heartbeat's check in the
         worker itself) seldom sends through the store's guards.
         """
         if not self._zombie_room() or self.pacer.finished_releasing:
             return False
         slot = self.fleet.pick(event, self._holds_leases())
-        return slot is not None and self.fleet.arm(slot, None, pause=True)
+        if slot is None:
+            return False
+        return self.fleet.arm(slot, None, pause=True, pause_point=event.pause_point)
 
     def _settle(self, now: float) -> None:
         """Read what each zombie stopped SETTLE_SECS ago holds; continue one holding nothing."""
@@ -239,6 +301,8 @@ class ChaosLoop:
                     stopped_at=stopped_at,
                     attempts={task: attempts for task, _, attempts in rows},
                     paused=paused,
+                    pause_point=proc.pause_point if paused else "",
+                    paused_task=paused_task(proc.child.log_path) if paused else None,
                 )
                 self.open.append(zombie)
                 self.fleet.log.add("stop", held=zombie.record()["held"], **proc.fields())
@@ -257,7 +321,7 @@ class ChaosLoop:
             return
         ids = [task for z in self.open if z.phase is Phase.STOPPED for task in z.held]
         rows = self._rows(queries.TASK_EPOCHS, {"ids": ids}) if ids else []
-        epochs = {task: (epoch, attempts) for task, epoch, attempts in rows}
+        epochs = {task: (epoch, attempts, state) for task, epoch, attempts, state in rows}
         owners = [z.owner for z in self.open if z.phase is Phase.WOKEN]
         fenced: dict[str, set[tuple[int, int]]] = {}
         if owners:

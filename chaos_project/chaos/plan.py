@@ -34,6 +34,56 @@ WORK_MS = (10, 300)
 FAILPOINT_PROBABILITY = 1.0
 #: Where a pausing zombie stops itself (RIVET_FAILPOINT_ACTION=stop): its ack decided, unsent.
 PAUSE_POINT = "after_effect_before_ack"
+#: Where a pausing zombie stops itself on the failure path: a retry or burial decided, unsent.
+PAUSE_POINT_FAIL = "after_error_before_fail"
+#: The points pausing zombies stop at, in turn: one at an ack, then two at a failure (whose
+#: late write is a retry, a burial, or a write to a task a claim buried meanwhile).
+PAUSE_POINTS = (PAUSE_POINT, PAUSE_POINT_FAIL, PAUSE_POINT_FAIL)
+
+#: The chaos tasks' designs, by task number (no draw: the rest of the plan is what the seed
+#: gave before designs existed). Every 20 tasks hold two flaky ones (fail their first two
+#: attempts, then make their effect: retry decisions, and a task that is pending again, not
+#: finished, when a zombie's late retry of it arrives), three permanent failures (raise
+#: rivet.Permanent at their first attempt: buried at once; a later attempt, which only a lost
+#: first one leads to, fails as a plain error until its three attempts are used up, so a
+#: zombie's late burial meets a pending task), one doomed one (always fails, two attempts: a
+#: retry then a burial as max attempts exceeded) and two one-shot ones (max_attempts 1: a claim
+#: that meets one whose worker was lost buries it at the epoch it had, so a late write of that
+#: worker meets a finished task).
+FLAKY, PERMANENT, DOOMED, ONE_SHOT, PLAIN = "flaky", "permanent", "doomed", "one-shot", "plain"
+DESIGN_CYCLE = {
+    1: FLAKY,
+    11: FLAKY,
+    3: PERMANENT,
+    9: PERMANENT,
+    13: PERMANENT,
+    7: DOOMED,
+    5: ONE_SHOT,
+    15: ONE_SHOT,
+}
+DOOMED_MAX_ATTEMPTS = 2
+FLAKY_FAILS = 2
+PERMANENT_MAX_ATTEMPTS = 3
+
+
+def design(n: int) -> str:
+    """How chaos task ``n`` is meant to go (see DESIGN_CYCLE)."""
+    return DESIGN_CYCLE.get(n % 20, PLAIN)
+
+
+def designed_fields(n: int, max_attempts: int) -> tuple[dict[str, object], int]:
+    """The payload fields and max_attempts that make task ``n`` go as designed."""
+    kind = design(n)
+    if kind == FLAKY:
+        return {"fail_attempts": FLAKY_FAILS}, max_attempts
+    if kind == PERMANENT:
+        fields = {"permanent_at": 1, "fail_attempts": PERMANENT_MAX_ATTEMPTS}
+        return fields, PERMANENT_MAX_ATTEMPTS
+    if kind == DOOMED:
+        return {"fail_attempts": DOOMED_MAX_ATTEMPTS}, DOOMED_MAX_ATTEMPTS
+    if kind == ONE_SHOT:
+        return {}, 1
+    return {}, max_attempts
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,8 +96,10 @@ class Planned:
     failpoint_seed: int = 0
     """failpoint: RIVET_FAILPOINT_SEED of the armed worker."""
     pause: bool = False
-    """zombie: stopped by its own failpoint just before an ack (its decision made, not yet
+    """zombie: stopped by its own failpoint just before a write (its decision made, not yet
     written), not by the harness's SIGSTOP at a random moment (mostly inside a handler)."""
+    pause_point: str = PAUSE_POINT
+    """zombie with ``pause``: the failpoint it stops at (an ack's, or a retry's or burial's)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,14 +146,19 @@ def _event(rng: random.Random, kind: str, at: float, workers: int) -> Planned:
 
 
 def _every_other_zombie_pauses(events: list[Planned]) -> list[Planned]:
-    """The second, fourth... zombie stops itself at its ack: no draw, so the rest of the plan
-    is what the seed gave before pauses existed."""
-    zombies = 0
+    """Two zombies in three (the second, third, fifth, sixth...) stop themselves at a
+    failpoint, in turn at PAUSE_POINTS; the others are SIGSTOPped by the harness. No draw, so
+    the rest of the plan is what the seed gave before pauses existed."""
+    zombies = paused = 0
     out = []
     for event in events:
         if event.kind == ZOMBIE:
             zombies += 1
-            if zombies % 2 == 0:
-                event = Planned(at=event.at, kind=ZOMBIE, slot=event.slot, pause=True)
+            if zombies % 3 != 1:
+                paused += 1
+                point = PAUSE_POINTS[(paused - 1) % len(PAUSE_POINTS)]
+                event = Planned(
+                    at=event.at, kind=ZOMBIE, slot=event.slot, pause=True, pause_point=point
+                )
         out.append(event)
     return out

@@ -29,6 +29,7 @@ def report_lines(verdict: Verdict, chaos: Mapping[str, int] | None) -> list[str]
         return f"{mark}   FAILED" if code in failed else mark
 
     dead_note = f"({f.dead_worker_lost} worker lost, {f.dead_poison} poison"
+    dead_note += f", {f.dead_cancelled} cancelled" if f.dead_cancelled else ""
     dead_note += f", {f.dead_other} other)" if f.dead_other else ")"
     return [
         line("tasks enqueued", f.tasks_enqueued),
@@ -53,7 +54,7 @@ def chaos_line(chaos: Mapping[str, int] | None) -> str:
 def verdict_lines(verdict: Verdict) -> list[str]:
     """One line for a run that held, one line per violated invariant otherwise."""
     if verdict.ok:
-        return ["every invariant held: S1, S2, L1, F2"]
+        return ["every invariant held: S1, S2, L1, F2, C1"]
     return [f"{v.code} FAILED: {v.message}" for v in verdict.violations]
 
 
@@ -86,11 +87,18 @@ def run_summary(
         "S2": f.done_without_effect,
         "L1": f.still_pending,
         "F2": f.fenced_writes,
+        "C1": f.done_cancelled,
+        "cancels": dict(getattr(outcome, "cancels", {})),
         "figures": {
             "tasks_enqueued": f.tasks_enqueued,
             "effects_written": f.effects_written,
             "tasks_done": f.tasks_done,
             "dead_lettered": f.dead_lettered,
+            "dead_worker_lost": f.dead_worker_lost,
+            "dead_handler_error": f.dead_poison,
+            "dead_cancelled": f.dead_cancelled,
+            "dead_other": f.dead_other,
+            "dead_not_designed": f.dead_not_designed,
         },
         "faults": list(faults),
         "wall_secs": round(wall_secs, 1),
@@ -108,6 +116,19 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
         "could not be made to bite (tried again)",
         f"failpoints: {fp['armed']} workers armed, {fp['reached']} reached after_effect_before_ack",
     ]
+    cancels = summary.get("cancels")
+    if cancels:
+        detail = ", ".join(f"{n} {what}" for what, n in cancels.items() if n)
+        lines.append(
+            f"operator cancels: {sum(cancels.values())} ({detail or 'none'}); "
+            f"{summary.get('C1', 0)} of the cancelled tasks ended done   <- C1"
+        )
+    figures = summary.get("figures", {})
+    if "dead_not_designed" in figures:
+        lines.append(
+            f"dead tasks not designed to die (plain chaos tasks, not cancelled): "
+            f"{figures['dead_not_designed']} of {figures.get('dead_lettered', 0)} dead"
+        )
     planned = summary.get("planned")
     if planned:
         lines.append(planned_line(planned, missed))

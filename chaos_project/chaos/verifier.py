@@ -1,10 +1,13 @@
-"""The verifier: reads the queue database and the effect database and checks four invariants.
+"""The verifier: reads the queue database and the effect database and checks five invariants.
 
 - S1 no duplicate effects: no task has more than one effect row. A chaos task's effect names
   its task in its body (``chaos_task``), so a duplicate counts even when the worker sent a
   wrong key with it; any other effect is known by its key.
 - S2 no task done without its effect: every done effect task's key has an effect row.
 - L1 nothing left pending: every task ended done or dead.
+- C1 a cancel is never overruled: no task an operator's cancel marked (``cancel_requested``)
+  ended done. The harness cancels leased tasks during the run; their worker may decide an ack
+  before its heartbeat sees the mark, and the store must bury the task anyway.
 - F2 the fence fired and was handled, in three parts:
   - per task: for every task a stopped worker held and another worker claimed while it slept,
     that worker's late write to it was refused and recorded (every such task, not any one;
@@ -28,7 +31,7 @@ from django.db import connections
 
 from chaos_project.kit import queries
 from chaos_project.kit.services import effect_connection
-from rivet.values import HANDLER_ERROR_SUFFIX, WORKER_LOST_SUFFIX
+from rivet.values import CANCELLED_SUFFIX, HANDLER_ERROR_SUFFIX, WORKER_LOST_SUFFIX
 
 #: Kinds whose handler makes an effect through the effect service, keyed by the task's key.
 EFFECT_KINDS = ("chaos.effect", "effect")
@@ -48,13 +51,19 @@ class Figures:
     dead_poison: int
     dead_other: int
     fenced_writes: int
+    dead_cancelled: int = 0
+    done_cancelled: int = 0
+    dead_not_designed: int = 0
+    """Dead chaos tasks not designed to die (no designed failure, more than one attempt, not
+    cancelled): reported, not a violation (ten lost attempts are possible, if unlikely)."""
+    """Tasks an operator's cancel marked that ended done: C1."""
     stale_settled: int = 0
     """Finished tasks whose finishing write named another epoch or owner than the task held."""
     stale_samples: tuple[str, ...] = ()
 
     @property
     def dead_lettered(self) -> int:
-        return self.dead_worker_lost + self.dead_poison + self.dead_other
+        return self.dead_worker_lost + self.dead_poison + self.dead_cancelled + self.dead_other
 
 
 @dataclass(frozen=True)
@@ -81,9 +90,16 @@ def read_figures(*, queue: str, effect_database_url: str, using: str = "default"
     with connections[using].cursor() as cursor:
         cursor.execute(
             queries.QUEUE_FIGURES,
-            {"queue": queue, "lost": WORKER_LOST_SUFFIX, "poison": HANDLER_ERROR_SUFFIX},
+            {
+                "queue": queue,
+                "lost": WORKER_LOST_SUFFIX,
+                "poison": HANDLER_ERROR_SUFFIX,
+                "cancelled": CANCELLED_SUFFIX,
+            },
         )
-        enqueued, done, pending, lost, poison, dead, fenced, _ = cursor.fetchone()
+        row = cursor.fetchone()
+        enqueued, done, pending, lost, poison, dead, fenced, _, cancelled, done_cancelled = row[:10]
+        dead_not_designed = row[10]
         cursor.execute(queries.DONE_EFFECT_KEYS, {"queue": queue, "kinds": list(EFFECT_KINDS)})
         done_keys = {row[0] for row in cursor.fetchall()}
         cursor.execute(queries.STALE_SETTLED, {"queue": queue})
@@ -100,15 +116,18 @@ def read_figures(*, queue: str, effect_database_url: str, using: str = "default"
         still_pending=pending,
         dead_worker_lost=lost,
         dead_poison=poison,
-        dead_other=dead - lost - poison,
+        dead_other=dead - lost - poison - cancelled,
         fenced_writes=fenced,
+        dead_cancelled=cancelled,
+        done_cancelled=done_cancelled,
+        dead_not_designed=dead_not_designed,
         stale_settled=stale,
         stale_samples=tuple(samples),
     )
 
 
 def judge(figures: Figures, *, drain_note: str = "", unfenced_zombies: int = 0) -> Verdict:
-    """The violations of S1, S2, L1 and F2 in ``figures``, each with a message saying why."""
+    """The violations of S1, S2, L1, F2 and C1 in ``figures``, each with a message saying why."""
     found = []
     if figures.duplicate_effects:
         found.append(
@@ -132,6 +151,14 @@ def judge(figures: Figures, *, drain_note: str = "", unfenced_zombies: int = 0) 
                 "L1",
                 f"{figures.still_pending} task(s) still pending: the queue did not drain"
                 + (f" ({drain_note})" if drain_note else ""),
+            )
+        )
+    if figures.done_cancelled:
+        found.append(
+            Violation(
+                "C1",
+                f"{figures.done_cancelled} task(s) an operator cancelled while they were leased "
+                "ended done: a decision of their worker overruled the cancel",
             )
         )
     if figures.stale_settled:

@@ -3,7 +3,10 @@
 A zombie is a worker stopped (SIGSTOP) while it holds leases. It is kept stopped until another
 worker has claimed one of its tasks, which the harness sees as that task's ``attempts`` rising
 in the queue database (every claim adds one, whatever it does to the epoch; no fixed sleep: the
-wait is as long as this machine needs). Then it is continued (SIGCONT); its late write for
+wait is as long as this machine needs), or until one of its tasks was finished without it: a
+claim that met it with its attempts used up buried it, or an operator's cancel did, at the epoch
+the zombie holds. Its late write then meets a finished task, and the state guard must refuse it.
+Then it is continued (SIGCONT); its late write for
 *every* task claimed from it must be refused by the fence and recorded in
 ``rivet_fenced_write`` under its owner and its stale epoch. A claim that did not raise the
 epoch is recorded too: then the stale write cannot be refused.
@@ -24,6 +27,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 #: How long a paused zombie waits after its first task was claimed for the others to be.
 PAUSE_WAIT_SECS = 2.0
@@ -58,7 +62,12 @@ class Zombie:
     fenced: set[int] = field(default_factory=set)
     """Reclaimed tasks whose stale write was refused and recorded."""
     paused: bool = False
-    """It stopped itself at its ack (its late write is an ack), not by the harness's SIGSTOP."""
+    """It stopped itself at a failpoint (its late write is decided), not by the harness's
+    SIGSTOP."""
+    pause_point: str = ""
+    paused_task: int | None = None
+    """The task a paused zombie's decided write is for (from its ``failpoint_fired`` line)."""
+    """Where a paused zombie stopped: ``after_effect_before_ack`` or ``after_error_before_fail``."""
     first_reclaim_at: float | None = None
     woken_at: float | None = None
     ended_at: float | None = None
@@ -69,9 +78,10 @@ class Zombie:
         return self.phase in FINAL
 
     def observe_epochs(
-        self, rows: Mapping[int, tuple[int, int]], now: float, *, give_up: float
+        self, rows: Mapping[int, tuple[Any, ...]], now: float, *, give_up: float
     ) -> bool:
-        """Note the held tasks' (epoch, attempts) now; True when the zombie should be continued.
+        """Note the held tasks' (epoch, attempts[, state]) now; True when the zombie should be
+        continued.
 
         ``give_up``: seconds stopped after which it is continued even if nothing was
         reclaimed (then it did not bite, and the event is tried again).
@@ -94,16 +104,26 @@ class Zombie:
         return False
 
     def _ready_to_wake(self, now: float) -> bool:
-        """A SIGSTOPped zombie wakes at the first reclaim. A paused one holds an ack for one of
-        its tasks, which need not be the first one taken: it waits until every task it holds
-        was claimed (they lapse together), or PAUSE_WAIT_SECS after the first, so that its
-        ack meets the guard instead of a lease that is still its own."""
+        """A SIGSTOPped zombie wakes at the first reclaim. A paused one holds a write for one of
+        its tasks, which need not be the first one taken: it wakes once that task was taken
+        (when its log named it), or every task it holds was (they lapse together), or
+        PAUSE_WAIT_SECS after the first, so that its write meets the guard instead of a lease
+        that is still its own, and meets it soon: a task the new holder finished meanwhile
+        would refuse the write by its state whatever the epoch guard did."""
         if not self.paused or len(self.reclaimed) == len(self.held):
             return True
+        if self.paused_task in self.reclaimed:
+            return True  # its write meets the task while the new holder may still hold it
         assert self.first_reclaim_at is not None
         return now - self.first_reclaim_at >= PAUSE_WAIT_SECS
 
-    def _claimed_since(self, task: int, epoch: int, now_epoch: int, now_attempts: int) -> bool:
+    def _claimed_since(
+        self, task: int, epoch: int, now_epoch: int, now_attempts: int, state: str = "pending"
+    ) -> bool:
+        """Another worker claimed the task, or something finished it (a claim's burial, a
+        cancel) while this zombie could not write."""
+        if state != "pending":
+            return True
         if task in self.attempts:
             return now_attempts > self.attempts[task]
         return now_epoch > epoch
@@ -145,7 +165,7 @@ class Zombie:
     def describe(self) -> str:
         held = ", ".join(f"{task}@{epoch}" for task, epoch in sorted(self.held.items()))
         stopped = (self.woken_at or self.ended_at or self.stopped_at) - self.stopped_at
-        how = "paused at its ack" if self.paused else "stopped"
+        how = f"paused at {self.pause_point or 'its failpoint'}" if self.paused else "stopped"
         return (
             f"zombie {self.owner}: held {held}; {how} {stopped:.1f} s; "
             f"{self.phase.value}: {self.note}"
@@ -158,6 +178,7 @@ class Zombie:
             "reclaimed": {str(task): epoch for task, epoch in self.reclaimed.items()},
             "fenced": sorted(self.fenced),
             "paused": self.paused,
+            "pause_point": self.pause_point if self.paused else None,
             "outcome": self.phase.value,
             "note": self.note,
         }

@@ -38,9 +38,19 @@ WHERE queue = %(queue)s AND state = 'pending' AND lease_owner = %(owner)s
     AND visible_at > now()
 """
 
-#: The lease epoch and attempts of each of these tasks. Every claim, by anyone, adds one to
-#: attempts (whatever it does to the epoch), so a rise in attempts is a claim.
-TASK_EPOCHS = "SELECT id, lease_epoch, attempts FROM rivet_task WHERE id = ANY(%(ids)s)"
+#: The lease epoch, attempts and state of each of these tasks. Every claim, by anyone, adds one
+#: to attempts (whatever it does to the epoch), so a rise in attempts is a claim; a state other
+#: than pending is a task finished without its holder (a claim's burial, a cancel).
+TASK_EPOCHS = "SELECT id, lease_epoch, attempts, state FROM rivet_task WHERE id = ANY(%(ids)s)"
+
+#: A task for an operator's cancel: the newest live lease of a chaos task not yet cancelled.
+CANCEL_PICK = """
+SELECT id FROM rivet_task
+WHERE queue = %(queue)s AND state = 'pending' AND visible_at > now() AND NOT cancel_requested
+    AND kind = 'chaos.effect'
+ORDER BY id DESC
+LIMIT 1
+"""
 
 #: The writes the fence refused for these owners: (owner, task, the stale epoch).
 FENCED_BY_OWNERS = """
@@ -75,7 +85,17 @@ SELECT
     ) AS dead_poison,
     count(*) FILTER (WHERE state = 'dead') AS dead,
     (SELECT count(*) FROM rivet_fenced_write WHERE queue = %(queue)s) AS fenced,
-    max(attempts) AS max_attempts
+    max(attempts) AS max_attempts,
+    count(*) FILTER (
+        WHERE state = 'dead' AND right(last_error, length(%(cancelled)s)) = %(cancelled)s
+    ) AS dead_cancelled,
+    count(*) FILTER (WHERE state = 'done' AND cancel_requested) AS done_cancelled,
+    count(*) FILTER (
+        WHERE state = 'dead' AND kind = 'chaos.effect' AND max_attempts > 1
+            AND NOT cancel_requested
+            AND right(last_error, length(%(cancelled)s)) <> %(cancelled)s
+            AND NOT (payload ? 'fail_attempts') AND NOT (payload ? 'permanent_at')
+    ) AS dead_not_designed
 FROM rivet_task
 WHERE queue = %(queue)s
 """
@@ -83,14 +103,19 @@ WHERE queue = %(queue)s
 #: A finished task whose finishing write is not the one that held it: settled_epoch (the
 #: epoch the applied decision named) differs from the epoch the task held, or a worker's
 #: decision (settled_by not '': a claim's or sweep's burial names no worker) came from another
-#: owner than the lease's. A stale write was applied through the fence. Sample and count. A
+#: owner than the lease's (except a retry a cancel turned into a burial: the retry cleared the
+#: owner as it always does, and the cancel mark buried the task under the lease's own epoch). A
+#: stale write was applied through the fence. Sample and count. A
 #: row no settle statement finished (settled_epoch NULL: done before migration 0009, or set by
 #: hand) has nothing to judge.
 STALE_SETTLED_WHERE = """
 queue = %(queue)s AND state <> 'pending' AND settled_epoch IS NOT NULL
     AND (
         settled_epoch <> lease_epoch
-        OR (settled_by <> '' AND settled_by IS DISTINCT FROM lease_owner)
+        OR (
+            settled_by <> '' AND settled_by IS DISTINCT FROM lease_owner
+            AND NOT (cancel_requested AND state = 'dead' AND lease_owner IS NULL)
+        )
     )
 """
 STALE_SETTLED = f"""

@@ -177,7 +177,7 @@ class Settler:
             json.dumps(result)
         except (TypeError, ValueError) as exc:
             return self.fail(attempt, TypeError(f"handler result is not JSON-serialisable: {exc}"))
-        self.failpoints.fire("after_effect_before_ack")
+        self.failpoints.fire("after_effect_before_ack", task=attempt.claimed.task_id)
         self._queue(attempt, decisions.succeeded(attempt.claimed, result), result=result)
 
     def fail(self, attempt: Attempt, exc: BaseException) -> None:
@@ -187,6 +187,7 @@ class Settler:
         else:
             delay = self.retry_policy.delay(attempt.claimed.attempt)
             decision = decisions.failed(attempt.claimed, error, delay)
+        self.failpoints.fire("after_error_before_fail", task=attempt.claimed.task_id)
         self._queue(attempt, decision, error=error, exc=exc)
 
     # -- queueing and flushing decisions ----------------------------------------------------

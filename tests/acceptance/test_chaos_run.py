@@ -57,7 +57,7 @@ def test_chaos_run_holds_every_invariant_and_the_report_matches_the_databases(
     assert figures["tasks still pending"] == 0
     assert figures["fenced acks"] > 0
     assert figures["chaos events"] > 0
-    assert "every invariant held: S1, S2, L1, F2" in done.stdout
+    assert "every invariant held: S1, S2, L1, F2, C1" in done.stdout
 
     tasks = Task.objects.filter(queue="chaos")
     assert tasks.count() == figures["tasks enqueued"] == 152

@@ -76,7 +76,7 @@ def test_verifier_names_every_broken_invariant_then_passes_once_repaired(
     FencedWrite.objects.create(task_id=stuck, queue=QUEUE, op="ack", owner="old", epoch=1)
 
     output = verify(effect_database_url)
-    assert "every invariant held: S1, S2, L1, F2" in output
+    assert "every invariant held: S1, S2, L1, F2, C1" in output
     assert "fenced acks              1   <- proof F2 fired and was handled" in output
 
 
@@ -107,4 +107,24 @@ def test_a_stale_write_applied_fails_f2_even_when_writes_were_fenced(
     Task.objects.filter(pk=stale).update(settled_by="new")
     assert "every invariant held" in verify(effect_database_url)
     Task.objects.filter(pk=stale).update(state="dead", settled_by="")  # a claim's burial
+    assert "every invariant held" in verify(effect_database_url)
+    # a retry the cancel mark turned into a burial: the retry cleared the owner, same epoch
+    Task.objects.filter(pk=stale).update(
+        state="dead", settled_by="new", lease_owner=None, cancel_requested=True
+    )
+    assert "every invariant held" in verify(effect_database_url)
+    Task.objects.filter(pk=stale).update(cancel_requested=False)  # no cancel: owner cleared
+    with pytest.raises(CommandError, match=r"invariants failed: F2$"):
+        verify(effect_database_url)
+
+
+def test_a_cancelled_task_that_ended_done_fails_c1(effect_db, effect_database_url):
+    """An operator's cancel marked the task; its worker's ack must not make it done."""
+    marked = effect_task("marked", "done")
+    add_effect(effect_db, "marked")
+    FencedWrite.objects.create(task_id=marked, queue=QUEUE, op="ack", owner="old", epoch=1)
+    Task.objects.filter(pk=marked).update(cancel_requested=True)
+    with pytest.raises(CommandError, match=r"invariants failed: C1$"):
+        verify(effect_database_url)
+    Task.objects.filter(pk=marked).update(state="dead", last_error="cancelled by an operator")
     assert "every invariant held" in verify(effect_database_url)

@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from chaos_project.chaos.plan import KINDS, WORK_MS, make_plan
+from chaos_project.chaos.plan import (
+    DOOMED,
+    FLAKY,
+    KINDS,
+    ONE_SHOT,
+    PAUSE_POINTS,
+    PERMANENT,
+    WORK_MS,
+    ZOMBIE,
+    design,
+    designed_fields,
+    make_plan,
+)
+from rivet import failpoints
 
 ARGS = {"tasks": 200, "workers": 4, "duration": 15.0}
 
@@ -45,3 +58,25 @@ def test_every_task_gets_its_own_work() -> None:
     plan = make_plan(9, **ARGS)
     assert len(plan.work_ms) == ARGS["tasks"]
     assert all(WORK_MS[0] <= ms <= WORK_MS[1] for ms in plan.work_ms)
+
+
+def test_two_zombies_in_three_pause_in_turn_at_an_ack_and_at_a_retry_or_burial() -> None:
+    plan = make_plan(5, tasks=100, workers=4, duration=60.0)
+    zombies = [e for e in plan.events if e.kind == ZOMBIE]
+    paused = [e.pause_point for e in zombies if e.pause]
+    assert [e.pause for e in zombies][:6] == [False, True, True, False, True, True]
+    assert paused[:3] == list(PAUSE_POINTS)
+    assert set(paused) == {"after_effect_before_ack", "after_error_before_fail"}
+    assert all(point in failpoints.POINTS for point in paused)
+
+
+def test_every_twenty_tasks_hold_each_design_and_the_designs_fail_as_they_say() -> None:
+    designs = [design(n) for n in range(20)]
+    assert designs.count(FLAKY) == 2 and designs.count(ONE_SHOT) == 2
+    assert designs.count(PERMANENT) == 3 and designs.count(DOOMED) == 1
+    assert designed_fields(1, 10) == ({"fail_attempts": 2}, 10)
+    assert designed_fields(3, 10) == ({"permanent_at": 1, "fail_attempts": 3}, 3)
+    assert designed_fields(7, 10) == ({"fail_attempts": 2}, 2)  # fails every attempt it has
+    assert designed_fields(5, 10) == ({}, 1)
+    assert designed_fields(0, 10) == ({}, 10)
+    assert design(21) == design(1)

@@ -40,7 +40,7 @@ def test_a_clean_run_prints_exactly_the_seed_report() -> None:
     verdict = judge(figures())
     assert verdict.ok
     assert "\n".join(report_lines(verdict, CHAOS)) == SEED_REPORT
-    assert verdict_lines(verdict) == ["every invariant held: S1, S2, L1, F2"]
+    assert verdict_lines(verdict) == ["every invariant held: S1, S2, L1, F2, C1"]
 
 
 def test_every_figure_comes_from_the_verdict() -> None:

@@ -120,3 +120,47 @@ def test_a_paused_zombie_wakes_a_while_after_its_first_task_was_claimed() -> Non
     assert not z.observe_epochs(rows({17: 1, 18: 4}), 102.0, give_up=LIMIT)
     assert z.observe_epochs(rows({17: 1, 18: 4}), 104.0, give_up=LIMIT)
     assert z.reclaimed == {18: 4}
+
+
+def test_a_task_finished_without_it_counts_as_taken_and_needs_its_refused_write() -> None:
+    """A claim that met task 18 with its attempts used up (or a cancel) buried it at the epoch
+    the zombie holds: no attempt was added, yet the zombie's late write now meets a finished
+    task, and the state guard must refuse it."""
+    z = zombie()
+    assert not z.observe_epochs(
+        {17: (1, 1, "pending"), 18: (3, 3, "pending")}, 101.0, give_up=LIMIT
+    )
+    assert z.observe_epochs({17: (1, 1, "pending"), 18: (3, 3, "dead")}, 101.5, give_up=LIMIT)
+    assert z.reclaimed == {18: 3}
+    z.observe_fenced(set(), 101.6 + LIMIT, give_up=LIMIT)
+    assert z.phase is Phase.UNFENCED
+    assert "task 18 claimed again (task 18 without a new epoch)" in z.note
+
+
+def test_a_refused_write_to_a_task_a_claim_buried_makes_it_fenced() -> None:
+    z = zombie()
+    z.observe_epochs({17: (1, 1, "dead"), 18: (4, 4, "pending")}, 101.0, give_up=LIMIT)
+    z.observe_fenced({(17, 1), (18, 3)}, 101.2, give_up=LIMIT)
+    assert z.phase is Phase.FENCED
+
+
+def test_a_paused_zombie_wakes_once_the_task_its_write_is_for_was_taken() -> None:
+    """Not after the others: the new holder of that task may finish it meanwhile, and then the
+    late write is refused by the task's state whatever the epoch guard does."""
+    z = zombie()
+    z.paused, z.paused_task = True, 18
+    assert not z.observe_epochs(rows({17: 2, 18: 3}), 101.0, give_up=LIMIT)
+    assert z.observe_epochs(rows({17: 2, 18: 4}), 101.1, give_up=LIMIT)
+    assert z.phase is Phase.WOKEN
+
+
+def test_the_paused_task_is_read_from_the_workers_last_failpoint_line(tmp_path) -> None:
+    from chaos_project.chaos.loop import paused_task
+
+    log = tmp_path / "w.log"
+    log.write_text(
+        '{"event": "claimed", "task": 3}\nnot json\n'
+        '{"event": "failpoint_fired", "point": "after_error_before_fail", "task": 9}\n'
+    )
+    assert paused_task(log) == 9
+    assert paused_task(tmp_path / "missing.log") is None

@@ -6,7 +6,7 @@
     rivet_chaos bench [--workers 1,2,4] [--concurrency 1,4,16] [--kind noop,effect] [--soak [N]]
                       [--rate R] [--json PATH] [--plot PATH] [--out bench/results.md] ...
 
-Exit 0 only when every invariant held (S1, S2, L1, F2); otherwise the failed ones are named.
+Exit 0 only when every invariant held (S1, S2, L1, F2, C1); otherwise the failed ones are named.
 """
 
 from __future__ import annotations

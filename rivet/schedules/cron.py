@@ -49,7 +49,7 @@ def check_timezone(name: str) -> ZoneInfo:
 
 @lru_cache(maxsize=1024)
 def check_cron(expr: str) -> str:
-    """``expr`` if it is a cron expression of five fields (or six, seconds first), else InvalidInput."""
+    """``expr`` if it is a cron expression (five fields, or six with seconds first)."""
     if not isinstance(expr, str) or len(expr.split()) not in (5, 6):
         raise InvalidInput(
             f"cron must have five fields (minute hour day month weekday) or six (seconds "

@@ -27,7 +27,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from rivet import logs
-from rivet.errors import IdempotencyMismatch, RivetError
+from rivet.errors import IdempotencyMismatch, InvalidInput
 from rivet.jobs import task_spec
 from rivet.schedules.cron import Due, check_timezone, due_ticks, tick_key
 from rivet.schedules.models import Schedule
@@ -85,8 +85,9 @@ def _fire(store: Store, alias: str, row: Any, counts: dict[str, int]) -> None:
         )
         specs = [_spec(row, tick) for tick in due.ticks]
         results = _enqueue(store, alias, specs)
-    except RivetError as exc:
+    except InvalidInput as exc:  # the schedule's fault (unknown kind, a bad payload)
         # Not due again before its next tick; the watermark stays, so the ticks stay owed.
+        # A database error is not caught: the pass rolls back whole, as after a crash.
         row.last_error = f"{type(exc).__name__}: {exc}"
         row.next_tick_at = _after(row, row.db_now)
         counts["failed"] += 1

@@ -19,6 +19,10 @@ from rivet.errors import InvalidInput
 from rivet.schedules.declare import check_definition
 from rivet.schedules.values import MAX_MISSED_LIMIT, SCHEDULED_AT, Missed, Source
 
+#: What an edit of a schedule may change (the rest is the scheduler's state).
+DEFINITION_FIELDS = ["name", "kind", "cron", "timezone", "queue", "priority", "payload"]
+DEFINITION_FIELDS += ["missed", "max_missed"]
+
 
 class Schedule(models.Model):
     """A periodic job: a cron expression in a timezone, the task each tick enqueues, its state."""
@@ -80,6 +84,34 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.cron} {self.timezone})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Save; an edit writes only the definition, never the scheduler's state.
+
+        A schedule (re-)enabled, or whose expression or zone changed, owes the ticks after
+        now only; a paused one owes none.
+        """
+        if self.pk is not None and kwargs.get("update_fields") is None and not self._state.adding:
+            kwargs["update_fields"] = self._edited_fields(kwargs.get("using"))
+        elif not self.enabled:
+            self.next_tick_at = None
+        super().save(*args, **kwargs)
+
+    def _edited_fields(self, using: str | None) -> list[str]:
+        fields = [*DEFINITION_FIELDS, "enabled", "updated_at"]
+        self.updated_at = Now()
+        rows = type(self)._default_manager.using(using or self._state.db or "default")
+        before = rows.filter(pk=self.pk).values("cron", "timezone", "enabled").first() or {}
+        restarted = self.enabled and any(
+            before.get(name) != getattr(self, name) for name in ("cron", "timezone", "enabled")
+        )
+        if restarted:
+            self.since, self.next_tick_at = Now(), Now()
+            fields += ["since", "next_tick_at"]
+        elif not self.enabled:
+            self.next_tick_at = None
+            fields.append("next_tick_at")
+        return fields
 
     def clean(self) -> None:
         try:

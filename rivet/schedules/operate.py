@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from rivet.errors import InvalidInput
 from rivet.jobs import task_spec
-from rivet.schedules.cron import check_timezone, next_tick
+from rivet.schedules.cron import check_cron, check_timezone, next_tick
 from rivet.schedules.models import Schedule
 from rivet.schedules.values import SCHEDULED_AT
 from rivet.stores.base import Store
@@ -44,15 +44,18 @@ def find(name: str, *, alias: str) -> Schedule:
 
 
 def next_run(schedule: Schedule) -> datetime | None:
-    """The schedule's next owed tick: the first after its watermark (None while paused).
-
-    In the past when the tick is overdue (no worker ran it yet).
+    """The schedule's next owed tick: the first after its watermark (None while paused, or
+    with an expression or zone that is not valid). In the past when the tick is overdue.
     """
     if not schedule.enabled:
         return None
+    try:
+        expr, zone = check_cron(schedule.cron), check_timezone(schedule.timezone)
+    except InvalidInput:
+        return None
     since = schedule.since if isinstance(schedule.since, datetime) else timezone.now()
     after = max(since, schedule.last_tick_at or since)
-    return next_tick(schedule.cron, check_timezone(schedule.timezone), after)
+    return next_tick(expr, zone, after)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,7 +29,7 @@ from django.utils import timezone
 from rivet import logs
 from rivet.errors import IdempotencyMismatch, InvalidInput
 from rivet.jobs import task_spec
-from rivet.schedules.cron import Due, check_timezone, due_ticks, tick_key
+from rivet.schedules.cron import Due, check_cron, check_timezone, due_ticks, next_tick, tick_key
 from rivet.schedules.models import Schedule
 from rivet.schedules.values import SCHEDULED_AT, Missed, Source
 from rivet.stores.base import Store
@@ -80,14 +80,14 @@ def _fire(store: Store, alias: str, row: Any, counts: dict[str, int]) -> None:
     watermark = max(row.since, row.last_tick_at or row.since)
     keep = 1 if row.missed == Missed.LATEST else row.max_missed
     try:
-        due = due_ticks(
-            row.cron, check_timezone(row.timezone), after=watermark, now=row.db_now, keep=keep
-        )
+        zone = check_timezone(row.timezone)
+        due = due_ticks(check_cron(row.cron), zone, after=watermark, now=row.db_now, keep=keep)
         specs = [_spec(row, tick) for tick in due.ticks]
         results = _enqueue(store, alias, specs)
-    except InvalidInput as exc:  # the schedule's fault (unknown kind, a bad payload)
-        # Not due again before its next tick; the watermark stays, so the ticks stay owed.
-        # A database error is not caught: the pass rolls back whole, as after a crash.
+    except InvalidInput as exc:  # the schedule's fault (unknown kind, a bad expression)
+        # The watermark stays, so the ticks stay owed: looked at again at the next tick, or
+        # (a bad expression or zone) when an edit fixes it. A database error is not caught:
+        # the pass rolls back whole, as after a crash.
         row.last_error = f"{type(exc).__name__}: {exc}"
         row.next_tick_at = _after(row, row.db_now)
         counts["failed"] += 1
@@ -110,8 +110,11 @@ def _advance(row: Any, due: Due, results: list[tuple[int, bool] | None], counts:
 
 
 def _after(row: Any, instant: datetime) -> datetime | None:
-    due = due_ticks(row.cron, check_timezone(row.timezone), after=instant, now=instant, keep=1)
-    return due.next
+    """The first tick after ``instant``; None for an expression or zone that is not valid."""
+    try:
+        return next_tick(check_cron(row.cron), check_timezone(row.timezone), instant)
+    except InvalidInput:
+        return None
 
 
 def _spec(row: Any, tick: datetime) -> TaskSpec:

@@ -145,3 +145,13 @@ def test_the_command_refuses_an_unknown_name_with_exit_2():
     with pytest.raises(CommandError, match="no schedule is called 'nope'") as caught:
         command("pause", "nope")
     assert caught.value.returncode == 2
+
+
+def test_a_schedule_saved_with_a_bad_expression_does_not_stop_the_others(store):
+    overdue("broken", 2, cron="61 * * * *")
+    overdue("fine", 2, missed="all")
+    done = run_due(store, alias="default")
+    broken = Schedule.objects.get(name="broken")
+    assert done.failed == 1 and "not valid" in broken.last_error
+    assert broken.next_tick_at is None  # looked at again when an edit fixes it
+    assert len(ticks_of("fine")) >= 2

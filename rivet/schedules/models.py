@@ -101,7 +101,9 @@ class Schedule(models.Model):
         fields = [*DEFINITION_FIELDS, "enabled", "updated_at"]
         self.updated_at = Now()
         rows = type(self)._default_manager.using(using or self._state.db or "default")
-        before = rows.filter(pk=self.pk).values("cron", "timezone", "enabled").first() or {}
+        before: dict[str, Any] = (
+            rows.filter(pk=self.pk).values("cron", "timezone", "enabled").first() or {}
+        )
         restarted = self.enabled and any(
             before.get(name) != getattr(self, name) for name in ("cron", "timezone", "enabled")
         )

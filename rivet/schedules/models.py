@@ -101,9 +101,8 @@ class Schedule(models.Model):
         fields = [*DEFINITION_FIELDS, "enabled", "updated_at"]
         self.updated_at = Now()
         rows = type(self)._default_manager.using(using or self._state.db or "default")
-        before: dict[str, Any] = (
-            rows.filter(pk=self.pk).values("cron", "timezone", "enabled").first() or {}
-        )
+        found = rows.filter(pk=self.pk).values("cron", "timezone", "enabled").first()
+        before: dict[str, Any] = dict(found or {})
         restarted = self.enabled and any(
             before.get(name) != getattr(self, name) for name in ("cron", "timezone", "enabled")
         )

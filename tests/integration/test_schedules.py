@@ -124,8 +124,8 @@ def command(*args: str) -> str:
 def test_the_command_lists_runs_pauses_and_resumes(store):
     overdue("s", 2, missed="all", payload={"x": 1})
     listed = [json.loads(line) for line in command("list", "--json").splitlines()]
-    assert [(r["name"], r["state"], r["last tick"]) for r in listed] == [("s", "enabled", None)]
-    assert listed[0]["next run"] is not None
+    assert [(r["name"], r["state"], r["last_tick"]) for r in listed] == [("s", "enabled", None)]
+    assert listed[0]["next_run"] is not None
 
     assert "enqueued task" in command("run", "s")
     ran = Task.objects.get(idem_key=None, queue="ticks")

@@ -13,9 +13,10 @@ from rivet.conf import rivet_settings
 from rivet.management.base import RivetCommand
 from rivet.producer import resolve_store
 from rivet.schedules import operate
+from rivet.schedules.cron import check_timezone
 from rivet.schedules.models import Schedule
 
-COLUMNS = ("name", "state", "cron", "timezone", "kind", "next run", "last tick", "source")
+COLUMNS = ("name", "state", "cron", "timezone", "kind", "next_run", "last_tick", "source")
 
 
 class Command(RivetCommand):
@@ -57,14 +58,17 @@ class Command(RivetCommand):
 def describe(schedule: Schedule) -> dict[str, Any]:
     """A schedule as the command and the API show it."""
     upcoming = operate.next_run(schedule)
+    last = schedule.last_tick_at
+    if last is not None:  # shown in the schedule's zone, as the next run is
+        last = last.astimezone(check_timezone(schedule.timezone))
     return {
         "name": schedule.name,
         "state": "enabled" if schedule.enabled else "paused",
         "cron": schedule.cron,
         "timezone": schedule.timezone,
         "kind": schedule.kind,
-        "next run": upcoming.isoformat() if upcoming else None,
-        "last tick": schedule.last_tick_at.isoformat() if schedule.last_tick_at else None,
+        "next_run": upcoming.isoformat() if upcoming else None,
+        "last_tick": last.isoformat() if last else None,
         "source": schedule.source,
     }
 
@@ -74,7 +78,7 @@ def render(rows: list[dict[str, Any]], *, as_json: bool) -> str:
         return "\n".join(json.dumps(row) for row in rows)
     if not rows:
         return "no schedules"
-    cells = [list(COLUMNS)] + [[str(row[c] or "-") for c in COLUMNS] for row in rows]
+    cells = [[c.replace("_", " ") for c in COLUMNS]] + [[str(row[c] or "-") for c in COLUMNS] for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()

@@ -65,12 +65,14 @@ class ScheduleAdmin(admin.ModelAdmin):
         upcoming = operate.next_run(obj)
         return upcoming.isoformat(sep=" ") if upcoming else "-"
 
-    @admin.display(description="last task", ordering="last_task_id")
+    @admin.display(description="last task")
     def last_task(self, obj: Schedule):
-        if obj.last_task_id is None:
+        alias = resolve_store().using or rivet_settings.DATABASE_ALIAS
+        task_id = operate.last_task_id(obj, alias=alias)
+        if task_id is None:
             return "-"
-        url = reverse("admin:rivet_task_change", args=[obj.last_task_id])
-        return format_html('<a href="{}">#{}</a>', url, obj.last_task_id)
+        url = reverse("admin:rivet_task_change", args=[task_id])
+        return format_html('<a href="{}">#{}</a>', url, task_id)
 
     def has_run_permission(self, request) -> bool:
         return request.user.has_perm("rivet.run_schedule")

@@ -40,7 +40,9 @@ class ScheduleSerializer(serializers.Serializer):
         allow_null=True, help_text="the next tick owed (past when overdue); null while paused"
     )
     last_tick_at = serializers.DateTimeField(allow_null=True)
-    last_task_id = serializers.IntegerField(allow_null=True)
+    last_task_id = serializers.IntegerField(
+        allow_null=True, help_text="the last tick's task (null once pruned)"
+    )
     skipped_ticks = serializers.IntegerField(help_text="ticks the missed-tick policy skipped")
     last_error = serializers.CharField()
 
@@ -50,10 +52,14 @@ class RunNowSerializer(serializers.Serializer):
     task_id = serializers.IntegerField(help_text="the task enqueued now")
 
 
-def shown(schedule: Schedule) -> dict[str, Any]:
-    fields = ScheduleSerializer().fields
-    row = {name: getattr(schedule, name) for name in fields if name != "next_run"}
-    return ScheduleSerializer({**row, "next_run": operate.next_run(schedule)}).data
+def shown(schedule: Schedule, alias: str) -> dict[str, Any]:
+    computed = {
+        "next_run": operate.next_run(schedule),
+        "last_task_id": operate.last_task_id(schedule, alias=alias),
+    }
+    fields = [name for name in ScheduleSerializer().fields if name not in computed]
+    row = {name: getattr(schedule, name) for name in fields}
+    return ScheduleSerializer({**row, **computed}).data
 
 
 NAME = OpenApiParameter("name", str, OpenApiParameter.PATH, description="schedule name")
@@ -115,7 +121,7 @@ class ScheduleListView(ScheduleView):
     @list_schedules
     def get(self, request, *args, **kwargs) -> Response:
         rows = Schedule.objects.using(self.get_alias()).order_by("name")
-        return Response([shown(s) for s in rows])
+        return Response([shown(s, self.get_alias()) for s in rows])
 
 
 class ScheduleDetailView(ScheduleView):
@@ -123,7 +129,7 @@ class ScheduleDetailView(ScheduleView):
 
     @get_schedule
     def get(self, request, name: str, *args, **kwargs) -> Response:
-        return Response(shown(self.find(name)))
+        return Response(shown(self.find(name), self.get_alias()))
 
 
 class ScheduleRunView(ScheduleView):
@@ -147,7 +153,7 @@ class SchedulePauseView(ScheduleView):
     @pause_schedule
     def post(self, request, name: str, *args, **kwargs) -> Response:
         done = operate.pause(self.find(name).name, alias=self.get_alias())
-        return Response(shown(done.schedule))
+        return Response(shown(done.schedule, self.get_alias()))
 
 
 class ScheduleResumeView(ScheduleView):
@@ -158,4 +164,4 @@ class ScheduleResumeView(ScheduleView):
     @resume_schedule
     def post(self, request, name: str, *args, **kwargs) -> Response:
         done = operate.resume(self.find(name).name, alias=self.get_alias())
-        return Response(shown(done.schedule))
+        return Response(shown(done.schedule, self.get_alias()))

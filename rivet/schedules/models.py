@@ -54,7 +54,6 @@ class Schedule(models.Model):
     since = models.DateTimeField(db_default=Now(), editable=False)
     #: The watermark: the newest tick enqueued or skipped by the policy.
     last_tick_at = models.DateTimeField(null=True, blank=True, editable=False)
-    last_task_id = models.BigIntegerField(null=True, blank=True, editable=False)
     #: The next tick the scheduler will look at (NULL while paused).
     next_tick_at = models.DateTimeField(null=True, blank=True, editable=False, db_default=Now())
     skipped_ticks = models.BigIntegerField(default=0, db_default=0, editable=False)

@@ -15,13 +15,14 @@ from django.utils import timezone
 
 from rivet.errors import InvalidInput
 from rivet.jobs import task_spec
-from rivet.schedules.cron import check_cron, check_timezone, next_tick
+from rivet.models import Task
+from rivet.schedules.cron import check_cron, check_timezone, next_tick, tick_key
 from rivet.schedules.models import Schedule
 from rivet.schedules.values import SCHEDULED_AT
 from rivet.stores.base import Store
 from rivet.values import EnqueueResult
 
-__all__ = ["find", "next_run", "pause", "resume", "run_now"]
+__all__ = ["find", "last_task_id", "next_run", "pause", "resume", "run_now"]
 
 
 class ScheduleNotFound(InvalidInput):
@@ -56,6 +57,14 @@ def next_run(schedule: Schedule) -> datetime | None:
     since = schedule.since if isinstance(schedule.since, datetime) else timezone.now()
     after = max(since, schedule.last_tick_at or since)
     return next_tick(expr, zone, after)
+
+
+def last_task_id(schedule: Schedule, *, alias: str) -> int | None:
+    """The task of the schedule's last tick, found by the tick's key (None once pruned)."""
+    if schedule.last_tick_at is None:
+        return None
+    key = tick_key(schedule.name, schedule.last_tick_at)
+    return Task.objects.using(alias).filter(idem_key=key).values_list("pk", flat=True).first()
 
 
 @dataclass(frozen=True, kw_only=True)

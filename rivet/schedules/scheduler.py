@@ -22,18 +22,18 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import Min
+from django.db.models import F, Min
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from rivet import logs
 from rivet.errors import IdempotencyMismatch, InvalidInput
 from rivet.jobs import task_spec
-from rivet.schedules.cron import Due, check_cron, check_timezone, due_ticks, next_tick, tick_key
+from rivet.schedules.cron import check_cron, check_timezone, due_ticks, next_tick, tick_key
 from rivet.schedules.models import Schedule
 from rivet.schedules.values import SCHEDULED_AT, Missed, Source
 from rivet.stores.base import Store
-from rivet.values import TaskSpec
+from rivet.values import EnqueueResult, TaskSpec
 
 __all__ = ["Pass", "Scheduler", "run_due", "sync_code_schedules"]
 
@@ -41,7 +41,6 @@ __all__ = ["Pass", "Scheduler", "run_due", "sync_code_schedules"]
 DEFINITION_FIELDS = ("kind", "cron", "timezone", "queue", "priority", "payload", "missed")
 #: A pass never follows another sooner: a worker clock ahead of the database's would spin.
 MIN_PAUSE_SECS = 0.02
-STATE_FIELDS = ["last_tick_at", "last_task_id", "next_tick_at", "skipped_ticks", "last_error"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,7 +55,11 @@ class Pass:
 
 
 def run_due(store: Store, *, alias: str, batch_size: int = 500) -> Pass:
-    """One pass: enqueue the due ticks of up to ``batch_size`` schedules; see the module doc."""
+    """One pass: enqueue the due ticks of up to ``batch_size`` schedules; see the module doc.
+
+    The ticks of every schedule of the pass go in one enqueue of many tasks, and schedules
+    left in the same state (every one-second schedule, say) are saved by one UPDATE.
+    """
     with transaction.atomic(using=alias):
         rows = list(
             Schedule.objects.using(alias)
@@ -67,46 +70,65 @@ def run_due(store: Store, *, alias: str, batch_size: int = 500) -> Pass:
         )
         if not rows:
             return Pass()
+        plans = [_plan(row) for row in rows]
+        specs = [spec for plan in plans for spec in plan.specs]
+        results = iter(_enqueue(store, alias, specs))
         counts = {"enqueued": 0, "duplicates": 0, "skipped": 0, "failed": 0}
-        for row in rows:
-            _fire(store, alias, row, counts)
-        Schedule.objects.using(alias).bulk_update(rows, [*STATE_FIELDS, "updated_at"])
+        for plan in plans:
+            counts["failed"] += plan.error is not None
+            counts["skipped"] += plan.state["skipped"]
+            for _ in plan.specs:
+                result = next(results)
+                if result is not None:
+                    counts["duplicates" if result.duplicate else "enqueued"] += 1
+        _save(alias, plans)
     return Pass(schedules=len(rows), **counts)
 
 
-def _fire(store: Store, alias: str, row: Any, counts: dict[str, int]) -> None:
-    """Enqueue one schedule's due ticks and set its new state on ``row`` (saved by the caller)."""
-    row.updated_at = row.db_now
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """What a pass does for one schedule: the tasks to enqueue and the state to save."""
+
+    pk: int
+    specs: list[TaskSpec]
+    #: last_tick_at, next_tick_at, skipped (to add) and last_error after the pass.
+    state: dict[str, Any]
+    error: str | None = None
+
+
+def _plan(row: Any) -> Plan:
+    """The due ticks of one schedule, by its policy, as task specs; or why there are none."""
     watermark = max(row.since, row.last_tick_at or row.since)
     keep = 1 if row.missed == Missed.LATEST else row.max_missed
     try:
         zone = check_timezone(row.timezone)
         due = due_ticks(check_cron(row.cron), zone, after=watermark, now=row.db_now, keep=keep)
         specs = [_spec(row, tick) for tick in due.ticks]
-        results = _enqueue(store, alias, specs)
     except InvalidInput as exc:  # the schedule's fault (unknown kind, a bad expression)
         # The watermark stays, so the ticks stay owed: looked at again at the next tick, or
         # (a bad expression or zone) when an edit fixes it. A database error is not caught:
         # the pass rolls back whole, as after a crash.
-        row.last_error = f"{type(exc).__name__}: {exc}"
-        row.next_tick_at = _after(row, row.db_now)
-        counts["failed"] += 1
-        logs.event("schedule_failed", logging.WARNING, schedule=row.name, error=row.last_error)
-        return
-    _advance(row, due, results, counts)
+        error = f"{type(exc).__name__}: {exc}"
+        logs.event("schedule_failed", logging.WARNING, schedule=row.name, error=error)
+        state = {"last_tick_at": row.last_tick_at, "next_tick_at": _after(row, row.db_now)}
+        return Plan(
+            pk=row.pk, specs=[], state={**state, "skipped": 0, "last_error": error}, error=error
+        )
+    state = {"last_tick_at": due.last or row.last_tick_at, "next_tick_at": due.next}
+    return Plan(pk=row.pk, specs=specs, state={**state, "skipped": due.skipped, "last_error": ""})
 
 
-def _advance(row: Any, due: Due, results: list[tuple[int, bool] | None], counts: dict) -> None:
-    row.last_error = ""
-    row.next_tick_at = due.next
-    row.skipped_ticks += due.skipped
-    counts["skipped"] += due.skipped
-    if due.last is not None:
-        row.last_tick_at = due.last
-    for result in results:
-        if result is not None:
-            row.last_task_id = result[0]
-            counts["duplicates" if result[1] else "enqueued"] += 1
+def _save(alias: str, plans: list[Plan]) -> None:
+    """One UPDATE per distinct new state (one in all for schedules that tick together)."""
+    groups: dict[tuple, list[int]] = {}
+    for plan in plans:
+        groups.setdefault(tuple(plan.state.items()), []).append(plan.pk)
+    for items, pks in groups.items():
+        state = dict(items)
+        skipped = state.pop("skipped")
+        Schedule.objects.using(alias).filter(pk__in=pks).update(
+            **state, skipped_ticks=F("skipped_ticks") + skipped, updated_at=Now()
+        )
 
 
 def _after(row: Any, instant: datetime) -> datetime | None:
@@ -127,8 +149,8 @@ def _spec(row: Any, tick: datetime) -> TaskSpec:
     )
 
 
-def _enqueue(store: Store, alias: str, specs: list[TaskSpec]) -> list[tuple[int, bool] | None]:
-    """(task id, duplicate) per spec; None for a tick whose key names other work.
+def _enqueue(store: Store, alias: str, specs: list[TaskSpec]) -> list[EnqueueResult | None]:
+    """What each enqueue did, in order; None for a tick whose key names other work.
 
     A key that names other work means the tick was enqueued before the schedule was edited:
     it fired, so it is not enqueued again.
@@ -137,18 +159,16 @@ def _enqueue(store: Store, alias: str, specs: list[TaskSpec]) -> list[tuple[int,
         return []
     try:
         with transaction.atomic(using=alias):
-            return [(r.task_id, r.duplicate) for r in store.task_enqueue_many(specs)]
+            return list(store.task_enqueue_many(specs))
     except IdempotencyMismatch:
         pass
-    results: list[tuple[int, bool] | None] = []
+    results: list[EnqueueResult | None] = []
     for spec in specs:
         try:
             with transaction.atomic(using=alias):
-                result = store.task_enqueue(spec)
+                results.append(store.task_enqueue(spec))
         except IdempotencyMismatch:
             results.append(None)
-            continue
-        results.append((result.task_id, result.duplicate))
     return results
 
 

@@ -84,13 +84,13 @@ def test_a_bad_expression_or_payload_is_refused_on_the_form(operator):
 def test_editing_the_expression_restarts_it_from_now_and_keeps_the_scheduler_s_state(operator):
     operator.post(ADD, form())
     long_ago = timezone.now() - timedelta(days=2)
-    Schedule.objects.filter(name="hourly-report").update(since=long_ago, last_task_id=7)
+    Schedule.objects.filter(name="hourly-report").update(since=long_ago, skipped_ticks=7)
     schedule = Schedule.objects.get(name="hourly-report")
     response = operator.post(change_url(schedule), form(cron="30 * * * *"))
     assert response.status_code == 302
     schedule.refresh_from_db()
     assert schedule.cron == "30 * * * *" and schedule.since > long_ago
-    assert schedule.last_task_id == 7  # an edit never writes the scheduler's state
+    assert schedule.skipped_ticks == 7  # an edit never writes the scheduler's state
 
 
 def test_a_code_schedule_is_read_only_but_can_be_paused(operator):

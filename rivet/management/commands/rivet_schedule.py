@@ -78,7 +78,9 @@ def render(rows: list[dict[str, Any]], *, as_json: bool) -> str:
         return "\n".join(json.dumps(row) for row in rows)
     if not rows:
         return "no schedules"
-    cells = [[c.replace("_", " ") for c in COLUMNS]] + [[str(row[c] or "-") for c in COLUMNS] for row in rows]
+    cells = [[c.replace("_", " ") for c in COLUMNS]] + [
+        [str(row[c] or "-") for c in COLUMNS] for row in rows
+    ]
     widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()

@@ -156,3 +156,17 @@ def test_a_schedule_saved_with_a_bad_expression_does_not_stop_the_others(store):
     assert done.failed == 1 and "not valid" in broken.last_error
     assert broken.next_tick_at is None  # looked at again when an edit fixes it
     assert len(ticks_of("fine")) >= 2
+
+
+@pytest.mark.django_db(databases=["default", "sqlite"])
+def test_a_pass_on_the_sqlite_store_enqueues_each_tick_once():
+    past = timezone.now().replace(microsecond=0) - timedelta(seconds=3)
+    Schedule.objects.using("sqlite").create(
+        name="s", kind="noop", cron="* * * * * *", missed="all", since=past, next_tick_at=past
+    )
+    sqlite = store_for_alias("sqlite")
+    first = run_due(sqlite, alias="sqlite")
+    Schedule.objects.using("sqlite").update(last_tick_at=None, next_tick_at=timezone.now())
+    again = run_due(sqlite, alias="sqlite")
+    assert first.enqueued >= 3 and again.duplicates >= first.enqueued
+    assert Task.objects.using("sqlite").count() == first.enqueued + again.enqueued

@@ -45,6 +45,15 @@ class ScheduleAdmin(admin.ModelAdmin):
         ("History", {"fields": STATE_FIELDS}),
     )
 
+    def get_queryset(self, request):
+        return super().get_queryset(request).using(rivet_settings.DATABASE_ALIAS)
+
+    def save_model(self, request, obj, form, change):
+        obj.save(using=rivet_settings.DATABASE_ALIAS)
+
+    def delete_model(self, request, obj):
+        obj.delete(using=rivet_settings.DATABASE_ALIAS)
+
     def get_readonly_fields(self, request, obj=None):
         if obj is not None and obj.source == Source.CODE:
             return (*DEFINITION_FIELDS, *STATE_FIELDS)  # "enabled" stays the operator's
@@ -67,8 +76,7 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     @admin.display(description="last task")
     def last_task(self, obj: Schedule):
-        alias = resolve_store().using or rivet_settings.DATABASE_ALIAS
-        task_id = operate.last_task_id(obj, alias=alias)
+        task_id = operate.last_task_id(obj, alias=rivet_settings.DATABASE_ALIAS)
         if task_id is None:
             return "-"
         url = reverse("admin:rivet_task_change", args=[task_id])
@@ -79,8 +87,7 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     @admin.action(permissions=["run"], description="Run selected schedules now")
     def run_now(self, request, queryset):
-        store = resolve_store()
-        alias = store.using or rivet_settings.DATABASE_ALIAS
+        store, alias = resolve_store(), rivet_settings.DATABASE_ALIAS
         for schedule in queryset:
             try:
                 result = operate.run_now(schedule.name, store=store, alias=alias)
@@ -98,7 +105,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         self._switch(request, queryset, operate.resume, "resumed")
 
     def _switch(self, request, queryset, verb, done: str) -> None:
-        alias = resolve_store().using or rivet_settings.DATABASE_ALIAS
+        alias = rivet_settings.DATABASE_ALIAS
         changed = [s.name for s in queryset if verb(s.name, alias=alias).changed]
         already = queryset.count() - len(changed)
         note = f" ({already} already were)" if already else ""

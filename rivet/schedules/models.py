@@ -114,8 +114,18 @@ class Schedule(models.Model):
         return fields
 
     def clean(self) -> None:
+        """Refuse what a tick would be refused for: a bad expression, zone or payload, an
+        unknown kind (unless RIVET['ALLOW_UNKNOWN_KINDS']), a bad queue or priority."""
+        from rivet.jobs import task_spec
+
         try:
             check_definition(self.definition())
+            task_spec(
+                self.kind,
+                {**self.payload, SCHEDULED_AT: "2000-01-01T00:00:00+00:00"},
+                queue=self.queue or None,
+                priority=self.priority,
+            )
         except InvalidInput as exc:
             field = getattr(exc, "field", None)
             fields = {f.name for f in self._meta.fields}

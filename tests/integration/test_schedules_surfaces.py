@@ -143,3 +143,9 @@ def test_the_api_lists_and_acts_on_schedules_under_the_permission_floor():
     ran = operator.post("/rivet/schedules/s/run/").json()
     assert ran["schedule"] == "s" and Task.objects.count() == before + 1
     assert Task.objects.get(pk=ran["task_id"]).payload["scheduled_at"]
+
+
+def test_a_kind_no_worker_would_run_is_refused_on_the_form(operator):
+    response = operator.post(ADD, form(kind="no.such.kind"))
+    assert response.status_code == 200 and "unknown job kind" in response.content.decode()
+    assert not Schedule.objects.exists()

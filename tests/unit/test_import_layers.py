@@ -43,6 +43,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "rivet.metrics",
             "rivet.migrations",
             "rivet.models",
+            "rivet.schedules.operate",
             "rivet.urls",
         ),
     ),

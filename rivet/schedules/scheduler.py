@@ -256,18 +256,22 @@ class Scheduler:
 
     def _run(self) -> None:
         while not self._done.is_set():
-            done = self.pass_once()
-            full = done is not None and done.schedules >= self.batch_size
-            if not full:
-                self._done.wait(self._pause())
+            done, pause = self.pass_once()
+            if done is None or done.schedules < self.batch_size:
+                self._done.wait(pause)
 
-    def pass_once(self) -> Pass | None:
-        """Sync the code's schedules (once), then one pass; a failure is logged, never raised."""
+    def pass_once(self) -> tuple[Pass | None, float]:
+        """Sync the code's schedules (once), pass, and say how long to sleep before the next.
+
+        A failure is logged, never raised (the pass is None). The thread's connection goes
+        back to the pool before it sleeps: it holds one only while it works.
+        """
         try:
             if not self._synced:
                 sync_code_schedules(self.definitions(), alias=self.alias)
                 self._synced = True
             done = run_due(self.store, alias=self.alias, batch_size=self.batch_size)
+            pause = self._pause()
         except Exception as exc:
             logs.event(
                 "schedule_pass_failed",
@@ -275,7 +279,7 @@ class Scheduler:
                 owner=self.owner,
                 error=f"{type(exc).__name__}: {exc}",
             )
-            return None
+            return None, self.every
         finally:
             connections.close_all()  # this thread's connections only: back to the pool
         if done.enqueued or done.skipped:
@@ -287,19 +291,15 @@ class Scheduler:
                 skipped=done.skipped,
                 duplicates=done.duplicates,
             )
-        return done
+        return done, pause
 
     def _pause(self) -> float:
-        """Seconds until the earliest next tick, within [0, every]."""
-        try:
-            soonest = (
-                Schedule.objects.using(self.alias)
-                .filter(enabled=True)
-                .aggregate(soonest=Min("next_tick_at"))["soonest"]
-            )
-        except Exception:  # noqa: BLE001 - the next pass reports a broken database
-            connections.close_all()
-            return self.every
+        """Seconds until the earliest next tick, within [MIN_PAUSE_SECS, every]."""
+        soonest = (
+            Schedule.objects.using(self.alias)
+            .filter(enabled=True)
+            .aggregate(soonest=Min("next_tick_at"))["soonest"]
+        )
         if soonest is None:
             return self.every
         wait = (soonest - timezone.now()).total_seconds()

@@ -170,3 +170,32 @@ def test_a_pass_on_the_sqlite_store_enqueues_each_tick_once():
     again = run_due(sqlite, alias="sqlite")
     assert first.enqueued >= 3 and again.duplicates >= first.enqueued
     assert Task.objects.using("sqlite").count() == first.enqueued + again.enqueued
+
+
+@pytest.mark.django_db(transaction=True)  # the pass closes its thread's connections
+def test_the_scheduler_thread_s_pass_syncs_the_code_and_never_raises(store, monkeypatch):
+    from rivet.schedules.scheduler import MIN_PAUSE_SECS, Scheduler
+
+    declared = {
+        "name": "every-second",
+        "kind": "noop",
+        "cron": "* * * * * *",
+        "timezone": "UTC",
+        "queue": "ticks",
+        "priority": None,
+        "payload": {},
+        "missed": "all",
+        "max_missed": 10,
+    }
+    scheduler = Scheduler(store=store, alias="default", definitions=lambda: [declared], every=0.5)
+    done, pause = scheduler.pass_once()
+    assert Schedule.objects.get(name="every-second").source == "code"
+    assert done is not None and MIN_PAUSE_SECS <= pause <= 0.5
+
+    def broken(specs):
+        raise StoreError("connection lost")
+
+    monkeypatch.setattr(store, "task_enqueue_many", broken)
+    past = timezone.now() - timedelta(seconds=3)
+    Schedule.objects.update(since=past, last_tick_at=None, next_tick_at=past)
+    assert scheduler.pass_once() == (None, 0.5)  # logged as schedule_pass_failed

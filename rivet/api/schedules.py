@@ -15,6 +15,7 @@ from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 
 from rivet.api.schema import _errors, rivet_schema
+from rivet.api.serializers import name_schema
 from rivet.api.views import RivetView
 from rivet.schedules import operate
 from rivet.schedules.models import Schedule
@@ -62,7 +63,7 @@ def shown(schedule: Schedule, alias: str) -> dict[str, Any]:
     return ScheduleSerializer({**row, **computed}).data
 
 
-NAME = OpenApiParameter("name", str, OpenApiParameter.PATH, description="schedule name")
+NAME = OpenApiParameter("name", name_schema(), OpenApiParameter.PATH, description="schedule name")
 
 list_schedules = rivet_schema(
     operation_id="rivet_schedules_list",

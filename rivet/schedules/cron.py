@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -73,13 +73,20 @@ def next_tick(expr: str, zone: ZoneInfo, after: datetime) -> datetime | None:
     return next(ticks_after(expr, zone, after), None)
 
 
+#: How many due ticks a catch-up counts one by one from the watermark. Past it (a one-second
+#: schedule after a long stop), the window of the newest ticks is found backwards from now
+#: and the skipped ticks before it are not all counted: ``skipped`` is then a lower bound.
+COUNT_LIMIT = 2_000
+
+
 @dataclass(frozen=True, kw_only=True)
 class Due:
     """The ticks a schedule owes at one moment, by its missed-tick policy."""
 
     #: Ticks to enqueue, oldest first.
     ticks: list[datetime]
-    #: Ticks at or before ``now`` that the policy skips (they will never run).
+    #: Ticks at or before ``now`` that the policy skips (they will never run); a lower bound
+    #: past COUNT_LIMIT due ticks.
     skipped: int
     #: The newest tick at or before ``now`` (enqueued or skipped): the new watermark.
     last: datetime | None
@@ -90,15 +97,36 @@ class Due:
 def due_ticks(
     expr: str, zone: ZoneInfo, *, after: datetime, now: datetime, keep: int | None
 ) -> Due:
-    """The ticks in (after, now]: all of them, or only the newest ``keep`` (1: latest only)."""
-    ticks = ticks_after(expr, zone, after)
+    """The ticks in (after, now]: all of them, or only the newest ``keep`` (1: latest only).
+
+    The work is bounded by ``keep`` and COUNT_LIMIT, not by how long ago ``after`` was.
+    """
+    if keep is None:
+        due = _scan(expr, zone, after, now, keep, limit=None)
+        assert due is not None
+        return due
+    due = _scan(expr, zone, after, now, keep, limit=COUNT_LIMIT)
+    if due is not None:
+        return due
+    window = _scan(expr, zone, _window_start(expr, zone, after, now, keep), now, keep, None)
+    assert window is not None
+    at_least = max(window.skipped, COUNT_LIMIT + 1 - len(window.ticks))
+    return Due(ticks=window.ticks, skipped=at_least, last=window.last, next=window.next)
+
+
+def _scan(
+    expr: str, zone: ZoneInfo, after: datetime, now: datetime, keep: int | None, limit: int | None
+) -> Due | None:
+    """The ticks in (after, now] one by one; None when there are more than ``limit``."""
     kept: deque[datetime] = deque(maxlen=keep)
     seen = 0
     upcoming = None
-    for tick in ticks:
+    for tick in ticks_after(expr, zone, after):
         if tick > now:
             upcoming = tick
             break
+        if limit is not None and seen >= limit:
+            return None
         kept.append(tick)
         seen += 1
     return Due(
@@ -107,6 +135,27 @@ def due_ticks(
         last=kept[-1] if kept else None,
         next=upcoming,
     )
+
+
+def _window_start(expr: str, zone: ZoneInfo, after: datetime, now: datetime, keep: int) -> datetime:
+    """An instant in [after, now) after which the newest ``keep`` ticks up to ``now`` lie.
+
+    Widens a window back from ``now`` four times at a step, counting at most ``keep`` ticks
+    in each, so the cost follows ``keep``, not the length of the stop.
+    """
+    span = timedelta(seconds=1)
+    while True:
+        start = now - span
+        if start <= after:
+            return after
+        count = 0
+        for tick in ticks_after(expr, zone, start):
+            if tick > now or count >= keep:
+                break
+            count += 1
+        if count >= keep:
+            return start
+        span *= 4
 
 
 def tick_key(name: str, tick: datetime) -> str:

@@ -41,6 +41,9 @@ __all__ = ["Pass", "Scheduler", "run_due", "sync_code_schedules"]
 DEFINITION_FIELDS = ("kind", "cron", "timezone", "queue", "priority", "payload", "missed")
 #: A pass never follows another sooner: a worker clock ahead of the database's would spin.
 MIN_PAUSE_SECS = 0.02
+#: Most ticks one pass enqueues (but all of one schedule's): a catch-up after a long stop is
+#: many short transactions, and a worker told to stop waits for one of them at most.
+MAX_TICKS_PER_PASS = 5_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +55,7 @@ class Pass:
     duplicates: int = 0  # ticks whose task already existed (another pass enqueued them)
     skipped: int = 0  # ticks the missed-tick policy skipped
     failed: int = 0  # schedules whose ticks could not be enqueued (last_error says why)
+    full: bool = False  # more schedules may be due now: pass again at once
 
 
 def run_due(store: Store, *, alias: str, batch_size: int = 500) -> Pass:
@@ -70,7 +74,7 @@ def run_due(store: Store, *, alias: str, batch_size: int = 500) -> Pass:
         )
         if not rows:
             return Pass()
-        plans = [_plan(row) for row in rows]
+        plans = _plans(rows)
         specs = [spec for plan in plans for spec in plan.specs]
         results = iter(_enqueue(store, alias, specs))
         counts = {"enqueued": 0, "duplicates": 0, "skipped": 0, "failed": 0}
@@ -82,7 +86,25 @@ def run_due(store: Store, *, alias: str, batch_size: int = 500) -> Pass:
                 if result is not None:
                     counts["duplicates" if result.duplicate else "enqueued"] += 1
         _save(alias, plans)
-    return Pass(schedules=len(rows), **counts)
+    return Pass(
+        schedules=len(plans), full=len(plans) < len(rows) or len(rows) >= batch_size, **counts
+    )
+
+
+def _plans(rows: list[Any]) -> list[Plan]:
+    """The plans of the rows, in order, until their ticks reach MAX_TICKS_PER_PASS.
+
+    The rows left out stay due (the commit releases their locks): the next pass takes them,
+    so one transaction never grows with a long catch-up.
+    """
+    plans: list[Plan] = []
+    ticks = 0
+    for row in rows:
+        if plans and ticks >= MAX_TICKS_PER_PASS:
+            break
+        plans.append(_plan(row))
+        ticks += len(plans[-1].specs)
+    return plans
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -257,7 +279,7 @@ class Scheduler:
     def _run(self) -> None:
         while not self._done.is_set():
             done, pause = self.pass_once()
-            if done is None or done.schedules < self.batch_size:
+            if done is None or not done.full:
                 self._done.wait(pause)
 
     def pass_once(self) -> tuple[Pass | None, float]:

@@ -199,3 +199,21 @@ def test_the_scheduler_thread_s_pass_syncs_the_code_and_never_raises(store, monk
     past = timezone.now() - timedelta(seconds=3)
     Schedule.objects.update(since=past, last_tick_at=None, next_tick_at=past)
     assert scheduler.pass_once() == (None, 0.5)  # logged as schedule_pass_failed
+
+
+def test_a_long_catch_up_is_many_bounded_passes_and_loses_nothing(store, monkeypatch):
+    from rivet.schedules import scheduler
+
+    monkeypatch.setattr(scheduler, "MAX_TICKS_PER_PASS", 5)
+    for name in ("a", "b", "c"):
+        overdue(name, 4, missed="all")
+    first = run_due(store, alias="default")
+    assert first.full and first.schedules < 3  # the rest stay due, their locks released
+    passes = 1
+    while run_due(store, alias="default").schedules:
+        passes += 1
+    assert passes >= 2
+    for schedule in Schedule.objects.all():
+        got = ticks_of(schedule.name)
+        assert len(got) == len(set(got)) >= 4
+        assert got[-1] == schedule.last_tick_at.isoformat()

@@ -10,7 +10,14 @@ import pytest
 import rivet
 from rivet.errors import InvalidInput
 from rivet.jobs import JobRegistry
-from rivet.schedules.cron import check_cron, due_ticks, next_tick, tick_key, ticks_after
+from rivet.schedules.cron import (
+    COUNT_LIMIT,
+    check_cron,
+    due_ticks,
+    next_tick,
+    tick_key,
+    ticks_after,
+)
 from rivet.schedules.declare import code_schedules
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -152,3 +159,21 @@ def test_a_job_declares_its_schedules_and_two_need_names():
         assert declared["payload"] == {"full": True}
     finally:
         code_schedules.remove("tests.nightly")
+
+
+def test_a_long_stop_of_a_one_second_schedule_keeps_the_newest_ticks_without_walking_them_all():
+    now = utc(2026, 1, 2, 0, 0, 0)
+    due = due_ticks(
+        "* * * * * *", ZoneInfo("UTC"), after=now - timedelta(days=1), now=now, keep=1000
+    )
+    assert due.ticks == [now - timedelta(seconds=s) for s in range(999, -1, -1)]
+    assert (due.last, due.next) == (now, now + timedelta(seconds=1))
+    # Past COUNT_LIMIT the skipped ticks are a lower bound, never more than the truth.
+    assert COUNT_LIMIT + 1 - 1000 <= due.skipped <= 86_400 - 1000
+
+
+def test_a_short_stop_counts_every_skipped_tick():
+    now = utc(2026, 1, 4, 12)
+    due = due_ticks("0 7 * * *", BERLIN, after=utc(2026, 1, 1, 12), now=now, keep=1)
+    assert [t.isoformat() for t in due.ticks] == ["2026-01-04T07:00:00+01:00"]
+    assert due.skipped == 2

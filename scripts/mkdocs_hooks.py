@@ -1,0 +1,118 @@
+"""MkDocs hooks (mkdocs.yml ``hooks:``): what the documentation site takes from outside docs/.
+
+- The OpenAPI schema is generated at build time by drf-spectacular (``manage.py spectacular``,
+  the same command and settings as the schema test) into a temporary folder, never a tracked
+  file, and added to the site as ``reference/openapi.yaml``. The schema page shows it with
+  Swagger UI (the mkdocs-swagger-ui-tag plugin, whose script and styles are bundled in the
+  package: no CDN) and, above it, a table of every operation drawn from the same file.
+- Pictures that live elsewhere in the repository (the benchmark's ``bench/throughput.png``) are
+  added to the site under ``img/``.
+- The settings page's table must name exactly the keys of ``rivet.conf.DEFAULTS``: a setting
+  added or removed without its row fails the build.
+- A README section marked ``<!-- readme: TITLE -->`` ... ``<!-- /readme -->`` in a page is
+  replaced by that section of README.md, its ``docs/`` links made relative to the site: one
+  text, tested by tests/acceptance/test_adopter.py, shown in both places.
+
+A build must not write into the checkout: ``make test`` ends with scripts/tree_unchanged.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.exceptions import PluginError
+from mkdocs.structure.files import File, Files
+from mkdocs.structure.pages import Page
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA_URI = "reference/openapi.yaml"
+SETTINGS_URI = "reference/settings.md"
+#: Files of the repository outside docs/ that the site shows: site path -> repository path.
+OUTSIDE = {"img/bench-throughput.png": "bench/throughput.png"}
+#: ``<!-- readme: TITLE -->``, a line for GitHub's readers, ``<!-- /readme -->``.
+README_MARK = re.compile(
+    r"^<!-- readme: (.+?) -->\n.*?^<!-- /readme -->$", re.MULTILINE | re.DOTALL
+)
+OPERATIONS_MARK = "<!-- openapi: operations -->"
+METHODS = ("get", "post", "put", "patch", "delete")
+
+_schema: dict[str, str] = {}
+
+
+def generate_schema() -> str:
+    """The OpenAPI schema as YAML, from the host project, with warnings treated as errors."""
+    env = dict(
+        os.environ, DATABASE_URL="sqlite://:memory:", EFFECT_DATABASE_URL="sqlite://:memory:"
+    )
+    with tempfile.TemporaryDirectory(prefix="rivet-schema-") as folder:
+        out = Path(folder) / "openapi.yaml"
+        command = [
+            sys.executable, "manage.py", "spectacular", "--validate", "--fail-on-warn",
+            "--custom-settings", "rivet.api.schema.SPECTACULAR", "--file", str(out),
+        ]  # fmt: skip
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise PluginError(f"manage.py spectacular failed ({done.returncode}):\n{done.stderr}")
+        return out.read_text()
+
+
+def on_files(files: Files, config: MkDocsConfig) -> Files:
+    _schema["text"] = generate_schema()
+    files.append(File.generated(config, SCHEMA_URI, content=_schema["text"]))
+    for uri, source in OUTSIDE.items():
+        files.append(File.generated(config, uri, abs_src_path=str(ROOT / source)))
+    return files
+
+
+def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    markdown = README_MARK.sub(lambda mark: readme_section(mark.group(1), page), markdown)
+    if OPERATIONS_MARK in markdown:
+        markdown = markdown.replace(OPERATIONS_MARK, operations_table(_schema["text"]))
+    if page.file.src_uri == SETTINGS_URI:
+        check_settings_table(markdown)
+    return markdown
+
+
+def check_settings_table(markdown: str) -> None:
+    """Fails the build when the settings table and ``rivet.conf.DEFAULTS`` name other keys."""
+    from rivet.conf import DEFAULTS
+
+    rows = set(re.findall(r"^\| `([A-Z_]+)` \|", markdown, flags=re.MULTILINE))
+    if rows != set(DEFAULTS):
+        raise PluginError(
+            f"{SETTINGS_URI}: the table and rivet.conf.DEFAULTS differ: missing rows "
+            f"{sorted(set(DEFAULTS) - rows)}, rows of no setting {sorted(rows - set(DEFAULTS))}"
+        )
+
+
+def readme_section(title: str, page: Page) -> str:
+    """The body of README.md's ``## title`` section, its links made to work from ``page``."""
+    text = (ROOT / "README.md").read_text()
+    heading = f"\n## {title}\n"
+    if heading not in text:
+        raise PluginError(f"{page.file.src_uri} includes README.md's '## {title}', which is gone")
+    body = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    up = "../" * page.file.src_uri.count("/")
+    return re.sub(r"\]\(docs/", f"]({up}", body).strip("\n")
+
+
+def operations_table(schema_text: str) -> str:
+    """Every operation of the schema, one row each: method and path, summary, answers."""
+    schema = yaml.safe_load(schema_text)
+    rows = ["| operation | what it does | answers |", "| --- | --- | --- |"]
+    for path, item in schema["paths"].items():
+        for method in METHODS:
+            operation = item.get(method)
+            if operation is None:
+                continue
+            summary = operation.get("summary") or operation.get("description", "").split("\n")[0]
+            statuses = ", ".join(sorted(operation.get("responses", {})))
+            rows.append(f"| `{method.upper()} {path}` | {summary.strip()} | {statuses} |")
+    return "\n".join(rows)

@@ -6,7 +6,9 @@
   Swagger UI (the mkdocs-swagger-ui-tag plugin, whose script and styles are bundled in the
   package: no CDN) and, above it, a table of every operation drawn from the same file.
 - Pictures that live elsewhere in the repository (the benchmark's ``bench/throughput.png``) are
-  added to the site under ``img/``.
+  added to the site under ``img/``. A page links them by their path in the repository
+  (``../bench/throughput.png``), which GitHub shows; the link is pointed at the copy when the
+  page is built.
 - The settings page's table must name exactly the keys of ``rivet.conf.DEFAULTS``: a setting
   added or removed without its row fails the build.
 - A README section marked ``<!-- readme: TITLE -->`` ... ``<!-- /readme -->`` in a page is
@@ -73,6 +75,7 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
 
 def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
     markdown = README_MARK.sub(lambda mark: readme_section(mark.group(1), page), markdown)
+    markdown = outside_links(markdown, page)
     if OPERATIONS_MARK in markdown:
         markdown = markdown.replace(OPERATIONS_MARK, operations_table(_schema["text"]))
     if page.file.src_uri == SETTINGS_URI:
@@ -90,6 +93,16 @@ def check_settings_table(markdown: str) -> None:
             f"{SETTINGS_URI}: the table and rivet.conf.DEFAULTS differ: missing rows "
             f"{sorted(set(DEFAULTS) - rows)}, rows of no setting {sorted(rows - set(DEFAULTS))}"
         )
+
+
+def outside_links(markdown: str, page: Page) -> str:
+    """Links to OUTSIDE's files by their repository path, pointed at their copies in the site."""
+    here = (ROOT / "docs" / page.file.src_uri).parent
+    for uri, source in OUTSIDE.items():
+        in_repository = os.path.relpath(ROOT / source, here)
+        in_site = os.path.relpath(ROOT / "docs" / uri, here)
+        markdown = markdown.replace(f"]({in_repository})", f"]({in_site})")
+    return markdown
 
 
 def readme_section(title: str, page: Page) -> str:

@@ -5,7 +5,8 @@
 to a page or an anchor that does not exist, a page missing from the nav, a mkdocstrings
 reference (``::: rivet.name``) that no longer resolves, a schema drf-spectacular warns about
 (scripts/mkdocs_hooks.py). Then it checks that the built site holds what the issue asked for:
-the API reference rendered from docstrings, and the OpenAPI schema with its page.
+the API reference rendered from docstrings, and the OpenAPI schema with its page; and that
+README.md's links (README is not a page of the site) name files and headings that exist.
 
 The site goes to a temporary folder, removed afterwards, so the checkout is never written to;
 ``--site-dir DIR`` keeps it in DIR instead (outside the checkout, or under the ignored build/).
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -69,6 +71,34 @@ def missing(site: Path) -> list[str]:
     return problems
 
 
+def readme_link_problems() -> list[str]:
+    """README.md is not a page of the site: its links to files and anchors are checked here.
+
+    Anchors are GitHub's (the slugs the site uses too, mkdocs.yml's toc ``slugify``).
+    """
+    from pymdownx.slugs import slugify
+
+    slug = slugify(case="lower")
+    problems = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", (ROOT / "README.md").read_text()):
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        name, _, anchor = target.partition("#")
+        path = ROOT / (name or "README.md")
+        if not path.exists():
+            problems.append(f"README.md links {target}: there is no {name}")
+        elif anchor and path.suffix == ".md":
+            headings = re.findall(r"^#+ (.+)$", fenced_out(path.read_text()), flags=re.MULTILINE)
+            if anchor not in {slug(heading, "-") for heading in headings}:
+                problems.append(f"README.md links {target}: {path.name} has no such heading")
+    return problems
+
+
+def fenced_out(markdown: str) -> str:
+    """``markdown`` without its fenced code blocks (a ``# comment`` there is no heading)."""
+    return re.sub(r"^```.*?^```", "", markdown, flags=re.MULTILINE | re.DOTALL)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--site-dir", type=Path, help="keep the built site here")
@@ -77,13 +107,14 @@ def main() -> int:
     site = args.site_dir.resolve() if args.site_dir else Path(folder) / "site"
     try:
         secs = build(site)
-        problems = missing(site)
+        problems = missing(site) + readme_link_problems()
         pages = sum(1 for _ in site.rglob("index.html"))
     finally:
         if folder:
             shutil.rmtree(folder, ignore_errors=True)
     if problems:
-        print("docs: the built site is incomplete:\n  " + "\n  ".join(problems), file=sys.stderr)
+        listed = "\n  ".join(problems)
+        print(f"docs: the site is incomplete, or a README link broke:\n  {listed}", file=sys.stderr)
         return 1
     where = site if args.site_dir else "a temporary folder, now removed"
     print(f"docs: mkdocs build --strict: {pages} pages in {secs:.1f} s, into {where}")

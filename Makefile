@@ -12,7 +12,7 @@ NOX_ARGS ?=
 
 help:
 	@echo "make venv   create .venv: rivet with every extra, and the dev dependency group"
-	@echo "make test   find or start PostgreSQL, run pytest against it, then lint"
+	@echo "make test   find or start PostgreSQL, run pytest against it, then lint and build the docs"
 	@echo "make test-matrix  the suite on every supported Python + Django, fresh venv each"
 	@echo "make lint   ruff check, ruff format --check, mypy rivet/, the migration check"
 	@echo "make docs   build the documentation site with mkdocs --strict (into a temp folder)"

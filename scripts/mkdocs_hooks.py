@@ -50,8 +50,12 @@ _schema: dict[str, str] = {}
 
 def generate_schema() -> str:
     """The OpenAPI schema as YAML, from the host project, with warnings treated as errors."""
+    # The host project's settings whatever the shell says; no database is read.
     env = dict(
-        os.environ, DATABASE_URL="sqlite://:memory:", EFFECT_DATABASE_URL="sqlite://:memory:"
+        os.environ,
+        DJANGO_SETTINGS_MODULE="chaos_project.settings",
+        DATABASE_URL="sqlite://:memory:",
+        EFFECT_DATABASE_URL="sqlite://:memory:",
     )
     with tempfile.TemporaryDirectory(prefix="rivet-schema-") as folder:
         out = Path(folder) / "openapi.yaml"

@@ -9,8 +9,9 @@
   added to the site under ``img/``. A page links them by their path in the repository
   (``../bench/throughput.png``), which GitHub shows; the link is pointed at the copy when the
   page is built.
-- The settings page's table must name exactly the keys of ``rivet.conf.DEFAULTS``: a setting
-  added or removed without its row fails the build.
+- The settings page's table must name exactly the keys of ``rivet.conf.DEFAULTS``, and the
+  public API page must show every name of ``rivet.__all__``: a setting or a public name added
+  without its entry fails the build (a removed one already fails mkdocstrings).
 - A README section marked ``<!-- readme: TITLE -->`` ... ``<!-- /readme -->`` in a page is
   replaced by that section of README.md, its ``docs/`` links made relative to the site: one
   text, tested by tests/acceptance/test_adopter.py, shown in both places.
@@ -36,6 +37,7 @@ from mkdocs.structure.pages import Page
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_URI = "reference/openapi.yaml"
 SETTINGS_URI = "reference/settings.md"
+API_URI = "reference/api.md"
 #: Files of the repository outside docs/ that the site shows: site path -> repository path.
 OUTSIDE = {"img/bench-throughput.png": "bench/throughput.png"}
 #: ``<!-- readme: TITLE -->``, a line for GitHub's readers, ``<!-- /readme -->``.
@@ -84,6 +86,8 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
         markdown = markdown.replace(OPERATIONS_MARK, operations_table(_schema["text"]))
     if page.file.src_uri == SETTINGS_URI:
         check_settings_table(markdown)
+    if page.file.src_uri == API_URI:
+        check_public_api(markdown)
     return markdown
 
 
@@ -97,6 +101,26 @@ def check_settings_table(markdown: str) -> None:
             f"{SETTINGS_URI}: the table and rivet.conf.DEFAULTS differ: missing rows "
             f"{sorted(set(DEFAULTS) - rows)}, rows of no setting {sorted(rows - set(DEFAULTS))}"
         )
+
+
+def check_public_api(markdown: str) -> None:
+    """Fails the build when a name of ``rivet.__all__`` is missing from the public API page.
+
+    A name is shown by its own ``::: rivet.NAME``, or by its module's (``::: rivet.errors``).
+    """
+    import rivet
+
+    shown = set(re.findall(r"^::: rivet\.(\w+)$", markdown, flags=re.MULTILINE))
+    exports = rivet._EXPORTS  # the public name -> its module
+    missing = [
+        name
+        for name in rivet.__all__
+        if name != "__version__"
+        and name not in shown
+        and exports[name].removeprefix("rivet.") not in shown
+    ]
+    if missing:
+        raise PluginError(f"{API_URI}: add a '::: rivet.NAME' for each of {missing}")
 
 
 def outside_links(markdown: str, page: Page) -> str:

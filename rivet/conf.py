@@ -56,6 +56,7 @@ DEFAULTS: dict[str, Any] = {
     # Whether workers honour RIVET_FAILPOINT (rivet.failpoints): only for tests and chaos runs.
     "FAILPOINTS": False,
 }
+"""Every key of ``settings.RIVET`` with its default; a key not here is refused (rivet.E001)."""
 
 
 class RivetSettings:
@@ -65,6 +66,7 @@ class RivetSettings:
         return dict(getattr(settings, "RIVET", {}) or {})
 
     def unknown_keys(self) -> list[str]:
+        """The keys of ``settings.RIVET`` that rivet does not know, sorted."""
         return sorted(set(self._user()) - set(DEFAULTS))
 
     def __getattr__(self, name: str) -> Any:
@@ -76,3 +78,4 @@ class RivetSettings:
 
 
 rivet_settings = RivetSettings()
+"""The settings as rivet reads them: ``rivet_settings.LEASE_TTL_SECS`` and so on."""

@@ -32,7 +32,8 @@ from psycopg.rows import dict_row
 from rivet import logs
 from rivet.conf import rivet_settings
 from rivet.stores.claim import ClaimPlan, PartlyCommitted, walk_claim
-from rivet.stores.sql import SqlStore, json_text, same_work
+from rivet.stores.jsontext import json_text
+from rivet.stores.sql import SqlStore, burial_rows, same_work
 from rivet.stores.sqlfile import load_queries
 from rivet.values import ClaimBatch, EnqueueResult, QueueStats, TaskSpec
 
@@ -82,32 +83,30 @@ class FlushRows:
     """What one settle_claim statement answered, sorted out by each row's ``position``.
 
     ``applied``: {position of a settle row: cancelled} of the rows applied (a fenced row is
-    absent); ``met``: the rows the claim met, in claim order, those it buried flagged.
+    absent); ``met``: the rows the claim met, in claim order, the doomed ones flagged.
     """
 
     applied: dict[int, bool]
     met: list[dict[str, Any]]
 
     @classmethod
-    def of(cls, rows: list[dict[str, Any]], settling: int) -> FlushRows:
+    def of(cls, rows: list[dict[str, Any]]) -> FlushRows:
         applied: dict[int, bool] = {}
         met: list[dict[str, Any]] = []
         for row in rows:
             position = row["position"]
-            if position is None:  # leased by the claim
-                met.append({**row, "doomed": False})
-            elif position <= settling:  # a settle row, 1-based
+            if position is None:  # met by the claim: leased, or doomed
+                met.append(row)
+            else:  # a settle row, 1-based
                 applied[position - 1] = row["cancel_requested"]
-            else:  # a doomed row the claim met and buried
-                met.append({"id": row["id"], "buried": True})
         # RETURNING has no order: claim order is priority, then time ready, then id.
         met.sort(key=claim_order)
         return cls(applied=applied, met=met)
 
 
 def claim_order(row: dict[str, Any]) -> tuple:
-    """Claim order of the rows one statement met (burials, already applied, go last)."""
-    if row.get("buried"):
+    """Claim order of the rows one statement met (doomed ones, not leased, go last)."""
+    if row["doomed"]:
         return (1, 0, 0, row["id"])
     return (0, -row["priority"], row["ready_us"], row["id"])
 
@@ -189,25 +188,46 @@ class PostgresStore(SqlStore):
     def _walk_from(
         self, cursor: Any, rows: list[dict[str, Any]], plan: ClaimPlan, ttl: float
     ) -> tuple[dict[int, bool], ClaimBatch]:
-        """Walk the claim; its first statement also applies the settle rows."""
+        """Walk the claim; its first statement also applies the settle rows.
+
+        The doomed rows a statement met are buried, with the texts ``rivet.values.claim_burial``
+        composes from them, by the walk's next statement, or by one more after the last: a
+        claim that met none (the hot path) sends no more statements than it leases with.
+        """
         claim = {"owner": plan.owner, "ttl": ttl}
         first: list[FlushRows] = []
+        unburied: list[dict[str, Any]] = []
+        buried = 0
 
-        def statement(pick: dict[str, Any]) -> list[dict[str, Any]]:
+        def statement(pick: dict[str, Any] | None) -> list[dict[str, Any]]:
+            nonlocal buried
             if first:
-                return self._later_claim(cursor, {**claim, **pick}, first[0].applied, len(rows))
-            first.append(self._statement(cursor, rows, {**claim, **pick}))
-            return first[0].met
+                burials = burial_rows(unburied)
+                unburied.clear()
+                flushed = self._later_statement(cursor, burials, pick, first[0].applied, len(rows))
+                buried += len(flushed.applied)
+            else:
+                flushed = self._statement(cursor, rows, pick)
+                first.append(flushed)
+            unburied.extend(row for row in flushed.met if row["doomed"])
+            return flushed.met
 
-        batch, _ = walk_claim(plan, statement)  # the statement buries doomed rows itself
-        return first[0].applied, batch
+        claimed, _ = walk_claim(plan, lambda pick: statement({**claim, **pick}))
+        if unburied:
+            statement(None)
+        return first[0].applied, ClaimBatch(claimed=claimed, buried=buried)
 
-    def _later_claim(
-        self, cursor: Any, params: dict[str, Any], applied: dict[int, bool], settled: int
-    ) -> list[dict[str, Any]]:
-        """A claim statement after the first; outside a transaction the first is committed."""
+    def _later_statement(
+        self,
+        cursor: Any,
+        rows: list[dict[str, Any]],
+        pick: dict[str, Any] | None,
+        applied: dict[int, bool],
+        settled: int,
+    ) -> FlushRows:
+        """A statement after the first; outside a transaction the first is committed."""
         try:
-            return self._statement(cursor, [], params).met
+            return self._statement(cursor, rows, pick)
         except (DjangoDatabaseError, psycopg.Error) as exc:
             if connections[self.using].in_atomic_block or not settled:
                 raise
@@ -222,7 +242,7 @@ class PostgresStore(SqlStore):
         }
         params.update(pick or NO_CLAIM)
         text = settle_claim_text(params["limit"])
-        return FlushRows.of(self._bound_rows(cursor, text, params, generic=True), len(rows))
+        return FlushRows.of(self._bound_rows(cursor, text, params, generic=True))
 
     def _rows(self, cursor: Any, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         if query in PREPARED_QUERIES:

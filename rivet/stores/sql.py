@@ -24,15 +24,15 @@ from rivet.conf import rivet_settings
 from rivet.errors import IdempotencyMismatch, StoreError, StoreUnavailable
 from rivet.stores.base import ClaimFailed, Store
 from rivet.stores.claim import ClaimPlan, ClaimStatement, PartlyCommitted, walk_claim
+from rivet.stores.jsontext import json_text, json_value
 from rivet.values import (
     CANCELLED_SUFFIX,
     DONE_COUNT_LIMIT,
-    ENDING_SEPARATOR,
-    WORKER_LOST_SUFFIX,
     Ack,
     Bury,
     CancelOutcome,
     ClaimBatch,
+    Claimed,
     Decision,
     EnqueueResult,
     Fence,
@@ -52,15 +52,10 @@ from rivet.values import (
 #: How often an enqueue re-inserts after its conflicting row vanished (acked or purged).
 INSERT_TRIES = 3
 TIME_COLUMNS = ("visible_at", "created_at", "updated_at")
-
-
-def json_text(value: Any) -> str | None:
-    """A result as stored JSON text; None is SQL NULL, as the ORM stores it."""
-    return None if value is None else json.dumps(value, separators=(",", ":"))
-
-
-def json_value(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+#: The op of a doomed row's burial (a claim's, a sweep's). Such a burial is refused only when
+#: another claim or a cancel buried the row first, which is no stale write: it is not recorded
+#: as fenced.
+BURIAL_OP = "bury"
 
 
 def rows_of(cursor: Any) -> list[dict[str, Any]]:
@@ -103,6 +98,18 @@ def settle_row(decision: Decision) -> dict[str, Any]:
     if not isinstance(decision, Fence):
         row["cancelled_error"] = decision.cancelled_error
     return row
+
+
+def burial_rows(doomed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Settle rows burying rows no claim may run, under their epoch, with claim_burial's text."""
+    burials = (
+        Bury(
+            lease=Lease(task_id=row["id"], epoch=row["lease_epoch"]),
+            error=claim_burial(row["last_error"], bool(row["cancel_requested"])),
+        )
+        for row in doomed
+    )
+    return [{**settle_row(burial), "op": BURIAL_OP} for burial in burials]
 
 
 def outcomes(decisions: Sequence[Decision], applied: dict[int, bool]) -> list[Settled]:
@@ -155,7 +162,8 @@ class SqlStore(Store):
     @abstractmethod
     def _claim_rows(self, cursor: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
         """Lease the next runnable tasks of a queue; rows in claim order, doomed ones flagged
-        (``doomed``: for the caller to bury; ``buried``: the statement buried it already)."""
+        (``doomed``, with ``lease_epoch``, ``last_error`` and ``cancel_requested``: not leased,
+        for the caller to bury)."""
 
     def _ids(self, ids: Sequence[int]) -> Any:
         """A list of ids as the dialect's queries take it."""
@@ -208,13 +216,8 @@ class SqlStore(Store):
         return error
 
     def _common_params(self) -> dict[str, Any]:
-        """Parameters every query may use: the cancel ending, and the dialect's own."""
-        return {
-            "cancelled_error": CANCELLED_SUFFIX,
-            "worker_lost_error": WORKER_LOST_SUFFIX,
-            "ending_separator": ENDING_SEPARATOR,
-            "errors_kept": rivet_settings.MAX_ERRORS_KEPT,
-        }
+        """Parameters every query may use: how many errors a task keeps, and the dialect's own."""
+        return {"errors_kept": rivet_settings.MAX_ERRORS_KEPT}
 
     def _rows(self, cursor: Any, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         cursor.execute(self.queries[query], {**self._common_params(), **params})
@@ -321,13 +324,13 @@ class SqlStore(Store):
         """Apply settle rows and claim in one transaction: ({position: cancelled}, batch)."""
         with self._writing() as cursor:
             applied = self._settle_rows(cursor, rows) if rows else {}
-            batch, doomed = ClaimBatch(), list[dict[str, Any]]()
+            claimed: list[Claimed] = []
+            doomed: list[dict[str, Any]] = []
             if plan.queues:
                 params = self._claim_params(cursor, plan.owner, ttl)
-                batch, doomed = walk_claim(plan, self._claim_statement(cursor, params))
-            if doomed:
-                self._bury_doomed(cursor, doomed)
-        return applied, batch
+                claimed, doomed = walk_claim(plan, self._claim_statement(cursor, params))
+            buried = self._bury_doomed(cursor, doomed) if doomed else 0
+        return applied, ClaimBatch(claimed=claimed, buried=buried)
 
     def _claim_statement(self, cursor: Any, params: dict[str, Any]) -> ClaimStatement:
         """One claim statement on ``cursor``, for ``walk_claim``."""
@@ -337,16 +340,9 @@ class SqlStore(Store):
 
         return statement
 
-    def _bury_doomed(self, cursor: Any, rows: list[dict[str, Any]]) -> None:
-        """Bury rows no claim may run (attempts used up, or cancelled), under their epoch."""
-        burials = [
-            Bury(
-                lease=Lease(task_id=row["id"], epoch=row["lease_epoch"]),
-                error=claim_burial(row["last_error"], bool(row["cancel_requested"])),
-            )
-            for row in rows
-        ]
-        self._settle_rows(cursor, [settle_row(burial) for burial in burials])
+    def _bury_doomed(self, cursor: Any, rows: list[dict[str, Any]]) -> int:
+        """Bury rows no claim may run (attempts used up, or cancelled); how many it buried."""
+        return len(self._settle_rows(cursor, burial_rows(rows)))
 
     def lease_extend(self, leases: Sequence[Lease], lease_ttl: float) -> Held:
         if not leases:
@@ -436,9 +432,7 @@ class SqlStore(Store):
     def dead_sweep(self, queue: str) -> int:
         with self._translated("dead_sweep"), self._writing() as cursor:
             rows = self._rows(cursor, "sweep_pick", {"queue": queue})
-            if rows:
-                self._bury_doomed(cursor, rows)
-        return len(rows)
+            return self._bury_doomed(cursor, rows) if rows else 0
 
     def _purge_dead(self, queue: str, older_than: float | None, ids: list[int] | None) -> int:
         ids = None if ids is None else self._ids(ids)

@@ -32,7 +32,7 @@ from django.utils.dateparse import parse_datetime
 
 from rivet.dberrors import SQLITE_BUSY, SQLITE_LOCKED, sqlite_code
 from rivet.errors import RivetConfigError, StoreError
-from rivet.stores.sql import SqlStore
+from rivet.stores.sql import BURIAL_OP, SqlStore
 from rivet.stores.sqlfile import load_queries
 
 #: transaction_mode values under which Django's atomic() already takes the write lock first.
@@ -125,7 +125,7 @@ class SqliteStore(SqlStore):
                 done = cursor.execute(QUERIES["settle"], {**params, **row}).fetchall()
             if done:
                 applied[position] = bool(done[0][0])
-            else:
+            elif row["op"] != BURIAL_OP:
                 cursor.execute(QUERIES["fence"], row)
         return applied
 

@@ -2,11 +2,14 @@
 
 The generic semantics of ``task_settle_and_claim`` (fencing per row, the claim beside it) are
 in rivet.conformance.settle; here is what only a real database shows: how many statements a
-flush sends, and that a batch the database refuses leaves no row changed and no fence recorded.
+flush sends (one more only for a claim that met doomed rows, to bury them with the texts
+rivet.values composes), that a batch the database refuses leaves no row changed and no fence
+recorded, and that a doomed row buried twice is buried once and recorded as no stale write.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -18,12 +21,21 @@ from rivet.errors import StoreError
 from rivet.stores.postgres import PostgresStore
 from rivet.stores.sqlite import SqliteStore
 from rivet.validation import build_spec
-from rivet.values import Ack, Lease, Settled
+from rivet.values import WORKER_LOST_SUFFIX, Ack, Lease, Settled, claim_burial
 
 
 def fill(store, queue: str, count: int) -> list[int]:
     specs = [build_spec(queue=queue, kind="flush.noop") for _ in range(count)]
     return [result.task_id for result in store.task_enqueue_many(specs)]
+
+
+def lapsed_last_attempts(store, queue: str, count: int) -> list[int]:
+    """Tasks on their last attempt whose worker vanished: doomed, for the next claim to bury."""
+    specs = [build_spec(queue=queue, kind="flush.noop", max_attempts=1) for _ in range(count)]
+    ids = [result.task_id for result in store.task_enqueue_many(specs)]
+    store.task_claim(queues=[queue], owner="gone", limit=count, lease_ttl=0.001)
+    time.sleep(0.05)
+    return ids
 
 
 def flush(store, decisions, queue: str, limit: int):
@@ -137,3 +149,57 @@ def test_a_claim_that_fails_after_the_decisions_committed_raises_with_their_outc
     assert len(failing.sql) == 2
     assert error.value.settled == [Settled.ACKED]
     assert postgres.task_get(task).state == "done"  # committed by the first statement
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_postgres_claim_sends_one_more_statement_only_for_the_doomed_rows_it_met(postgres, queue):
+    doomed = lapsed_last_attempts(postgres, queue, 3)
+    fresh = fill(postgres, queue, 2)
+    counter = Statements()
+    with connections["default"].execute_wrapper(counter):
+        batch = flush(postgres, [], queue, limit=8).batch
+    assert len(counter.sql) == 2, counter.sql  # the claim, then the burial of what it met
+    assert ([c.task_id for c in batch.claimed], batch.buried) == (fresh, 3)
+    for task_id in doomed:
+        row = postgres.task_get(task_id)
+        assert (row.state, row.last_error) == ("dead", claim_burial("", False))
+    assert postgres.fenced_count(queue) == 0
+    fill(postgres, queue, 2)
+    counter = Statements()
+    with connections["default"].execute_wrapper(counter):
+        assert len(flush(postgres, [], queue, limit=8).batch.claimed) == 2
+    assert len(counter.sql) == 1, counter.sql
+
+
+@pytest.mark.parametrize("alias", ["default", "sqlite"])
+@pytest.mark.django_db(databases=["default", "sqlite"], transaction=True)
+def test_a_doomed_row_buried_twice_is_buried_once_and_fences_nothing(alias, queue):
+    """Two claims met the same doomed row (PostgreSQL releases it between the claim and the
+    burial): the second burial is refused, and that is no stale write."""
+    store = PostgresStore(using="default") if alias == "default" else SqliteStore(using="sqlite")
+    (task_id,) = lapsed_last_attempts(store, queue, 1)
+    row = store.task_get(task_id)
+    met = {"id": task_id, "lease_epoch": row.lease_epoch, "last_error": "", "cancel_requested": 0}
+    buried = []
+    for _ in range(2):
+        with store._writing() as cursor:
+            buried.append(store._bury_doomed(cursor, [met]))
+    assert buried == [1, 0]
+    assert store.fenced_count(queue) == 0
+    row = store.task_get(task_id)
+    assert (row.state, row.last_error, len(row.errors)) == ("dead", WORKER_LOST_SUFFIX, 1)
+    store.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_postgres_claim_walk_buries_on_its_next_statement(postgres, queue):
+    doomed = lapsed_last_attempts(postgres, queue, 2)
+    fresh = fill(postgres, queue, 2)
+    counter = Statements()
+    with connections["default"].execute_wrapper(counter):
+        # The first statement meets the two doomed rows (claim order: ready first) and leases
+        # nothing; the second buries them and leases the two fresh tasks.
+        batch = flush(postgres, [], queue, limit=2).batch
+    assert len(counter.sql) == 2, counter.sql
+    assert ([c.task_id for c in batch.claimed], batch.buried) == (fresh, 2)
+    assert {postgres.task_get(task_id).state for task_id in doomed} == {"dead"}

@@ -151,24 +151,37 @@ def test_a_claim_that_fails_after_the_decisions_committed_raises_with_their_outc
     assert postgres.task_get(task).state == "done"  # committed by the first statement
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_postgres_claim_sends_one_more_statement_only_for_the_doomed_rows_it_met(postgres, queue):
-    doomed = lapsed_last_attempts(postgres, queue, 3)
-    fresh = fill(postgres, queue, 2)
+def counted_claim(store, queue: str, limit: int):
+    """A claim, and how many statements it sent."""
     counter = Statements()
     with connections["default"].execute_wrapper(counter):
-        batch = flush(postgres, [], queue, limit=8).batch
-    assert len(counter.sql) == 2, counter.sql  # the claim, then the burial of what it met
-    assert ([c.task_id for c in batch.claimed], batch.buried) == (fresh, 3)
-    for task_id in doomed:
+        batch = flush(store, [], queue, limit=limit).batch
+    return batch, len(counter.sql)
+
+
+@pytest.mark.parametrize(
+    ("doomed", "fresh", "limit", "statements"),
+    [
+        (0, 2, 8, 1),  # the hot path: one statement
+        (3, 2, 8, 2),  # one statement meets all five; one more buries the three doomed
+        # The first statement meets the two doomed rows (claim order: ready first) and leases
+        # nothing; the next buries them and leases the two fresh tasks: no statement more.
+        (2, 2, 2, 2),
+    ],
+)
+@pytest.mark.django_db(transaction=True)
+def test_a_postgres_claim_buries_doomed_rows_with_the_next_statement_it_sends(
+    postgres, queue, doomed, fresh, limit, statements
+):
+    lapsed = lapsed_last_attempts(postgres, queue, doomed) if doomed else []
+    runnable = fill(postgres, queue, fresh)
+    batch, sent = counted_claim(postgres, queue, limit)
+    assert sent == statements
+    assert ([c.task_id for c in batch.claimed], batch.buried) == (runnable, doomed)
+    for task_id in lapsed:
         row = postgres.task_get(task_id)
         assert (row.state, row.last_error) == ("dead", claim_burial("", False))
     assert postgres.fenced_count(queue) == 0
-    fill(postgres, queue, 2)
-    counter = Statements()
-    with connections["default"].execute_wrapper(counter):
-        assert len(flush(postgres, [], queue, limit=8).batch.claimed) == 2
-    assert len(counter.sql) == 1, counter.sql
 
 
 @pytest.mark.parametrize("alias", ["default", "sqlite"])
@@ -189,17 +202,3 @@ def test_a_doomed_row_buried_twice_is_buried_once_and_fences_nothing(alias, queu
     row = store.task_get(task_id)
     assert (row.state, row.last_error, len(row.errors)) == ("dead", WORKER_LOST_SUFFIX, 1)
     store.close()
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_postgres_claim_walk_buries_on_its_next_statement(postgres, queue):
-    doomed = lapsed_last_attempts(postgres, queue, 2)
-    fresh = fill(postgres, queue, 2)
-    counter = Statements()
-    with connections["default"].execute_wrapper(counter):
-        # The first statement meets the two doomed rows (claim order: ready first) and leases
-        # nothing; the second buries them and leases the two fresh tasks.
-        batch = flush(postgres, [], queue, limit=2).batch
-    assert len(counter.sql) == 2, counter.sql
-    assert ([c.task_id for c in batch.claimed], batch.buried) == (fresh, 2)
-    assert {postgres.task_get(task_id).state for task_id in doomed} == {"dead"}

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
-import threading
-import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
@@ -26,24 +23,18 @@ from typing import Any
 import psycopg
 from django.db import Error as DjangoDatabaseError
 from django.db import connections, transaction
-from psycopg import sql
 from psycopg.rows import dict_row
 
-from rivet import logs
 from rivet.conf import rivet_settings
+from rivet.stores.bulk import BulkEnqueue
 from rivet.stores.claim import ClaimPlan, PartlyCommitted, walk_claim
-from rivet.stores.jsontext import json_text
-from rivet.stores.sql import SqlStore, burial_rows, same_work
 from rivet.stores.sqlfile import load_queries
+from rivet.stores.sqlrows import burial_rows
+from rivet.stores.wakeup import WakeupListener
 from rivet.values import ClaimBatch, EnqueueResult, QueueStats, TaskSpec
 
 QUERIES = load_queries(Path(__file__).with_name("postgres.sql"))
 
-#: Rows per chunk of a bulk enqueue (a chunk: one COPY, then one INSERT from the stage).
-BULK_CHUNK = 10_000
-#: Smaller chunks go as one INSERT over arrays: no temporary table for the session to create
-#: (a web request on a fresh connection enqueueing three tasks), one round trip.
-COPY_MIN_ROWS = 200
 SETTLE_COLUMNS = (
     "task_id",
     "epoch",
@@ -111,7 +102,7 @@ def claim_order(row: dict[str, Any]) -> tuple:
     return (0, -row["priority"], row["ready_us"], row["id"])
 
 
-class PostgresStore(SqlStore):
+class PostgresStore(BulkEnqueue):
     """Tasks in rivet_task on a PostgreSQL database alias; wakes idle workers with NOTIFY."""
 
     name = "postgres"
@@ -122,7 +113,7 @@ class PostgresStore(SqlStore):
 
     def __init__(self, using: str = "default") -> None:
         self.using = using
-        self._listener = WakeupListener(self._listener_params)
+        self._listener = WakeupListener(self._listener_params, QUERIES["listen"])
 
     def _common_params(self) -> dict[str, Any]:
         return {**super()._common_params(), "channel": rivet_settings.NOTIFY_CHANNEL}
@@ -310,98 +301,6 @@ class PostgresStore(SqlStore):
         with self._translated("task_enqueue"), self._one_statement() as cursor:
             return self._enqueue_one(cursor, spec)
 
-    def task_enqueue_many(self, specs: Sequence[TaskSpec]) -> list[EnqueueResult]:
-        results: list[EnqueueResult] = []
-        with self._translated("task_enqueue_many"), self._writing() as cursor:
-            for start in range(0, len(specs), BULK_CHUNK):
-                results += self._enqueue_chunk(cursor, specs[start : start + BULK_CHUNK])
-        return results
-
-    def _enqueue_chunk(self, cursor: Any, specs: Sequence[TaskSpec]) -> list[EnqueueResult]:
-        """Insert a chunk in one statement, then resolve the rows a key already had."""
-        if len(specs) >= COPY_MIN_ROWS:
-            row = self._insert_staged(cursor, specs)
-        else:
-            row = self._rows(cursor, "enqueue_arrays", self._arrays(specs))[0]
-        results = [EnqueueResult(task_id=task_id) for task_id in row["ids"]]
-        skipped = [specs[position] for position in row["skipped"]]
-        for position, result in zip(row["skipped"], self._existing(cursor, skipped), strict=True):
-            results[position] = result
-        return results
-
-    def _arrays(self, specs: Sequence[TaskSpec]) -> dict[str, list[Any]]:
-        return {
-            "queues": [spec.queue for spec in specs],
-            "kinds": [spec.kind for spec in specs],
-            "payloads": [spec.payload_param for spec in specs],
-            "idem_keys": [spec.idem_key for spec in specs],
-            "unique_keys": [spec.unique_key for spec in specs],
-            "max_attempts": [spec.max_attempts for spec in specs],
-            "run_ats": [spec.run_at for spec in specs],
-            "delays": [float(spec.delay_secs) for spec in specs],
-            "priorities": [spec.priority for spec in specs],
-            "trace_contexts": [json_text(spec.trace_context) for spec in specs],
-        }
-
-    def _insert_staged(self, cursor: Any, specs: Sequence[TaskSpec]) -> dict[str, Any]:
-        """COPY a chunk into the session's staging table, then insert it in one statement."""
-        cursor.execute(self.queries["stage_open"])
-        with cursor.copy(self.queries["stage_copy"]) as copy:
-            for position, spec in enumerate(specs):
-                copy.write_row(
-                    (
-                        position,
-                        spec.queue,
-                        spec.kind,
-                        spec.payload_param,
-                        spec.idem_key,
-                        spec.unique_key,
-                        spec.max_attempts,
-                        spec.run_at,
-                        float(spec.delay_secs),
-                        spec.priority,
-                        json_text(spec.trace_context),
-                    )
-                )
-        return self._rows(cursor, "stage_insert", {})[0]
-
-    def _existing(self, cursor: Any, specs: list[TaskSpec]) -> list[EnqueueResult]:
-        """The tasks keys already name, for specs a bulk insert skipped; one read per key kind.
-
-        The same rules as ``_find_existing`` (idempotency key first, then the pending unique
-        job), for a whole chunk at once; a spec whose row vanished is enqueued again alone.
-        """
-        if not specs:
-            return []
-        keys = [spec.idem_key for spec in specs if spec.idem_key is not None]
-        by_key = {}
-        if keys:
-            rows = self._rows(cursor, "find_by_idem_keys", {"idem_keys": keys})
-            by_key = {row["idem_key"]: row for row in rows}
-        uniques = [s for s in specs if s.idem_key not in by_key and s.unique_key is not None]
-        by_unique = {}
-        if uniques:
-            params = {
-                "kinds": [spec.kind for spec in uniques],
-                "unique_keys": [spec.unique_key for spec in uniques],
-            }
-            rows = self._rows(cursor, "find_unique_pending_many", params)
-            by_unique = {(row["kind"], row["unique_key"]): row["id"] for row in rows}
-        return [self._resolve(cursor, spec, by_key, by_unique) for spec in specs]
-
-    def _resolve(
-        self,
-        cursor: Any,
-        spec: TaskSpec,
-        by_key: dict[str, dict[str, Any]],
-        by_unique: dict[tuple[str, str], int],
-    ) -> EnqueueResult:
-        if spec.idem_key is not None and spec.idem_key in by_key:
-            return same_work(spec, by_key[spec.idem_key])
-        if spec.unique_key is not None and (spec.kind, spec.unique_key) in by_unique:
-            return EnqueueResult(task_id=by_unique[(spec.kind, spec.unique_key)], duplicate=True)
-        return self._enqueue_one(cursor, spec)
-
     # -- wake-up -----------------------------------------------------------------------------
 
     def _listener_params(self) -> dict[str, Any]:
@@ -430,68 +329,3 @@ class PostgresStore(SqlStore):
 
     def close(self) -> None:
         self._listener.close()
-
-
-class WakeupListener:
-    """A dedicated autocommit connection that LISTENs for enqueue notifications.
-
-    It is opened on the first wait and kept, so notifications sent while the worker is busy
-    are buffered and wake the next wait at once. Any connection error closes it; the next
-    wait reconnects. A wait that cannot listen sleeps out its timeout: polling is the fallback.
-    """
-
-    def __init__(self, params: Callable[[], dict[str, Any]]) -> None:
-        self._params = params
-        self._lock = threading.Lock()
-        self._conn: psycopg.Connection | None = None
-        self._channel = ""
-
-    def wait(self, queues: Sequence[str], timeout: float, channel: str) -> bool:
-        """True when a notification for one of ``queues`` arrives within ``timeout`` seconds."""
-        deadline = time.monotonic() + max(float(timeout), 0.0)
-        with self._lock:
-            try:
-                return self._wait_locked(set(queues), deadline, channel)
-            except psycopg.Error as exc:
-                logs.event(
-                    "listener_failed",
-                    logging.WARNING,
-                    error=" ".join(str(exc).split()),
-                    fallback="polling",
-                )
-                self._close_locked()
-        time.sleep(max(deadline - time.monotonic(), 0.0))
-        return False
-
-    def _wait_locked(self, queues: set[str], deadline: float, channel: str) -> bool:
-        conn = self._connection(channel)
-        while True:
-            remaining = max(deadline - time.monotonic(), 0.0)
-            for note in conn.notifies(timeout=remaining, stop_after=1):
-                if note.payload in queues:
-                    return True
-            if time.monotonic() >= deadline:
-                return False
-
-    def _connection(self, channel: str) -> psycopg.Connection:
-        if self._conn is not None and (self._conn.closed or self._channel != channel):
-            self._close_locked()
-        if self._conn is None:
-            conn = psycopg.connect(**self._params(), autocommit=True)
-            try:
-                conn.execute(sql.SQL(QUERIES["listen"]).format(channel=sql.Identifier(channel)))
-            except psycopg.Error:
-                conn.close()
-                raise
-            self._conn, self._channel = conn, channel
-        return self._conn
-
-    def close(self) -> None:
-        """Close the listening connection (a later wait opens a new one)."""
-        with self._lock:
-            self._close_locked()
-
-    def _close_locked(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()

@@ -32,8 +32,9 @@ from django.utils.dateparse import parse_datetime
 
 from rivet.dberrors import SQLITE_BUSY, SQLITE_LOCKED, sqlite_code
 from rivet.errors import RivetConfigError, StoreError
-from rivet.stores.sql import BURIAL_OP, SqlStore
+from rivet.stores.sql import SqlStore
 from rivet.stores.sqlfile import load_queries
+from rivet.stores.sqlrows import BURIAL_OP
 
 #: transaction_mode values under which Django's atomic() already takes the write lock first.
 LOCKING_MODES = frozenset({"IMMEDIATE", "EXCLUSIVE"})

@@ -3,8 +3,8 @@
 A claim statement leases up to N runnable tasks of one queue; a statement that met fewer rows
 than it asked for exhausted its queue, and the walk moves to the next. A doomed row (attempts
 used up, or cancelled) is not leased: the statement hands it back, and the store buries it with
-the text ``rivet.values.claim_burial`` gives, in the same transaction (SQLite) or in one more
-statement after the walk (PostgreSQL outside the caller's transaction).
+the text ``rivet.values.claim_burial`` gives, in the same transaction (SQLite), or with the
+walk's next statement, or one more after its last (PostgreSQL).
 """
 
 from __future__ import annotations

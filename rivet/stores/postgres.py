@@ -4,8 +4,8 @@ Because it uses ``connections[using]``, an enqueue joins the caller's ``transact
 the business row and its task commit or roll back together. Every write is one short
 transaction (a savepoint inside the caller's). The semantics are ``rivet.stores.sql``'s; this
 module keeps what is PostgreSQL's own: the queries (postgres.sql), a flush as one statement
-(the settle batch over ``unnest`` of arrays, and the next claim), the bulk enqueue, and the
-LISTEN wake-up.
+(the settle batch over ``unnest`` of arrays, and the next claim), the bulk enqueue (``bulk``),
+and the LISTEN wake-up (``wakeup``).
 """
 
 from __future__ import annotations

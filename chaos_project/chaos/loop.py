@@ -49,20 +49,32 @@ PROGRESS_EVERY_SECS = 1.0
 CANCEL_EVERY_SECS = 0.5
 
 
-def paused_task(log_path: Path) -> int | None:
-    """The task a worker's last ``failpoint_fired`` line names (its paused write's task)."""
-    task = None
+#: A woken zombie's new holders are stopped (pinned) until its late write landed, or this many
+#: lease lengths: under one, so a pinned holder keeps its lease (it last heartbeated at most a
+#: third of a lease before); a longer wait would only make it a zombie too, which is harmless.
+PIN_LIMIT_LEASES = 0.5
+#: After pinning, the rows are read this much later: a write a holder sent just before it was
+#: stopped still commits on the server.
+PIN_SETTLE_SECS = 0.1
+
+
+def paused_tasks(log_path: Path) -> tuple[int, ...]:
+    """The tasks a worker's last ``failpoint_fired`` line names (its paused write's tasks: a
+    ``task``, or the ``tasks`` of a flush or a heartbeat)."""
+    tasks: tuple[int, ...] = ()
     try:
         with log_path.open("rb") as log:
             for raw in log:
                 if b'"failpoint_fired"' in raw:
                     try:
-                        task = json.loads(raw).get("task", task)
+                        record = json.loads(raw)
                     except ValueError:
                         continue
+                    named = record.get("tasks", [record.get("task")])
+                    tasks = tuple(t for t in named if isinstance(t, int))
     except OSError:
-        return None
-    return task if isinstance(task, int) else None
+        return ()
+    return tasks
 
 
 class Source(Protocol):
@@ -105,6 +117,7 @@ class ChaosLoop:
         self.pacer = pacer
         self.release = release
         self.queue = queue
+        self.lease_ttl = lease_ttl
         self.say = say
         self.clock = clock
         self.started = clock()
@@ -302,7 +315,7 @@ class ChaosLoop:
                     attempts={task: attempts for task, _, attempts in rows},
                     paused=paused,
                     pause_point=proc.pause_point if paused else "",
-                    paused_task=paused_task(proc.child.log_path) if paused else None,
+                    paused_tasks=paused_tasks(proc.child.log_path) if paused else (),
                 )
                 self.open.append(zombie)
                 self.fleet.log.add("stop", held=zombie.record()["held"], **proc.fields())
@@ -323,25 +336,31 @@ class ChaosLoop:
         rows = self._rows(queries.TASK_EPOCHS, {"ids": ids}) if ids else []
         epochs = {task: (epoch, attempts, state) for task, epoch, attempts, state in rows}
         owners = [z.owner for z in self.open if z.phase is Phase.WOKEN]
-        fenced: dict[str, set[tuple[int, int]]] = {}
+        ops: dict[str, dict[tuple[int, int], set[str]]] = {}
         if owners:
-            for owner, task, epoch in self._rows(queries.FENCED_BY_OWNERS, {"owners": owners}):
-                fenced.setdefault(owner, set()).add((task, epoch))
+            for owner, task, epoch, op in self._rows(queries.FENCED_BY_OWNERS, {"owners": owners}):
+                ops.setdefault(owner, {}).setdefault((task, epoch), set()).add(op)
         for zombie in list(self.open):
-            self._follow(zombie, now, epochs, fenced.get(zombie.owner, set()))
+            self._follow(zombie, now, epochs, ops.get(zombie.owner, {}))
 
-    def _follow(self, zombie: Zombie, now: float, epochs: dict, fenced: set) -> None:
+    def _follow(
+        self, zombie: Zombie, now: float, epochs: dict, ops: dict[tuple[int, int], set[str]]
+    ) -> None:
         proc = self._process(zombie.owner)
         if proc is None:
             zombie.lost(now, "its process ended before the verdict")
         elif zombie.observe_epochs(epochs, now, give_up=self.stop_limit):
+            if zombie.phase is Phase.WOKEN:
+                self._pin(zombie)
             self.fleet.thaw(proc)
             if zombie.phase is Phase.WOKEN:
                 self.fleet.log.add(ZOMBIE, reclaimed=zombie.record()["reclaimed"], **proc.fields())
         else:
-            zombie.observe_fenced(fenced, now, give_up=self.fence_limit)
+            self._unpin_when_landed(zombie, now, ops)
+            zombie.observe_fenced(set(ops), now, give_up=self.fence_limit, ops=ops)
         if not zombie.done:
             return
+        self._unpin(zombie, now, "verdict")
         self.open.remove(zombie)
         self.outcome.zombies.append(zombie)
         if proc is not None:
@@ -352,6 +371,77 @@ class ChaosLoop:
             slot = (zombie.slot + 1) % self.fleet.size
             self.waiting.append(Planned(at=now, kind=ZOMBIE, slot=slot))
 
+    # -- pinning a zombie's new holders -------------------------------------------------------
+
+    def _pin(self, zombie: Zombie) -> None:
+        """Stop the workers that now hold the zombie's reclaimed tasks, so that its late write
+        meets each task under the new holder's lease (the epoch guard's case) instead of racing
+        that holder's own ack (a task it finished refuses the write by its state alone). The
+        rows are read once the holders stopped; only a task still held then is pinned."""
+        tasks = sorted(zombie.reclaimed)
+        if not tasks:
+            return
+        rows = self._rows(queries.TASK_LEASES, {"ids": tasks})
+        holders = {
+            task: owner
+            for task, state, epoch, owner, *_ in rows
+            if state == "pending" and owner and owner != zombie.owner and epoch > zombie.held[task]
+        }
+        stopped = set()
+        for owner in set(holders.values()):
+            proc = self._process(owner)
+            if proc is not None and (proc.pinned or self.fleet.pin(proc)):
+                stopped.add(owner)
+        if not stopped:
+            return
+        time.sleep(PIN_SETTLE_SECS)
+        for row in self._rows(queries.TASK_LEASES, {"ids": tasks}):
+            task, state, epoch, owner = row[:4]
+            if holders.get(task) in stopped and state == "pending" and owner == holders[task]:
+                zombie.pinned[task] = tuple(row)
+                zombie.pinned_holders[task] = owner
+        zombie.pinned_at = self.now()
+        self.fleet.log.add("pin", zombie=zombie.owner, tasks=zombie.record()["pinned"])
+        if not zombie.pinned:  # every holder finished its task before it stopped
+            self._unpin(zombie, self.now(), "nothing held")
+
+    def _unpin_when_landed(
+        self, zombie: Zombie, now: float, ops: dict[tuple[int, int], set[str]]
+    ) -> None:
+        """Continue the pinned holders once the zombie's write to each pinned task landed:
+        refused and recorded, or applied (the row changed), or the pin's time is up. A paused
+        zombie's write is the one it paused before (its heartbeat, refused first, is not)."""
+        if zombie.pinned_at is None:
+            return
+        if now - zombie.pinned_at >= PIN_LIMIT_LEASES * self.lease_ttl:
+            self._unpin(zombie, now, "time up")
+            return
+        rows = self._rows(queries.TASK_LEASES, {"ids": sorted(zombie.pinned)})
+        current = {row[0]: tuple(row) for row in rows}
+        landed = all(
+            zombie.write_refused(ops.get((task, zombie.held[task]), set()))
+            or current.get(task) != before
+            for task, before in zombie.pinned.items()
+        )
+        if landed:
+            self._unpin(zombie, now, "its write landed")
+
+    def _unpin(self, zombie: Zombie, now: float, why: str) -> None:
+        if zombie.pinned_at is None:
+            return
+        zombie.pinned_at = None
+        still = {
+            o
+            for z in self.open
+            if z is not zombie and z.pinned_at is not None
+            for o in z.pinned_holders.values()
+        }
+        for owner in set(zombie.pinned_holders.values()) - still:
+            proc = self._process(owner)
+            if proc is not None:
+                self.fleet.unpin(proc)
+        self.fleet.log.add("unpin", zombie=zombie.owner, why=why)
+
     def _process(self, owner: str):
         for proc in self.fleet.alive():
             if proc.owner == owner:
@@ -359,6 +449,8 @@ class ChaosLoop:
         return None
 
     def close(self) -> None:
+        for zombie in self.open:
+            self._unpin(zombie, self.now(), "the run ended")
         for proc, _ in self.settling:
             self.fleet.thaw(proc)
         self.settling = []

@@ -52,9 +52,16 @@ ORDER BY id DESC
 LIMIT 1
 """
 
-#: The writes the fence refused for these owners: (owner, task, the stale epoch).
+#: The writes the fence refused for these owners: (owner, task, the stale epoch, op).
 FENCED_BY_OWNERS = """
-SELECT owner, task_id, epoch FROM rivet_fenced_write WHERE owner = ANY(%(owners)s)
+SELECT owner, task_id, epoch, op FROM rivet_fenced_write WHERE owner = ANY(%(owners)s)
+"""
+
+#: Who holds each of these tasks now, and what last settled it: a pinned holder is continued
+#: once a zombie's write to its task landed (refused, or applied: then this row changes).
+TASK_LEASES = """
+SELECT id, state, lease_epoch, lease_owner, settled_epoch, settled_by, visible_at
+FROM rivet_task WHERE id = ANY(%(ids)s)
 """
 
 #: Tasks of a queue that ended (done or dead): the drain's measure of progress.

@@ -77,6 +77,25 @@ def paused_tasks(log_path: Path) -> tuple[int, ...]:
     return tasks
 
 
+def failed_writes(log_path: Path) -> set[int]:
+    """The tasks a worker's log names in ``write_failed`` lines: writes it gave up because the
+    database did not answer."""
+    tasks: set[int] = set()
+    try:
+        with log_path.open("rb") as log:
+            for raw in log:
+                if b'"write_failed"' in raw:
+                    try:
+                        task = json.loads(raw).get("task")
+                    except ValueError:
+                        continue
+                    if isinstance(task, int):
+                        tasks.add(task)
+    except OSError:
+        return set()
+    return tasks
+
+
 class Source(Protocol):
     """Anything that acts on the run at each tick (a fault: restart a server, cut the network)."""
 
@@ -357,7 +376,12 @@ class ChaosLoop:
                 self.fleet.log.add(ZOMBIE, reclaimed=zombie.record()["reclaimed"], **proc.fields())
         else:
             self._unpin_when_landed(zombie, now, ops)
-            zombie.observe_fenced(set(ops), now, give_up=self.fence_limit, ops=ops)
+            unwritten: set[int] = set()
+            if zombie.woken_at is not None and now - zombie.woken_at >= self.fence_limit:
+                unwritten = failed_writes(proc.child.log_path)
+            zombie.observe_fenced(
+                set(ops), now, give_up=self.fence_limit, ops=ops, unwritten=unwritten
+            )
         if not zombie.done:
             return
         self._unpin(zombie, now, "verdict")

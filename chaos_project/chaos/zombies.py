@@ -45,9 +45,13 @@ class Phase(enum.Enum):
     FENCED = "fenced"
     UNFENCED = "unfenced"
     NOT_BITTEN = "not bitten"
+    UNWRITTEN = "could not write"
+    """Its tasks were claimed again and it woke, but its late writes never reached the database
+    (the worker logged ``write_failed`` for each task missing a refusal: the server was
+    restarting): nothing of it was refused, nor applied (the row check judges that apart)."""
 
 
-FINAL = frozenset({Phase.FENCED, Phase.UNFENCED, Phase.NOT_BITTEN})
+FINAL = frozenset({Phase.FENCED, Phase.UNFENCED, Phase.NOT_BITTEN, Phase.UNWRITTEN})
 
 
 @dataclass
@@ -150,6 +154,7 @@ class Zombie:
         *,
         give_up: float,
         ops: Mapping[tuple[int, int], set[str]] | None = None,
+        unwritten: set[int] | frozenset[int] = frozenset(),
     ) -> None:
         """Note the (task, epoch) writes of this owner the fence refused; decide when due.
 
@@ -157,7 +162,8 @@ class Zombie:
         waking before a zombie still missing one is judged unfenced. ``ops`` (the refused
         writes' ops by (task, epoch)) lets a zombie paused at a heartbeat insist that the
         heartbeat itself was refused: its handler's ack, refused later, would hide a heartbeat
-        that was answered "held".
+        that was answered "held". ``unwritten``: tasks whose write the worker logged as failed
+        (the database did not answer): a zombie missing only those could not write.
         """
         if self.phase is not Phase.WOKEN:
             return
@@ -170,6 +176,13 @@ class Zombie:
         if not missing:
             refused = _ids(sorted(self.fenced))
             self._end(Phase.FENCED, now, f"stale write refused for task {refused}")
+        elif now - self.woken_at >= give_up and set(missing) <= unwritten:
+            self._end(
+                Phase.UNWRITTEN,
+                now,
+                f"task {_ids(missing)} claimed again; its write for it failed to reach the "
+                "database (write_failed in its log), so the fence was not tested there",
+            )
         elif now - self.woken_at >= give_up:
             refused = f" (refused: {_ids(sorted(self.fenced))})" if self.fenced else ""
             self._end(

@@ -213,3 +213,29 @@ def test_a_heartbeat_zombie_whose_task_finished_under_its_own_epoch_needs_any_re
     assert z.observe_epochs({17: (1, 1, "pending"), 18: (3, 3, "dead")}, 101.0, give_up=LIMIT)
     z.observe_fenced({(18, 3)}, 101.2, give_up=LIMIT, ops={(18, 3): {"fail"}})
     assert z.phase is Phase.FENCED
+
+
+def test_a_zombie_whose_writes_failed_to_reach_the_database_could_not_write() -> None:
+    """Woken while the server restarted: its write for task 18 was given up (write_failed), so
+    nothing was refused, and nothing tells whether the fence works: not a failure, not a pass."""
+    z = zombie()
+    z.observe_epochs(rows({17: 1, 18: 4}), 101.0, give_up=LIMIT)
+    z.observe_fenced(set(), 101.0 + LIMIT, give_up=LIMIT, unwritten={18})
+    assert z.phase is Phase.UNWRITTEN
+    assert "failed to reach the database" in z.note
+    other = zombie()
+    other.observe_epochs(rows({17: 2, 18: 4}), 101.0, give_up=LIMIT)
+    other.observe_fenced(set(), 101.0 + LIMIT, give_up=LIMIT, unwritten={18})
+    assert other.phase is Phase.UNFENCED  # task 17's write neither refused nor failed
+
+
+def test_failed_writes_are_read_from_the_workers_log(tmp_path) -> None:
+    from chaos_project.chaos.loop import failed_writes
+
+    log = tmp_path / "w.log"
+    log.write_text(
+        '{"event": "write_failed", "task": 7, "op": "ack"}\nnot json\n'
+        '{"event": "acked", "task": 8}\n{"event": "write_failed", "task": 9, "op": "fail"}\n'
+    )
+    assert failed_writes(log) == {7, 9}
+    assert failed_writes(tmp_path / "missing.log") == set()

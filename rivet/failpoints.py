@@ -14,6 +14,10 @@ so a chaos run that failed can be repeated. The points, in the order a task meet
   worker decided to retry or bury the task; that decision is not yet queued for writing.
 - ``after_ack``: the task is done.
 
+``after_error_before_retry`` and ``after_error_before_bury`` fire at the same moment as
+``after_error_before_fail``, each only when the decision is a retry (or a burial): a pause
+there holds that one kind of late write.
+
 Two points fire at a write of several tasks rather than at one task's step:
 
 - ``before_flush``: two or more decisions are about to be written in one statement (a batch);
@@ -57,6 +61,8 @@ POINTS = (
     "after_effect_before_ack",
     "after_error_before_fail",
     "after_ack",
+    "after_error_before_retry",
+    "after_error_before_bury",
     "before_flush",
     "before_heartbeat",
 )

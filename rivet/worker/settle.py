@@ -187,7 +187,11 @@ class Settler:
         else:
             delay = self.retry_policy.delay(attempt.claimed.attempt)
             decision = decisions.failed(attempt.claimed, error, delay)
-        self.failpoints.fire("after_error_before_fail", task=attempt.claimed.task_id)
+        task = attempt.claimed.task_id
+        self.failpoints.fire("after_error_before_fail", task=task)
+        if self.failpoints.armed:
+            which = "bury" if isinstance(decision, Bury) else "retry"
+            self.failpoints.fire(f"after_error_before_{which}", task=task)
         self._queue(attempt, decision, error=error, exc=exc)
 
     # -- queueing and flushing decisions ----------------------------------------------------

@@ -65,3 +65,26 @@ def test_before_heartbeat_names_the_tasks_in_flight(store, jobs):
     assert points.fired and all(
         f == ("before_heartbeat", {"tasks": [task_id]}) for f in points.fired
     )
+
+
+def test_the_retry_and_bury_points_fire_only_for_their_own_kind_of_decision(store, jobs):
+    from rivet.errors import Permanent
+
+    def permanent(ctx):
+        raise Permanent("never")
+
+    def flaky(ctx):
+        raise RuntimeError("not now")
+
+    job("permanent", registry=jobs)(permanent)
+    job("flaky", registry=jobs, max_attempts=3)(flaky)
+    buried, retried = enqueue(store, "permanent"), enqueue(store, "flaky")
+    abort = RecordingAbort(raise_it=False)
+    armed = {"after_error_before_retry": 1.0, "after_error_before_bury": 1.0}
+    points = RecordingFailpoints(armed, abort)
+    make_worker(store, jobs, failpoints=points, once=True, concurrency=1).run()
+    fired = {(name, fields["task"]) for name, fields in points.fired}
+    assert ("after_error_before_bury", buried) in fired
+    assert ("after_error_before_retry", retried) in fired
+    assert ("after_error_before_retry", buried) not in fired
+    assert ("after_error_before_bury", retried) in fired  # its third and last attempt

@@ -25,7 +25,7 @@ from django.db import connections
 from chaos_project.chaos.fleet import Fleet, WorkerProcess
 from chaos_project.chaos.pacing import Pacer
 from chaos_project.chaos.plan import FAILPOINT, KILL, KINDS, ZOMBIE, ChaosPlan, Planned
-from chaos_project.chaos.zombies import Phase, Zombie
+from chaos_project.chaos.zombies import HEARTBEAT_POINT, Phase, Zombie
 from chaos_project.kit import queries
 from rivet.producer import cancel
 from rivet.values import CancelOutcome
@@ -94,6 +94,22 @@ def failed_writes(log_path: Path) -> set[int]:
     except OSError:
         return set()
     return tasks
+
+
+def heartbeat_failed_after_pause(log_path: Path) -> bool:
+    """Whether a worker's log has a ``heartbeat_failed`` line after its ``failpoint_fired``
+    line: the heartbeat it paused before could not reach the database."""
+    paused = False
+    try:
+        with log_path.open("rb") as log:
+            for raw in log:
+                if b'"failpoint_fired"' in raw:
+                    paused = True
+                elif paused and b'"heartbeat_failed"' in raw:
+                    return True
+    except OSError:
+        return False
+    return False
 
 
 class Source(Protocol):
@@ -373,8 +389,13 @@ class ChaosLoop:
                 self._pin(zombie)
             self.fleet.thaw(proc)
             if zombie.phase is Phase.WOKEN:
-                self.fleet.log.add(ZOMBIE, reclaimed=zombie.record()["reclaimed"], **proc.fields())
+                seen = {task: list(epochs[task]) for task in zombie.held if task in epochs}
+                self.fleet.log.add(
+                    ZOMBIE, reclaimed=zombie.record()["reclaimed"], seen=seen, **proc.fields()
+                )
         else:
+            if zombie.pause_point == HEARTBEAT_POINT and not zombie.paused_write_failed:
+                zombie.paused_write_failed = heartbeat_failed_after_pause(proc.child.log_path)
             self._unpin_when_landed(zombie, now, ops)
             unwritten: set[int] = set()
             if zombie.woken_at is not None and now - zombie.woken_at >= self.fence_limit:

@@ -86,6 +86,10 @@ class Zombie:
     pinned_holders: dict[int, str] = field(default_factory=dict)
     """{task id: the owner of the new holder that was stopped}."""
     pinned_at: float | None = None
+    paused_write_failed: bool = False
+    """A zombie paused at a heartbeat whose heartbeat, once woken, failed to reach the database
+    (``heartbeat_failed`` in its log): nothing could refuse it, so the refusal of the write that
+    follows it (its guard's next heartbeat, or the decision) stands for it."""
     first_reclaim_at: float | None = None
     woken_at: float | None = None
     ended_at: float | None = None
@@ -213,7 +217,7 @@ class Zombie:
         if not self.paused or not self.pause_point:
             return bool(ops)
         if self.pause_point == HEARTBEAT_POINT:
-            return HEARTBEAT_OP in ops
+            return HEARTBEAT_OP in ops or (self.paused_write_failed and bool(ops))
         return bool(ops - {HEARTBEAT_OP})
 
     def _same_epoch(self, tasks: list[int]) -> str:

@@ -239,3 +239,23 @@ def test_failed_writes_are_read_from_the_workers_log(tmp_path) -> None:
     )
     assert failed_writes(log) == {7, 9}
     assert failed_writes(tmp_path / "missing.log") == set()
+
+
+def test_a_heartbeat_that_failed_to_reach_the_database_lets_the_next_refusal_stand() -> None:
+    z = zombie()
+    z.paused, z.pause_point, z.paused_tasks = True, "before_heartbeat", (18,)
+    assert not z.write_refused({"fail"})
+    z.paused_write_failed = True  # heartbeat_failed in its log after the pause
+    assert z.write_refused({"fail"})
+    assert not z.write_refused(set())
+
+
+def test_a_failed_heartbeat_is_read_after_the_pause_only(tmp_path) -> None:
+    from chaos_project.chaos.loop import heartbeat_failed_after_pause
+
+    log = tmp_path / "w.log"
+    log.write_text('{"event": "heartbeat_failed"}\n{"event": "failpoint_fired", "tasks": [1]}\n')
+    assert not heartbeat_failed_after_pause(log)
+    with log.open("a") as out:
+        out.write('{"event": "heartbeat_failed", "error": "OperationalError"}\n')
+    assert heartbeat_failed_after_pause(log)

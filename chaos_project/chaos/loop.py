@@ -273,14 +273,16 @@ class ChaosLoop:
 
     def cancel_one(self) -> None:
         """Cancel one leased task as an operator would: in turn one a working worker holds and
-        one a stopped zombie holds (when no zombie holds one, a working worker's)."""
+        one a stopped zombie holds (when no zombie holds one, a working worker's). Never the
+        task of a paused zombie's decided write: that write must meet the task under another
+        worker's lease (the epoch guard's case), not a task the cancel finished."""
         self.cancels_sent += 1
         zombie_tasks = [
             task
             for z in self.open
             if z.phase is Phase.STOPPED
             for task in sorted(z.held)
-            if task not in z.reclaimed
+            if task not in z.reclaimed and task not in z.paused_tasks
         ]
         if self.cancels_sent % 2 == 0 and zombie_tasks:
             task = zombie_tasks[0]

@@ -287,10 +287,12 @@ class ChaosLoop:
         if self.cancels_sent % 2 == 0 and zombie_tasks:
             task = zombie_tasks[0]
         else:
+            paused = {task for z in self.open for task in z.paused_tasks}
             rows = self._rows(queries.CANCEL_PICK, {"queue": self.queue})
-            if not rows:
+            picks = [row[0] for row in rows if row[0] not in paused]
+            if not picks:
                 return
-            task = rows[0][0]
+            task = picks[0]
         outcome = cancel(task, using="default")
         self.outcome.cancels[outcome.value] += 1
         self.fleet.log.add("cancel", task=task, outcome=outcome.value)

@@ -43,13 +43,13 @@ WHERE queue = %(queue)s AND state = 'pending' AND lease_owner = %(owner)s
 #: than pending is a task finished without its holder (a claim's burial, a cancel).
 TASK_EPOCHS = "SELECT id, lease_epoch, attempts, state FROM rivet_task WHERE id = ANY(%(ids)s)"
 
-#: A task for an operator's cancel: the newest live lease of a chaos task not yet cancelled.
+#: Tasks for an operator's cancel: the newest live leases of chaos tasks not yet cancelled.
 CANCEL_PICK = """
 SELECT id FROM rivet_task
 WHERE queue = %(queue)s AND state = 'pending' AND visible_at > now() AND NOT cancel_requested
     AND kind = 'chaos.effect'
 ORDER BY id DESC
-LIMIT 1
+LIMIT 5
 """
 
 #: The writes the fence refused for these owners: (owner, task, the stale epoch, op).

@@ -146,11 +146,27 @@ WHERE kind = %(kind)s AND unique_key = %(unique_key)s AND state = 'pending'
 
 -- name: lease_extend
 -- Push visible_at to now + ttl for every (task, epoch) still held; return them, cancel marks too.
-UPDATE rivet_task AS t
-SET visible_at = now() + make_interval(secs => %(ttl)s), updated_at = now()
-FROM unnest(%(task_ids)s::bigint[], %(epochs)s::bigint[]) AS held (task_id, epoch)
-WHERE t.id = held.task_id AND t.lease_epoch = held.epoch AND t.state = 'pending'
-RETURNING t.id, t.cancel_requested
+-- A heartbeat refused because another claim took the task (its epoch is newer now) is recorded
+-- as a fenced write, op 'beat', under the heartbeat's owner and epoch: the fence firing, seen
+-- at the heartbeat. One a task finished under the same epoch meets (its own ack, a cancel, a
+-- claim's burial) is refused and not recorded: no other worker holds it.
+WITH held AS (
+    SELECT *
+    FROM unnest(%(task_ids)s::bigint[], %(epochs)s::bigint[], %(owners)s::text[])
+        AS held (task_id, epoch, owner)
+), extended AS (
+    UPDATE rivet_task AS t
+    SET visible_at = now() + make_interval(secs => %(ttl)s), updated_at = now()
+    FROM held
+    WHERE t.id = held.task_id AND t.lease_epoch = held.epoch AND t.state = 'pending'
+    RETURNING t.id, t.cancel_requested
+), refused AS (
+    INSERT INTO rivet_fenced_write (task_id, queue, op, owner, epoch, created_at)
+    SELECT held.task_id, t.queue, 'beat', held.owner, held.epoch, now()
+    FROM held JOIN rivet_task AS t ON t.id = held.task_id
+    WHERE t.lease_epoch > held.epoch AND held.task_id NOT IN (SELECT id FROM extended)
+)
+SELECT id, cancel_requested FROM extended
 
 -- name: settle_claim
 -- Apply the worker's decisions and lease up to limit runnable tasks of one queue, in one

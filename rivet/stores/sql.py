@@ -279,13 +279,20 @@ class SqlStore(Store):
         params = {
             "task_ids": self._ids([lease.task_id for lease in leases]),
             "epochs": self._ids([lease.epoch for lease in leases]),
+            "owners": [lease.owner for lease in leases],
             "ttl": float(lease_ttl),
         }
         with self._translated("lease_extend"), self._one_statement() as cursor:
             rows = self._rows(cursor, "lease_extend", params)
-        return Held(
-            (row["id"] for row in rows), (row["id"] for row in rows if row["cancel_requested"])
-        )
+            extended = {row["id"] for row in rows}
+            self._record_refused_heartbeats(
+                cursor, [lease for lease in leases if lease.task_id not in extended]
+            )
+        return Held(extended, (row["id"] for row in rows if row["cancel_requested"]))
+
+    def _record_refused_heartbeats(self, cursor: Any, refused: list[Lease]) -> None:
+        """Record the refused heartbeats another claim caused (op ``beat``), unless the
+        dialect's lease_extend statement did it already (PostgreSQL's does)."""
 
     # -- settle and cancel -------------------------------------------------------------------
 

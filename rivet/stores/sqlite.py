@@ -35,6 +35,7 @@ from rivet.errors import RivetConfigError, StoreError
 from rivet.stores.sql import SqlStore
 from rivet.stores.sqlfile import load_queries
 from rivet.stores.sqlrows import BURIAL_OP
+from rivet.values import Lease
 
 #: transaction_mode values under which Django's atomic() already takes the write lock first.
 LOCKING_MODES = frozenset({"IMMEDIATE", "EXCLUSIVE"})
@@ -129,6 +130,13 @@ class SqliteStore(SqlStore):
             elif row["op"] != BURIAL_OP:
                 cursor.execute(QUERIES["fence"], row)
         return applied
+
+    def _record_refused_heartbeats(self, cursor: sqlite3.Cursor, refused: list[Lease]) -> None:
+        for lease in refused:
+            cursor.execute(
+                QUERIES["lease_refused"],
+                {"task_id": lease.task_id, "epoch": lease.epoch, "owner": lease.owner},
+            )
 
     # -- connections and transactions --------------------------------------------------------
 

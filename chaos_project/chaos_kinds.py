@@ -3,6 +3,10 @@
 ``chaos.effect`` waits ``payload["work_ms"]`` milliseconds before its effect, so that a worker
 the harness stops (SIGSTOP) or kills is likely to hold tasks in flight. The wait ends early when
 the guard stops the handler (its lease was fenced or lapsed), and then no effect is attempted.
+A later attempt works at least ``LATER_ATTEMPT_MIN_MS``: the new holder of a task taken from a
+stopped worker is then still at work when the harness looks (every 50 ms), and the harness can
+hold it there while the stopped worker's late write meets its lease (see
+``chaos_project.chaos.loop``, pinning).
 The effect itself is the ``effect`` kind's: a POST to the effect service with the task's
 idempotency key, so a second delivery is a replay and never a second effect.
 
@@ -22,13 +26,17 @@ from rivet.failpoints import fires
 from rivet.jobs import JobContext, job
 
 MAX_WORK_MS = 60_000
+LATER_ATTEMPT_MIN_MS = 300
 
 
 @job("chaos.effect", max_attempts=10)
 @fires("before_effect")
 def chaos_effect(context: JobContext) -> dict[str, Any]:
     """Work ``work_ms`` (stopping early if the lease is lost), then make the effect once."""
-    context.wait(work_ms(context.payload) / 1000)
+    ms = work_ms(context.payload)
+    if context.attempt > 1:
+        ms = max(ms, LATER_ATTEMPT_MIN_MS)
+    context.wait(ms / 1000)
     payload = context.payload
     if payload.get("permanent_at") == context.attempt:
         raise Permanent(f"chaos task {payload.get('chaos_task')} fails permanently by design")

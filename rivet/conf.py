@@ -59,6 +59,7 @@ DEFAULTS: dict[str, Any] = {
     # turn it off for workers that should only run tasks.
     "SCHEDULER": True,
 }
+"""Every key of ``settings.RIVET`` with its default; a key not here is refused (rivet.E001)."""
 
 
 class RivetSettings:
@@ -68,6 +69,7 @@ class RivetSettings:
         return dict(getattr(settings, "RIVET", {}) or {})
 
     def unknown_keys(self) -> list[str]:
+        """The keys of ``settings.RIVET`` that rivet does not know, sorted."""
         return sorted(set(self._user()) - set(DEFAULTS))
 
     def __getattr__(self, name: str) -> Any:
@@ -79,3 +81,4 @@ class RivetSettings:
 
 
 rivet_settings = RivetSettings()
+"""The settings as rivet reads them: ``rivet_settings.LEASE_TTL_SECS`` and so on."""

@@ -200,18 +200,53 @@ def _sqlite_not_migrated(exc: BaseException, alias: str) -> bool:
     """True for a SQLITE_ERROR from a database where some of rivet's tables are missing."""
     if _own_sqlite_code(exc) != SQLITE_ERROR or alias not in connections.settings:
         return False
-    connection = connections[alias]
-    if connection.vendor != "sqlite":
-        return False
     from django.apps import apps
 
     wanted = {model._meta.db_table for model in apps.get_app_config("rivet").get_models()}
+    return _sqlite_lacks(connections[alias], wanted)
+
+
+def _sqlite_lacks(connection, wanted: set[str]) -> bool:
+    """True when ``connection`` is SQLite and some of the ``wanted`` tables are not in it."""
+    if connection.vendor != "sqlite":
+        return False
     try:
         with connection.cursor() as cursor:
             present = set(connection.introspection.table_names(cursor))
     except Exception:  # a broken transaction or a file that will not open: we cannot tell
         return False
     return not wanted <= present
+
+
+def missing_table(exc: BaseException) -> bool:
+    """True when ``exc`` says a table migrate creates (rivet's or the host's) is missing.
+
+    PostgreSQL says so by its SQLSTATE (undefined_table). SQLite has no code of its own for it
+    (a missing table is SQLITE_ERROR, like a syntax error), so for a SQLITE_ERROR the open
+    SQLite connections are asked: is a table of a model migrate would put there missing?
+    """
+    chain = _chain(exc)
+    if any(_sqlstate(cause) in _NOT_MIGRATED_STATES for cause in chain):
+        return True
+    if not any(_own_sqlite_code(cause) == SQLITE_ERROR for cause in chain):
+        return False
+    return any(
+        _sqlite_lacks(connection, _model_tables(connection.alias))
+        for connection in connections.all(initialized_only=True)
+        if connection.vendor == "sqlite" and connection.connection is not None
+    )
+
+
+def _model_tables(alias: str) -> set[str]:
+    """The tables migrate creates on ``alias`` (managed, concrete models the routers allow)."""
+    from django.apps import apps
+    from django.db import router
+
+    return {
+        model._meta.db_table
+        for model in apps.get_models()
+        if router.allow_migrate_model(alias, model)
+    }
 
 
 def _connect_params(alias: str) -> dict:

@@ -77,7 +77,7 @@ class UnknownJob(RivetError, LookupError):
 
 
 class StoreError(RivetError):
-    """The database behind a store failed; the driver error is the __cause__."""
+    """The database behind a store failed; the driver error is the ``__cause__``."""
 
 
 class StoreUnavailable(StoreError):

@@ -14,6 +14,17 @@ so a chaos run that failed can be repeated. The points, in the order a task meet
   worker decided to retry or bury the task; that decision is not yet queued for writing.
 - ``after_ack``: the task is done.
 
+``after_error_before_retry`` and ``after_error_before_bury`` fire at the same moment as
+``after_error_before_fail``, each only when the decision is a retry (or a burial): a pause
+there holds that one kind of late write.
+
+Two points fire at a write of several tasks rather than at one task's step:
+
+- ``before_flush``: two or more decisions are about to be written in one statement (a batch);
+  it fires only for a flush of two or more. While it is armed, a lone decision is held back
+  for a second one (at most until half its lease is left), so that a batch forms.
+- ``before_heartbeat``: the guard is about to extend the leases of the tasks in flight.
+
 ``RIVET_FAILPOINT_ACTION=stop`` makes a point stop the process (SIGSTOP) instead of aborting
 it: a pause, as a VM freeze or a long garbage collection makes, at a chosen moment, once (the
 point is disarmed as it fires). Whoever continues it (SIGCONT) sees the write it was about to
@@ -50,6 +61,10 @@ POINTS = (
     "after_effect_before_ack",
     "after_error_before_fail",
     "after_ack",
+    "after_error_before_retry",
+    "after_error_before_bury",
+    "before_flush",
+    "before_heartbeat",
 )
 FORMAT = "name:probability[,name:probability], e.g. after_effect_before_ack:1.0"
 

@@ -25,7 +25,11 @@ QUEUE_GAUGES = (
         "rivet_queue_oldest_ready_age_seconds",
         "how long the oldest ready task has been runnable (0: none is ready)",
     ),
-    ("fenced", "rivet_queue_fenced_writes", "stale acks and fails the fence refused, recorded"),
+    (
+        "fenced",
+        "rivet_queue_fenced_writes",
+        "stale acks, fails and heartbeats the fence refused, recorded",
+    ),
 )
 
 

@@ -109,7 +109,8 @@ class DeadLetter(Task):
 
 
 class FencedWrite(models.Model):
-    """A write (ack or fail) refused because its lease epoch was stale: the fence firing.
+    """A write (ack, fail or heartbeat) refused because its lease epoch was stale: the fence
+    firing.
 
     Kept in the queue database so the count survives the worker that hit it.
     """
@@ -119,6 +120,8 @@ class FencedWrite(models.Model):
         """A stale worker tried to mark the task done."""
         FAIL = "fail", "fail"
         """A stale worker tried to record a failed attempt."""
+        BEAT = "beat", "heartbeat"
+        """A stale worker's heartbeat met a task another claim took."""
 
     id = models.BigAutoField(primary_key=True)
     task_id = models.BigIntegerField(db_index=True)

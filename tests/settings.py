@@ -20,6 +20,7 @@ from pathlib import Path
 
 import environ
 
+from chaos_project import settings as host
 from effect_project.dbconfig import SQLITE_OPTIONS, database_from_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -32,89 +33,31 @@ SECRET_KEY = "rivet-tests-only-not-a-secret"
 DEBUG = False
 ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
 
-INSTALLED_APPS = [
-    "django.contrib.admin",
-    "django.contrib.auth",
-    "django.contrib.contenttypes",
-    "django.contrib.sessions",
-    "django.contrib.messages",
-    "django.contrib.staticfiles",
-    "rest_framework",
-    "drf_spectacular",
-    "drf_spectacular_sidecar",
-    "rivet",
-    "chaos_project",
-    # The reusable dedup piece is tested on the host project's own views too (with real users).
-    "rivet.idempotency",
-]
-
-MIDDLEWARE = [
-    "django.middleware.security.SecurityMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
-]
-
-ROOT_URLCONF = "chaos_project.urls"
-
-TEMPLATES = [
-    {
-        "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
-        "APP_DIRS": True,
-        "OPTIONS": {
-            "context_processors": [
-                "django.template.context_processors.request",
-                "django.contrib.auth.context_processors.auth",
-                "django.contrib.messages.context_processors.messages",
-            ]
-        },
-    }
-]
+# The host project's own settings, shared: the tests drive its admin, API, URLs and job kinds as
+# a deployment of it would, with rivet.idempotency installed besides (tested on the host's views
+# with real users). What differs for tests is below: the databases, secrets, hosts, hashing.
+INSTALLED_APPS = [*host.INSTALLED_APPS, "rivet.idempotency"]
+MIDDLEWARE = host.MIDDLEWARE
+ROOT_URLCONF = host.ROOT_URLCONF
+TEMPLATES = host.TEMPLATES
+DEFAULT_AUTO_FIELD = host.DEFAULT_AUTO_FIELD
+LANGUAGE_CODE = host.LANGUAGE_CODE
+TIME_ZONE = host.TIME_ZONE
+USE_I18N = host.USE_I18N
+USE_TZ = host.USE_TZ
+STATIC_URL = host.STATIC_URL
+REST_FRAMEWORK = host.REST_FRAMEWORK
+EFFECT_SERVICE_URL = host.EFFECT_SERVICE_URL
+# The crash tests arm failpoints (RIVET_FAILPOINT) in the workers they start: the host's RIVET
+# enables them.
+RIVET = host.RIVET
+TASKS = host.TASKS
+LOGGING = host.LOGGING
 
 DATABASES = {
     "default": database_from_url(
         env("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'rivet.sqlite3'}")
     ),
-}
-
-DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-LANGUAGE_CODE = "en-us"
-TIME_ZONE = "UTC"
-USE_I18N = True
-USE_TZ = True
-STATIC_URL = "static/"
-
-REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.BasicAuthentication",
-    ],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_THROTTLE_RATES": {},
-}
-
-EFFECT_SERVICE_URL = env("EFFECT_SERVICE_URL", default="http://127.0.0.1:8081")
-
-RIVET = {
-    "JOB_MODULES": ["chaos_project.effect_kind", "chaos_project.chaos_kinds"],
-    "METRICS_TOKEN": env("RIVET_METRICS_TOKEN", default=None),
-    # The crash tests arm failpoints (RIVET_FAILPOINT) in the workers they start.
-    "FAILPOINTS": True,
-}
-
-TASKS = {"default": {"BACKEND": "rivet.backends.RivetBackend", "QUEUES": ["default"]}}
-
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {
-        "rivet": {"handlers": ["console"], "level": env("RIVET_LOG_LEVEL", default="INFO")}
-    },
 }
 
 # Hashing passwords slowly buys a test nothing.

@@ -107,6 +107,7 @@ class WorkerProcess:
     kill_sent: bool = False
     term_sent: bool = False
     frozen: bool = False  # SIGSTOPped, not yet continued
+    pinned: bool = False  # SIGSTOPped briefly as the new holder of a zombie's task
     watched: bool = False  # a zombie whose verdict is still open: leave it alone
     pausing: bool = False  # armed to stop itself at its point (a pausing zombie), not yet stopped
     paused: bool = False  # it stopped itself at its point
@@ -126,7 +127,7 @@ class WorkerProcess:
     def working(self) -> bool:
         """Started, running, and not being broken: it can take another worker's tasks."""
         gone = self.child.returncode is not None or self.kill_sent or self.term_sent
-        return not gone and not self.frozen and self.ready()
+        return not gone and not self.frozen and not self.pinned and self.ready()
 
     def fields(self) -> dict[str, Any]:
         return {"slot": self.slot, "owner": self.owner, "pid": self.child.pid}
@@ -301,7 +302,7 @@ class Fleet:
 
     @staticmethod
     def _free(proc: WorkerProcess) -> bool:
-        busy = proc.frozen or proc.armed or proc.pausing or proc.watched
+        busy = proc.frozen or proc.pinned or proc.armed or proc.pausing or proc.watched
         busy = busy or proc.kill_sent or proc.term_sent
         return proc.child.returncode is None and not busy
 
@@ -339,6 +340,25 @@ class Fleet:
         proc.frozen = proc.watched = True
         return proc
 
+    def pin(self, proc: WorkerProcess) -> bool:
+        """SIGSTOP a working worker for a moment (it holds a zombie's task); True if stopped.
+
+        Never a worker that is to stop itself at a failpoint (its own stop would be taken for
+        this one), nor one already stopped or on its way out.
+        """
+        if not proc.working() or proc.pausing or proc.paused:
+            return False
+        if not self._signal(proc, signal.SIGSTOP) or proc.child.poll() is not None:
+            return False
+        proc.pinned = True
+        return True
+
+    def unpin(self, proc: WorkerProcess) -> None:
+        """SIGCONT a pinned worker."""
+        if proc.pinned:
+            proc.pinned = False
+            self._signal(proc, signal.SIGCONT)
+
     def thaw(self, proc: WorkerProcess) -> None:
         """SIGCONT a stopped worker."""
         if proc.frozen:
@@ -348,6 +368,7 @@ class Fleet:
 
     def thaw_all(self) -> None:
         for proc in self.alive():
+            self.unpin(proc)
             self.thaw(proc)
 
     def disarm(self) -> None:

@@ -25,7 +25,7 @@ from django.db import connections
 from chaos_project.chaos.fleet import Fleet, WorkerProcess
 from chaos_project.chaos.pacing import Pacer
 from chaos_project.chaos.plan import FAILPOINT, KILL, KINDS, ZOMBIE, ChaosPlan, Planned
-from chaos_project.chaos.zombies import Phase, Zombie
+from chaos_project.chaos.zombies import HEARTBEAT_POINT, Phase, Zombie
 from chaos_project.kit import queries
 from rivet.producer import cancel
 from rivet.values import CancelOutcome
@@ -49,20 +49,67 @@ PROGRESS_EVERY_SECS = 1.0
 CANCEL_EVERY_SECS = 0.5
 
 
-def paused_task(log_path: Path) -> int | None:
-    """The task a worker's last ``failpoint_fired`` line names (its paused write's task)."""
-    task = None
+#: A woken zombie's new holders are stopped (pinned) until its late write landed, or this many
+#: lease lengths: under one, so a pinned holder keeps its lease (it last heartbeated at most a
+#: third of a lease before); a longer wait would only make it a zombie too, which is harmless.
+PIN_LIMIT_LEASES = 0.5
+#: After pinning, the rows are read this much later: a write a holder sent just before it was
+#: stopped still commits on the server.
+PIN_SETTLE_SECS = 0.1
+
+
+def paused_tasks(log_path: Path) -> tuple[int, ...]:
+    """The tasks a worker's last ``failpoint_fired`` line names (its paused write's tasks: a
+    ``task``, or the ``tasks`` of a flush or a heartbeat)."""
+    tasks: tuple[int, ...] = ()
     try:
         with log_path.open("rb") as log:
             for raw in log:
                 if b'"failpoint_fired"' in raw:
                     try:
-                        task = json.loads(raw).get("task", task)
+                        record = json.loads(raw)
                     except ValueError:
                         continue
+                    named = record.get("tasks", [record.get("task")])
+                    tasks = tuple(t for t in named if isinstance(t, int))
     except OSError:
-        return None
-    return task if isinstance(task, int) else None
+        return ()
+    return tasks
+
+
+def failed_writes(log_path: Path) -> set[int]:
+    """The tasks a worker's log names in ``write_failed`` lines: writes it gave up because the
+    database did not answer."""
+    tasks: set[int] = set()
+    try:
+        with log_path.open("rb") as log:
+            for raw in log:
+                if b'"write_failed"' in raw:
+                    try:
+                        task = json.loads(raw).get("task")
+                    except ValueError:
+                        continue
+                    if isinstance(task, int):
+                        tasks.add(task)
+    except OSError:
+        return set()
+    return tasks
+
+
+def heartbeat_failed_after_pause(log_path: Path) -> bool:
+    """Whether a worker's log has a ``heartbeat_failed`` line after its ``failpoint_fired``
+    line: the heartbeat it paused before could not reach the database."""
+    paused = False
+    try:
+        with log_path.open("rb") as log:
+            for raw in log:
+                if b'"failpoint_fired"' in raw:
+                    paused = True
+                elif paused and b'"heartbeat_failed"' in raw:
+                    return True
+    except OSError:
+        return False
+    return False
 
 
 class Source(Protocol):
@@ -105,6 +152,7 @@ class ChaosLoop:
         self.pacer = pacer
         self.release = release
         self.queue = queue
+        self.lease_ttl = lease_ttl
         self.say = say
         self.clock = clock
         self.started = clock()
@@ -225,22 +273,26 @@ class ChaosLoop:
 
     def cancel_one(self) -> None:
         """Cancel one leased task as an operator would: in turn one a working worker holds and
-        one a stopped zombie holds (when no zombie holds one, a working worker's)."""
+        one a stopped zombie holds (when no zombie holds one, a working worker's). Never the
+        task of a paused zombie's decided write: that write must meet the task under another
+        worker's lease (the epoch guard's case), not a task the cancel finished."""
         self.cancels_sent += 1
         zombie_tasks = [
             task
             for z in self.open
             if z.phase is Phase.STOPPED
             for task in sorted(z.held)
-            if task not in z.reclaimed
+            if task not in z.reclaimed and task not in z.paused_tasks
         ]
         if self.cancels_sent % 2 == 0 and zombie_tasks:
             task = zombie_tasks[0]
         else:
+            paused = {task for z in self.open for task in z.paused_tasks}
             rows = self._rows(queries.CANCEL_PICK, {"queue": self.queue})
-            if not rows:
+            picks = [row[0] for row in rows if row[0] not in paused]
+            if not picks:
                 return
-            task = rows[0][0]
+            task = picks[0]
         outcome = cancel(task, using="default")
         self.outcome.cancels[outcome.value] += 1
         self.fleet.log.add("cancel", task=task, outcome=outcome.value)
@@ -302,7 +354,7 @@ class ChaosLoop:
                     attempts={task: attempts for task, _, attempts in rows},
                     paused=paused,
                     pause_point=proc.pause_point if paused else "",
-                    paused_task=paused_task(proc.child.log_path) if paused else None,
+                    paused_tasks=paused_tasks(proc.child.log_path) if paused else (),
                 )
                 self.open.append(zombie)
                 self.fleet.log.add("stop", held=zombie.record()["held"], **proc.fields())
@@ -323,25 +375,41 @@ class ChaosLoop:
         rows = self._rows(queries.TASK_EPOCHS, {"ids": ids}) if ids else []
         epochs = {task: (epoch, attempts, state) for task, epoch, attempts, state in rows}
         owners = [z.owner for z in self.open if z.phase is Phase.WOKEN]
-        fenced: dict[str, set[tuple[int, int]]] = {}
+        ops: dict[str, dict[tuple[int, int], set[str]]] = {}
         if owners:
-            for owner, task, epoch in self._rows(queries.FENCED_BY_OWNERS, {"owners": owners}):
-                fenced.setdefault(owner, set()).add((task, epoch))
+            for owner, task, epoch, op in self._rows(queries.FENCED_BY_OWNERS, {"owners": owners}):
+                ops.setdefault(owner, {}).setdefault((task, epoch), set()).add(op)
         for zombie in list(self.open):
-            self._follow(zombie, now, epochs, fenced.get(zombie.owner, set()))
+            self._follow(zombie, now, epochs, ops.get(zombie.owner, {}))
 
-    def _follow(self, zombie: Zombie, now: float, epochs: dict, fenced: set) -> None:
+    def _follow(
+        self, zombie: Zombie, now: float, epochs: dict, ops: dict[tuple[int, int], set[str]]
+    ) -> None:
         proc = self._process(zombie.owner)
         if proc is None:
             zombie.lost(now, "its process ended before the verdict")
         elif zombie.observe_epochs(epochs, now, give_up=self.stop_limit):
+            if zombie.phase is Phase.WOKEN:
+                self._pin(zombie)
             self.fleet.thaw(proc)
             if zombie.phase is Phase.WOKEN:
-                self.fleet.log.add(ZOMBIE, reclaimed=zombie.record()["reclaimed"], **proc.fields())
+                seen = {task: list(epochs[task]) for task in zombie.held if task in epochs}
+                self.fleet.log.add(
+                    ZOMBIE, reclaimed=zombie.record()["reclaimed"], seen=seen, **proc.fields()
+                )
         else:
-            zombie.observe_fenced(fenced, now, give_up=self.fence_limit)
+            if zombie.pause_point == HEARTBEAT_POINT and not zombie.paused_write_failed:
+                zombie.paused_write_failed = heartbeat_failed_after_pause(proc.child.log_path)
+            self._unpin_when_landed(zombie, now, ops)
+            unwritten: set[int] = set()
+            if zombie.woken_at is not None and now - zombie.woken_at >= self.fence_limit:
+                unwritten = failed_writes(proc.child.log_path)
+            zombie.observe_fenced(
+                set(ops), now, give_up=self.fence_limit, ops=ops, unwritten=unwritten
+            )
         if not zombie.done:
             return
+        self._unpin(zombie, now, "verdict")
         self.open.remove(zombie)
         self.outcome.zombies.append(zombie)
         if proc is not None:
@@ -352,6 +420,77 @@ class ChaosLoop:
             slot = (zombie.slot + 1) % self.fleet.size
             self.waiting.append(Planned(at=now, kind=ZOMBIE, slot=slot))
 
+    # -- pinning a zombie's new holders -------------------------------------------------------
+
+    def _pin(self, zombie: Zombie) -> None:
+        """Stop the workers that now hold the zombie's reclaimed tasks, so that its late write
+        meets each task under the new holder's lease (the epoch guard's case) instead of racing
+        that holder's own ack (a task it finished refuses the write by its state alone). The
+        rows are read once the holders stopped; only a task still held then is pinned."""
+        tasks = sorted(zombie.reclaimed)
+        if not tasks:
+            return
+        rows = self._rows(queries.TASK_LEASES, {"ids": tasks})
+        holders = {
+            task: owner
+            for task, state, epoch, owner, *_ in rows
+            if state == "pending" and owner and owner != zombie.owner and epoch > zombie.held[task]
+        }
+        stopped = set()
+        for owner in set(holders.values()):
+            proc = self._process(owner)
+            if proc is not None and (proc.pinned or self.fleet.pin(proc)):
+                stopped.add(owner)
+        if not stopped:
+            return
+        time.sleep(PIN_SETTLE_SECS)
+        for row in self._rows(queries.TASK_LEASES, {"ids": tasks}):
+            task, state, epoch, owner = row[:4]
+            if holders.get(task) in stopped and state == "pending" and owner == holders[task]:
+                zombie.pinned[task] = tuple(row)
+                zombie.pinned_holders[task] = owner
+        zombie.pinned_at = self.now()
+        self.fleet.log.add("pin", zombie=zombie.owner, tasks=zombie.record()["pinned"])
+        if not zombie.pinned:  # every holder finished its task before it stopped
+            self._unpin(zombie, self.now(), "nothing held")
+
+    def _unpin_when_landed(
+        self, zombie: Zombie, now: float, ops: dict[tuple[int, int], set[str]]
+    ) -> None:
+        """Continue the pinned holders once the zombie's write to each pinned task landed:
+        refused and recorded, or applied (the row changed), or the pin's time is up. A paused
+        zombie's write is the one it paused before (its heartbeat, refused first, is not)."""
+        if zombie.pinned_at is None:
+            return
+        if now - zombie.pinned_at >= PIN_LIMIT_LEASES * self.lease_ttl:
+            self._unpin(zombie, now, "time up")
+            return
+        rows = self._rows(queries.TASK_LEASES, {"ids": sorted(zombie.pinned)})
+        current = {row[0]: tuple(row) for row in rows}
+        landed = all(
+            zombie.write_refused(ops.get((task, zombie.held[task]), set()))
+            or current.get(task) != before
+            for task, before in zombie.pinned.items()
+        )
+        if landed:
+            self._unpin(zombie, now, "its write landed")
+
+    def _unpin(self, zombie: Zombie, now: float, why: str) -> None:
+        if zombie.pinned_at is None:
+            return
+        zombie.pinned_at = None
+        still = {
+            o
+            for z in self.open
+            if z is not zombie and z.pinned_at is not None
+            for o in z.pinned_holders.values()
+        }
+        for owner in set(zombie.pinned_holders.values()) - still:
+            proc = self._process(owner)
+            if proc is not None:
+                self.fleet.unpin(proc)
+        self.fleet.log.add("unpin", zombie=zombie.owner, why=why)
+
     def _process(self, owner: str):
         for proc in self.fleet.alive():
             if proc.owner == owner:
@@ -359,6 +498,8 @@ class ChaosLoop:
         return None
 
     def close(self) -> None:
+        for zombie in self.open:
+            self._unpin(zombie, self.now(), "the run ended")
         for proc, _ in self.settling:
             self.fleet.thaw(proc)
         self.settling = []

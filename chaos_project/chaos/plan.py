@@ -36,9 +36,24 @@ FAILPOINT_PROBABILITY = 1.0
 PAUSE_POINT = "after_effect_before_ack"
 #: Where a pausing zombie stops itself on the failure path: a retry or burial decided, unsent.
 PAUSE_POINT_FAIL = "after_error_before_fail"
-#: The points pausing zombies stop at, in turn: one at an ack, then two at a failure (whose
-#: late write is a retry, a burial, or a write to a task a claim buried meanwhile).
-PAUSE_POINTS = (PAUSE_POINT, PAUSE_POINT_FAIL, PAUSE_POINT_FAIL)
+#: Where a pausing zombie stops itself with a retry decided, unsent (and with a burial).
+PAUSE_POINT_RETRY = "after_error_before_retry"
+PAUSE_POINT_BURY = "after_error_before_bury"
+#: Where a pausing zombie stops itself with two or more decisions about to be written at once.
+PAUSE_POINT_FLUSH = "before_flush"
+#: Where a pausing zombie stops itself just before a heartbeat.
+PAUSE_POINT_HEARTBEAT = "before_heartbeat"
+#: The points pausing zombies stop at, in turn: an ack, a retry, a batch of decisions, a
+#: heartbeat and a burial (each late write meets the guard of its own kind), then a failure of
+#: either kind (whose late write may also meet a task a claim buried meanwhile).
+PAUSE_POINTS = (
+    PAUSE_POINT,
+    PAUSE_POINT_RETRY,
+    PAUSE_POINT_FLUSH,
+    PAUSE_POINT_HEARTBEAT,
+    PAUSE_POINT_BURY,
+    PAUSE_POINT_FAIL,
+)
 
 #: The chaos tasks' designs, by task number (no draw: the rest of the plan is what the seed
 #: gave before designs existed). Every 20 tasks hold two flaky ones (fail their first two

@@ -113,7 +113,13 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
     lines = [
         f"zombies: {z['fenced'] + z['unfenced']} bit (another worker claimed their task while "
         f"they slept): {z['fenced']} fenced, {z['unfenced']} not fenced; {z['not bitten']} "
-        "could not be made to bite (tried again)",
+        "could not be made to bite (tried again)"
+        + (
+            f"; {z['could not write']} woke while the database was unreachable (their writes "
+            "failed: not tested)"
+            if z.get("could not write")
+            else ""
+        ),
         f"failpoints: {fp['armed']} workers armed, {fp['reached']} reached after_effect_before_ack",
     ]
     cancels = summary.get("cancels")

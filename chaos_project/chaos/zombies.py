@@ -29,6 +29,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+#: The failpoint a zombie pauses at just before a heartbeat, and the op its refusal is recorded as.
+HEARTBEAT_POINT = "before_heartbeat"
+HEARTBEAT_OP = "beat"
+
 #: How long a paused zombie waits after its first task was claimed for the others to be.
 PAUSE_WAIT_SECS = 2.0
 
@@ -41,9 +45,13 @@ class Phase(enum.Enum):
     FENCED = "fenced"
     UNFENCED = "unfenced"
     NOT_BITTEN = "not bitten"
+    UNWRITTEN = "could not write"
+    """Its tasks were claimed again and it woke, but its late writes never reached the database
+    (the worker logged ``write_failed`` for each task missing a refusal: the server was
+    restarting): nothing of it was refused, nor applied (the row check judges that apart)."""
 
 
-FINAL = frozenset({Phase.FENCED, Phase.UNFENCED, Phase.NOT_BITTEN})
+FINAL = frozenset({Phase.FENCED, Phase.UNFENCED, Phase.NOT_BITTEN, Phase.UNWRITTEN})
 
 
 @dataclass
@@ -65,9 +73,23 @@ class Zombie:
     """It stopped itself at a failpoint (its late write is decided), not by the harness's
     SIGSTOP."""
     pause_point: str = ""
-    paused_task: int | None = None
-    """The task a paused zombie's decided write is for (from its ``failpoint_fired`` line)."""
-    """Where a paused zombie stopped: ``after_effect_before_ack`` or ``after_error_before_fail``."""
+    """Where a paused zombie stopped: ``after_effect_before_ack``, ``after_error_before_fail``,
+    ``before_flush`` (two or more decisions about to be written in one statement) or
+    ``before_heartbeat``."""
+    paused_tasks: tuple[int, ...] = ()
+    """The tasks a paused zombie's decided write is for (from its ``failpoint_fired`` line)."""
+    pinned: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    """Reclaimed tasks whose new holder the harness stopped while this zombie's late write
+    landed: {task id: the row as it was then}. The write meets a lease another worker holds,
+    not a task that holder finished meanwhile (which the state guard would refuse whatever the
+    epoch guard did)."""
+    pinned_holders: dict[int, str] = field(default_factory=dict)
+    """{task id: the owner of the new holder that was stopped}."""
+    pinned_at: float | None = None
+    paused_write_failed: bool = False
+    """A zombie paused at a heartbeat whose heartbeat, once woken, failed to reach the database
+    (``heartbeat_failed`` in its log): nothing could refuse it, so the refusal of the write that
+    follows it (its guard's next heartbeat, or the decision) stands for it."""
     first_reclaim_at: float | None = None
     woken_at: float | None = None
     ended_at: float | None = None
@@ -112,7 +134,8 @@ class Zombie:
         would refuse the write by its state whatever the epoch guard did."""
         if not self.paused or len(self.reclaimed) == len(self.held):
             return True
-        if self.paused_task in self.reclaimed:
+        waiting_for = [task for task in self.paused_tasks if task in self.held]
+        if waiting_for and all(task in self.reclaimed for task in waiting_for):
             return True  # its write meets the task while the new holder may still hold it
         assert self.first_reclaim_at is not None
         return now - self.first_reclaim_at >= PAUSE_WAIT_SECS
@@ -128,19 +151,42 @@ class Zombie:
             return now_attempts > self.attempts[task]
         return now_epoch > epoch
 
-    def observe_fenced(self, fenced: set[tuple[int, int]], now: float, *, give_up: float) -> None:
+    def observe_fenced(
+        self,
+        fenced: set[tuple[int, int]],
+        now: float,
+        *,
+        give_up: float,
+        ops: Mapping[tuple[int, int], set[str]] | None = None,
+        unwritten: set[int] | frozenset[int] = frozenset(),
+    ) -> None:
         """Note the (task, epoch) writes of this owner the fence refused; decide when due.
 
         Fenced once every reclaimed task has its refused write; ``give_up``: seconds after
-        waking before a zombie still missing one is judged unfenced.
+        waking before a zombie still missing one is judged unfenced. ``ops`` (the refused
+        writes' ops by (task, epoch)) lets a zombie paused at a heartbeat insist that the
+        heartbeat itself was refused: its handler's ack, refused later, would hide a heartbeat
+        that was answered "held". ``unwritten``: tasks whose write the worker logged as failed
+        (the database did not answer): a zombie missing only those could not write.
         """
         if self.phase is not Phase.WOKEN:
             return
-        self.fenced = {task for task in self.reclaimed if (task, self.held[task]) in fenced}
+        self.fenced = {
+            task
+            for task in self.reclaimed
+            if (task, self.held[task]) in fenced and self._refused_as_paused(task, ops)
+        }
         missing = sorted(set(self.reclaimed) - self.fenced)
         if not missing:
             refused = _ids(sorted(self.fenced))
             self._end(Phase.FENCED, now, f"stale write refused for task {refused}")
+        elif now - self.woken_at >= give_up and set(missing) <= unwritten:
+            self._end(
+                Phase.UNWRITTEN,
+                now,
+                f"task {_ids(missing)} claimed again; its write for it failed to reach the "
+                "database (write_failed in its log), so the fence was not tested there",
+            )
         elif now - self.woken_at >= give_up:
             refused = f" (refused: {_ids(sorted(self.fenced))})" if self.fenced else ""
             self._end(
@@ -149,6 +195,30 @@ class Zombie:
                 f"task {_ids(missing)} claimed again{self._same_epoch(missing)}, and no refused "
                 f"write was recorded for it within {give_up:g} s of waking{refused}",
             )
+
+    def _refused_as_paused(self, task: int, ops: Mapping[tuple[int, int], set[str]] | None) -> bool:
+        """A paused zombie: the refused write of a task its paused write was for must be that
+        write (``write_refused``), not only a heartbeat its guard sent first, nor, for one
+        paused at a heartbeat, only its handler's later ack."""
+        if ops is None or not self.paused or task not in self.paused_tasks:
+            return True
+        recorded = ops.get((task, self.held[task]), set())
+        if self.pause_point == HEARTBEAT_POINT and self.reclaimed[task] <= self.held[task]:
+            # Finished under its own epoch (a cancel, a claim's burial): nobody else holds it,
+            # so the refused heartbeat is not recorded; the decision that follows is.
+            return bool(recorded)
+        return self.write_refused(recorded)
+
+    def write_refused(self, ops: set[str]) -> bool:
+        """Whether these recorded ops (for one of its tasks) hold the refusal of the write it
+        stopped before: a heartbeat's for a zombie paused at one; for one paused at an ack, a
+        retry or a flush, a decision's (its woken guard may send a refused heartbeat first); any
+        for a zombie the harness stopped."""
+        if not self.paused or not self.pause_point:
+            return bool(ops)
+        if self.pause_point == HEARTBEAT_POINT:
+            return HEARTBEAT_OP in ops or (self.paused_write_failed and bool(ops))
+        return bool(ops - {HEARTBEAT_OP})
 
     def _same_epoch(self, tasks: list[int]) -> str:
         same = [task for task in tasks if self.reclaimed[task] <= self.held[task]]
@@ -166,8 +236,11 @@ class Zombie:
         held = ", ".join(f"{task}@{epoch}" for task, epoch in sorted(self.held.items()))
         stopped = (self.woken_at or self.ended_at or self.stopped_at) - self.stopped_at
         how = f"paused at {self.pause_point or 'its failpoint'}" if self.paused else "stopped"
+        pinned = ""
+        if self.pinned:
+            pinned = f"; new holder of {_ids(sorted(self.pinned))} held while its write landed"
         return (
-            f"zombie {self.owner}: held {held}; {how} {stopped:.1f} s; "
+            f"zombie {self.owner}: held {held}; {how} {stopped:.1f} s{pinned}; "
             f"{self.phase.value}: {self.note}"
         )
 
@@ -179,6 +252,8 @@ class Zombie:
             "fenced": sorted(self.fenced),
             "paused": self.paused,
             "pause_point": self.pause_point if self.paused else None,
+            "paused_tasks": list(self.paused_tasks),
+            "pinned": {str(task): owner for task, owner in self.pinned_holders.items()},
             "outcome": self.phase.value,
             "note": self.note,
         }

@@ -43,18 +43,25 @@ WHERE queue = %(queue)s AND state = 'pending' AND lease_owner = %(owner)s
 #: than pending is a task finished without its holder (a claim's burial, a cancel).
 TASK_EPOCHS = "SELECT id, lease_epoch, attempts, state FROM rivet_task WHERE id = ANY(%(ids)s)"
 
-#: A task for an operator's cancel: the newest live lease of a chaos task not yet cancelled.
+#: Tasks for an operator's cancel: the newest live leases of chaos tasks not yet cancelled.
 CANCEL_PICK = """
 SELECT id FROM rivet_task
 WHERE queue = %(queue)s AND state = 'pending' AND visible_at > now() AND NOT cancel_requested
     AND kind = 'chaos.effect'
 ORDER BY id DESC
-LIMIT 1
+LIMIT 5
 """
 
-#: The writes the fence refused for these owners: (owner, task, the stale epoch).
+#: The writes the fence refused for these owners: (owner, task, the stale epoch, op).
 FENCED_BY_OWNERS = """
-SELECT owner, task_id, epoch FROM rivet_fenced_write WHERE owner = ANY(%(owners)s)
+SELECT owner, task_id, epoch, op FROM rivet_fenced_write WHERE owner = ANY(%(owners)s)
+"""
+
+#: Who holds each of these tasks now, and what last settled it: a pinned holder is continued
+#: once a zombie's write to its task landed (refused, or applied: then this row changes).
+TASK_LEASES = """
+SELECT id, state, lease_epoch, lease_owner, settled_epoch, settled_by, visible_at
+FROM rivet_task WHERE id = ANY(%(ids)s)
 """
 
 #: Tasks of a queue that ended (done or dead): the drain's measure of progress.

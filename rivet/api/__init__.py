@@ -1,6 +1,6 @@
 """rivet's HTTP API (Django REST framework); the producer's Python API is ``rivet.producer``.
 
-A host serves it with ``path("rivet/", include("rivet.urls"))``; see docs/operations.md. It
+A host serves it with ``path("rivet/", include("rivet.urls"))``; see docs/http-api.md. It
 needs the ``api`` extra (``pip install 'django-rivet[api]'``): without it, importing
 ``rivet.api`` or ``rivet.urls`` raises a RivetConfigError that says so.
 """

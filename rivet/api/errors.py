@@ -10,7 +10,6 @@ host's own ``EXCEPTION_HANDLER`` is left alone.
 from __future__ import annotations
 
 import logging
-import sqlite3
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
@@ -20,7 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from rivet.conf import rivet_settings
-from rivet.dberrors import Failure, classify, explain
+from rivet.dberrors import Failure, classify, explain, missing_table
 from rivet.errors import IdempotencyMismatch, InvalidInput, PayloadTooLarge, StoreError
 
 logger = logging.getLogger("rivet.api")
@@ -101,7 +100,7 @@ class NotMigrated(exceptions.APIException):
 def database_error(exc: Exception) -> exceptions.APIException | None:
     """The 503 a failed database answers as, or None for an error that is no outage (a bug)."""
     failure, _ = classify(exc)
-    if failure is Failure.NOT_MIGRATED or _missing_table(exc):
+    if failure is Failure.NOT_MIGRATED or missing_table(exc):
         answer: exceptions.APIException = NotMigrated()
     elif failure is not Failure.OTHER or isinstance(
         exc, StoreError | OperationalError | InterfaceError
@@ -112,20 +111,6 @@ def database_error(exc: Exception) -> exceptions.APIException | None:
     # The client gets no database address; the operator's log does.
     logger.error("rivet API: %s", explain(exc, rivet_settings.DATABASE_ALIAS))
     return answer
-
-
-def _missing_table(exc: BaseException) -> bool:
-    """A table (rivet's or the host's, e.g. django_session) is missing: migrate has not run."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if getattr(current, "sqlstate", None) == "42P01":  # undefined_table
-            return True
-        if isinstance(current, sqlite3.OperationalError) and "no such table" in str(current):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
 
 
 class ExtraMissing(exceptions.APIException):

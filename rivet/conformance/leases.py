@@ -191,6 +191,25 @@ def check_stale_lease_extend_is_refused(h: Harness) -> None:
     held = h.store.lease_extend([old.lease, Lease(task_id=task_id, epoch=99)], TTL * 10)
     expect_eq(held, set(), "lease_extend with stale or unknown epochs returns no task")
     expect_eq(get(h, task_id), before, "task after a refused lease_extend")
+    expect_eq(
+        h.store.fenced_count(q, "beat"),
+        1,
+        "fenced_count(queue, 'beat') after a heartbeat another claim refused (the epoch-99 "
+        "lease, newer than the task's, took nothing from anyone and is not recorded)",
+    )
+
+
+@check()
+def check_a_heartbeat_after_the_holders_own_end_is_not_recorded(h: Harness) -> None:
+    """A heartbeat that crosses its own worker's ack is refused (the task is done) but nobody
+    else holds the task: nothing was fenced, and nothing is recorded."""
+    q = fresh_queue()
+    task_id = enqueue(h, q)
+    leased = claim_one(h, q)
+    expect_eq(h.store.task_ack(leased.lease), Settled.ACKED, "ack")
+    expect_eq(h.store.lease_extend([leased.lease], TTL), set(), "heartbeat after the ack")
+    expect_eq(h.store.fenced_count(q), 0, "fenced writes after a heartbeat crossed its own ack")
+    expect_eq(get(h, task_id).state, "done", "state after a heartbeat crossed the ack")
 
 
 @check()

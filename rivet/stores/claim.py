@@ -2,19 +2,20 @@
 
 A claim statement leases up to N runnable tasks of one queue; a statement that met fewer rows
 than it asked for exhausted its queue, and the walk moves to the next. A doomed row (attempts
-used up, or cancelled) is not leased: the statement buries it itself (PostgreSQL) or hands it
-back for the store to bury in the same transaction (SQLite).
+used up, or cancelled) is not leased: the statement hands it back, and the store buries it with
+the text ``rivet.values.claim_burial`` gives, in the same transaction (SQLite), or with the
+walk's next statement, or one more after its last (PostgreSQL).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rivet.errors import StoreError
-from rivet.values import ClaimBatch, Claimed
+from rivet.stores.jsontext import json_value
+from rivet.values import Claimed
 
 
 class PartlyCommitted(Exception):  # noqa: N818 - internal, always turned into ClaimFailed
@@ -47,59 +48,52 @@ class ClaimPlan:
 class Met:
     """The rows one claim statement met, sorted out in claim order.
 
-    ``doomed``: rows no claim may run (attempts used up, or cancelled), for the caller to bury
-    in the same transaction; ``buried``: how many the statement buried itself.
+    ``doomed``: rows no claim may run (attempts used up, or cancelled), with ``lease_epoch``,
+    ``last_error`` and ``cancel_requested``, for the store to bury.
     """
 
     claimed: list[Claimed]
     doomed: list[dict[str, Any]]
-    buried: int
     ids: list[int]
 
     @classmethod
     def of(cls, rows: list[dict[str, Any]], owner: str) -> Met:
-        claimed, doomed, buried = [], [], 0
+        claimed, doomed = [], []
         for row in rows:
-            if row.get("buried"):
-                buried += 1
-            elif row["doomed"]:
+            if row["doomed"]:
                 doomed.append(row)
             else:
                 row = {
                     **row,
-                    "payload": _json(row["payload"]),
-                    "trace_context": _json(row["trace_context"]),
+                    "payload": json_value(row["payload"]),
+                    "trace_context": json_value(row["trace_context"]),
                 }
                 claimed.append(Claimed.from_row(row, owner))
-        return cls(claimed=claimed, doomed=doomed, buried=buried, ids=[r["id"] for r in rows])
-
-
-def _json(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+        return cls(claimed=claimed, doomed=doomed, ids=[r["id"] for r in rows])
 
 
 #: One claim statement: its pick parameters in, the rows it met (in claim order) out.
 ClaimStatement = Callable[[dict[str, Any]], list[dict[str, Any]]]
 
 
-def walk_claim(plan: ClaimPlan, statement: ClaimStatement) -> tuple[ClaimBatch, list[dict]]:
+def walk_claim(
+    plan: ClaimPlan, statement: ClaimStatement
+) -> tuple[list[Claimed], list[dict[str, Any]]]:
     """Claim statements until ``plan.limit`` tasks are leased or every queue is exhausted.
 
-    A statement that met fewer rows than it asked for exhausted its queue. Returns the batch
-    and the doomed rows the caller must bury (counted in the batch as buried).
+    A statement that met fewer rows than it asked for exhausted its queue. Returns the tasks
+    leased and the doomed rows met, which the caller must bury.
     """
     claimed: list[Claimed] = []
     doomed: list[dict[str, Any]] = []
-    buried = 0
     queues, seen = list(plan.queues), list(plan.exclude)
     while queues and (wanted := plan.limit - len(claimed)) > 0:
         rows = statement(plan.pick(queues[0], wanted, seen))
         met = Met.of(rows, plan.owner)
         claimed += met.claimed
         doomed += met.doomed
-        buried += met.buried
         seen += met.ids
         if len(rows) < wanted:
             queues.pop(0)
             seen = list(plan.exclude)
-    return ClaimBatch(claimed=claimed, buried=buried + len(doomed)), doomed
+    return claimed, doomed

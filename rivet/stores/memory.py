@@ -235,8 +235,14 @@ class MemoryStore(Store):
                         task, visible_at=now + timedelta(seconds=lease_ttl), updated_at=now
                     )
                     held.add(task.id)
+                elif self._taken_by_another_claim(lease):
+                    self._fence(lease, "beat")
             cancelled = {i for i in held if self._tasks[i].cancel_requested}
         return v.Held(held, cancelled)
+
+    def _taken_by_another_claim(self, lease: v.Lease) -> bool:
+        task = self._tasks.get(lease.task_id)
+        return task is not None and task.lease_epoch > lease.epoch
 
     def _fence(self, lease: v.Lease, op: str) -> None:
         task = self._tasks.get(lease.task_id)

@@ -4,17 +4,14 @@ Because it uses ``connections[using]``, an enqueue joins the caller's ``transact
 the business row and its task commit or roll back together. Every write is one short
 transaction (a savepoint inside the caller's). The semantics are ``rivet.stores.sql``'s; this
 module keeps what is PostgreSQL's own: the queries (postgres.sql), a flush as one statement
-(the settle batch over ``unnest`` of arrays, and the next claim), the bulk enqueue, and the
-LISTEN wake-up.
+(the settle batch over ``unnest`` of arrays, and the next claim), the bulk enqueue (``bulk``),
+and the LISTEN wake-up (``wakeup``).
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import logging
-import threading
-import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
@@ -26,23 +23,18 @@ from typing import Any
 import psycopg
 from django.db import Error as DjangoDatabaseError
 from django.db import connections, transaction
-from psycopg import sql
 from psycopg.rows import dict_row
 
-from rivet import logs
 from rivet.conf import rivet_settings
+from rivet.stores.bulk import BulkEnqueue
 from rivet.stores.claim import ClaimPlan, PartlyCommitted, walk_claim
-from rivet.stores.sql import SqlStore, json_text, same_work
 from rivet.stores.sqlfile import load_queries
+from rivet.stores.sqlrows import burial_rows
+from rivet.stores.wakeup import WakeupListener
 from rivet.values import ClaimBatch, EnqueueResult, QueueStats, TaskSpec
 
 QUERIES = load_queries(Path(__file__).with_name("postgres.sql"))
 
-#: Rows per chunk of a bulk enqueue (a chunk: one COPY, then one INSERT from the stage).
-BULK_CHUNK = 10_000
-#: Smaller chunks go as one INSERT over arrays: no temporary table for the session to create
-#: (a web request on a fresh connection enqueueing three tasks), one round trip.
-COPY_MIN_ROWS = 200
 SETTLE_COLUMNS = (
     "task_id",
     "epoch",
@@ -82,37 +74,35 @@ class FlushRows:
     """What one settle_claim statement answered, sorted out by each row's ``position``.
 
     ``applied``: {position of a settle row: cancelled} of the rows applied (a fenced row is
-    absent); ``met``: the rows the claim met, in claim order, those it buried flagged.
+    absent); ``met``: the rows the claim met, in claim order, the doomed ones flagged.
     """
 
     applied: dict[int, bool]
     met: list[dict[str, Any]]
 
     @classmethod
-    def of(cls, rows: list[dict[str, Any]], settling: int) -> FlushRows:
+    def of(cls, rows: list[dict[str, Any]]) -> FlushRows:
         applied: dict[int, bool] = {}
         met: list[dict[str, Any]] = []
         for row in rows:
             position = row["position"]
-            if position is None:  # leased by the claim
-                met.append({**row, "doomed": False})
-            elif position <= settling:  # a settle row, 1-based
+            if position is None:  # met by the claim: leased, or doomed
+                met.append(row)
+            else:  # a settle row, 1-based
                 applied[position - 1] = row["cancel_requested"]
-            else:  # a doomed row the claim met and buried
-                met.append({"id": row["id"], "buried": True})
         # RETURNING has no order: claim order is priority, then time ready, then id.
         met.sort(key=claim_order)
         return cls(applied=applied, met=met)
 
 
 def claim_order(row: dict[str, Any]) -> tuple:
-    """Claim order of the rows one statement met (burials, already applied, go last)."""
-    if row.get("buried"):
+    """Claim order of the rows one statement met (doomed ones, not leased, go last)."""
+    if row["doomed"]:
         return (1, 0, 0, row["id"])
     return (0, -row["priority"], row["ready_us"], row["id"])
 
 
-class PostgresStore(SqlStore):
+class PostgresStore(BulkEnqueue):
     """Tasks in rivet_task on a PostgreSQL database alias; wakes idle workers with NOTIFY."""
 
     name = "postgres"
@@ -123,7 +113,7 @@ class PostgresStore(SqlStore):
 
     def __init__(self, using: str = "default") -> None:
         self.using = using
-        self._listener = WakeupListener(self._listener_params)
+        self._listener = WakeupListener(self._listener_params, QUERIES["listen"])
 
     def _common_params(self) -> dict[str, Any]:
         return {**super()._common_params(), "channel": rivet_settings.NOTIFY_CHANNEL}
@@ -189,25 +179,46 @@ class PostgresStore(SqlStore):
     def _walk_from(
         self, cursor: Any, rows: list[dict[str, Any]], plan: ClaimPlan, ttl: float
     ) -> tuple[dict[int, bool], ClaimBatch]:
-        """Walk the claim; its first statement also applies the settle rows."""
+        """Walk the claim; its first statement also applies the settle rows.
+
+        The doomed rows a statement met are buried, with the texts ``rivet.values.claim_burial``
+        composes from them, by the walk's next statement, or by one more after the last: a
+        claim that met none (the hot path) sends no more statements than it leases with.
+        """
         claim = {"owner": plan.owner, "ttl": ttl}
         first: list[FlushRows] = []
+        unburied: list[dict[str, Any]] = []
+        buried = 0
 
-        def statement(pick: dict[str, Any]) -> list[dict[str, Any]]:
+        def statement(pick: dict[str, Any] | None) -> list[dict[str, Any]]:
+            nonlocal buried
             if first:
-                return self._later_claim(cursor, {**claim, **pick}, first[0].applied, len(rows))
-            first.append(self._statement(cursor, rows, {**claim, **pick}))
-            return first[0].met
+                burials = burial_rows(unburied)
+                unburied.clear()
+                flushed = self._later_statement(cursor, burials, pick, first[0].applied, len(rows))
+                buried += len(flushed.applied)
+            else:
+                flushed = self._statement(cursor, rows, pick)
+                first.append(flushed)
+            unburied.extend(row for row in flushed.met if row["doomed"])
+            return flushed.met
 
-        batch, _ = walk_claim(plan, statement)  # the statement buries doomed rows itself
-        return first[0].applied, batch
+        claimed, _ = walk_claim(plan, lambda pick: statement({**claim, **pick}))
+        if unburied:
+            statement(None)
+        return first[0].applied, ClaimBatch(claimed=claimed, buried=buried)
 
-    def _later_claim(
-        self, cursor: Any, params: dict[str, Any], applied: dict[int, bool], settled: int
-    ) -> list[dict[str, Any]]:
-        """A claim statement after the first; outside a transaction the first is committed."""
+    def _later_statement(
+        self,
+        cursor: Any,
+        rows: list[dict[str, Any]],
+        pick: dict[str, Any] | None,
+        applied: dict[int, bool],
+        settled: int,
+    ) -> FlushRows:
+        """A statement after the first; outside a transaction the first is committed."""
         try:
-            return self._statement(cursor, [], params).met
+            return self._statement(cursor, rows, pick)
         except (DjangoDatabaseError, psycopg.Error) as exc:
             if connections[self.using].in_atomic_block or not settled:
                 raise
@@ -222,7 +233,7 @@ class PostgresStore(SqlStore):
         }
         params.update(pick or NO_CLAIM)
         text = settle_claim_text(params["limit"])
-        return FlushRows.of(self._bound_rows(cursor, text, params, generic=True), len(rows))
+        return FlushRows.of(self._bound_rows(cursor, text, params, generic=True))
 
     def _rows(self, cursor: Any, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         if query in PREPARED_QUERIES:
@@ -290,98 +301,6 @@ class PostgresStore(SqlStore):
         with self._translated("task_enqueue"), self._one_statement() as cursor:
             return self._enqueue_one(cursor, spec)
 
-    def task_enqueue_many(self, specs: Sequence[TaskSpec]) -> list[EnqueueResult]:
-        results: list[EnqueueResult] = []
-        with self._translated("task_enqueue_many"), self._writing() as cursor:
-            for start in range(0, len(specs), BULK_CHUNK):
-                results += self._enqueue_chunk(cursor, specs[start : start + BULK_CHUNK])
-        return results
-
-    def _enqueue_chunk(self, cursor: Any, specs: Sequence[TaskSpec]) -> list[EnqueueResult]:
-        """Insert a chunk in one statement, then resolve the rows a key already had."""
-        if len(specs) >= COPY_MIN_ROWS:
-            row = self._insert_staged(cursor, specs)
-        else:
-            row = self._rows(cursor, "enqueue_arrays", self._arrays(specs))[0]
-        results = [EnqueueResult(task_id=task_id) for task_id in row["ids"]]
-        skipped = [specs[position] for position in row["skipped"]]
-        for position, result in zip(row["skipped"], self._existing(cursor, skipped), strict=True):
-            results[position] = result
-        return results
-
-    def _arrays(self, specs: Sequence[TaskSpec]) -> dict[str, list[Any]]:
-        return {
-            "queues": [spec.queue for spec in specs],
-            "kinds": [spec.kind for spec in specs],
-            "payloads": [spec.payload_param for spec in specs],
-            "idem_keys": [spec.idem_key for spec in specs],
-            "unique_keys": [spec.unique_key for spec in specs],
-            "max_attempts": [spec.max_attempts for spec in specs],
-            "run_ats": [spec.run_at for spec in specs],
-            "delays": [float(spec.delay_secs) for spec in specs],
-            "priorities": [spec.priority for spec in specs],
-            "trace_contexts": [json_text(spec.trace_context) for spec in specs],
-        }
-
-    def _insert_staged(self, cursor: Any, specs: Sequence[TaskSpec]) -> dict[str, Any]:
-        """COPY a chunk into the session's staging table, then insert it in one statement."""
-        cursor.execute(self.queries["stage_open"])
-        with cursor.copy(self.queries["stage_copy"]) as copy:
-            for position, spec in enumerate(specs):
-                copy.write_row(
-                    (
-                        position,
-                        spec.queue,
-                        spec.kind,
-                        spec.payload_param,
-                        spec.idem_key,
-                        spec.unique_key,
-                        spec.max_attempts,
-                        spec.run_at,
-                        float(spec.delay_secs),
-                        spec.priority,
-                        json_text(spec.trace_context),
-                    )
-                )
-        return self._rows(cursor, "stage_insert", {})[0]
-
-    def _existing(self, cursor: Any, specs: list[TaskSpec]) -> list[EnqueueResult]:
-        """The tasks keys already name, for specs a bulk insert skipped; one read per key kind.
-
-        The same rules as ``_find_existing`` (idempotency key first, then the pending unique
-        job), for a whole chunk at once; a spec whose row vanished is enqueued again alone.
-        """
-        if not specs:
-            return []
-        keys = [spec.idem_key for spec in specs if spec.idem_key is not None]
-        by_key = {}
-        if keys:
-            rows = self._rows(cursor, "find_by_idem_keys", {"idem_keys": keys})
-            by_key = {row["idem_key"]: row for row in rows}
-        uniques = [s for s in specs if s.idem_key not in by_key and s.unique_key is not None]
-        by_unique = {}
-        if uniques:
-            params = {
-                "kinds": [spec.kind for spec in uniques],
-                "unique_keys": [spec.unique_key for spec in uniques],
-            }
-            rows = self._rows(cursor, "find_unique_pending_many", params)
-            by_unique = {(row["kind"], row["unique_key"]): row["id"] for row in rows}
-        return [self._resolve(cursor, spec, by_key, by_unique) for spec in specs]
-
-    def _resolve(
-        self,
-        cursor: Any,
-        spec: TaskSpec,
-        by_key: dict[str, dict[str, Any]],
-        by_unique: dict[tuple[str, str], int],
-    ) -> EnqueueResult:
-        if spec.idem_key is not None and spec.idem_key in by_key:
-            return same_work(spec, by_key[spec.idem_key])
-        if spec.unique_key is not None and (spec.kind, spec.unique_key) in by_unique:
-            return EnqueueResult(task_id=by_unique[(spec.kind, spec.unique_key)], duplicate=True)
-        return self._enqueue_one(cursor, spec)
-
     # -- wake-up -----------------------------------------------------------------------------
 
     def _listener_params(self) -> dict[str, Any]:
@@ -410,68 +329,3 @@ class PostgresStore(SqlStore):
 
     def close(self) -> None:
         self._listener.close()
-
-
-class WakeupListener:
-    """A dedicated autocommit connection that LISTENs for enqueue notifications.
-
-    It is opened on the first wait and kept, so notifications sent while the worker is busy
-    are buffered and wake the next wait at once. Any connection error closes it; the next
-    wait reconnects. A wait that cannot listen sleeps out its timeout: polling is the fallback.
-    """
-
-    def __init__(self, params: Callable[[], dict[str, Any]]) -> None:
-        self._params = params
-        self._lock = threading.Lock()
-        self._conn: psycopg.Connection | None = None
-        self._channel = ""
-
-    def wait(self, queues: Sequence[str], timeout: float, channel: str) -> bool:
-        """True when a notification for one of ``queues`` arrives within ``timeout`` seconds."""
-        deadline = time.monotonic() + max(float(timeout), 0.0)
-        with self._lock:
-            try:
-                return self._wait_locked(set(queues), deadline, channel)
-            except psycopg.Error as exc:
-                logs.event(
-                    "listener_failed",
-                    logging.WARNING,
-                    error=" ".join(str(exc).split()),
-                    fallback="polling",
-                )
-                self._close_locked()
-        time.sleep(max(deadline - time.monotonic(), 0.0))
-        return False
-
-    def _wait_locked(self, queues: set[str], deadline: float, channel: str) -> bool:
-        conn = self._connection(channel)
-        while True:
-            remaining = max(deadline - time.monotonic(), 0.0)
-            for note in conn.notifies(timeout=remaining, stop_after=1):
-                if note.payload in queues:
-                    return True
-            if time.monotonic() >= deadline:
-                return False
-
-    def _connection(self, channel: str) -> psycopg.Connection:
-        if self._conn is not None and (self._conn.closed or self._channel != channel):
-            self._close_locked()
-        if self._conn is None:
-            conn = psycopg.connect(**self._params(), autocommit=True)
-            try:
-                conn.execute(sql.SQL(QUERIES["listen"]).format(channel=sql.Identifier(channel)))
-            except psycopg.Error:
-                conn.close()
-                raise
-            self._conn, self._channel = conn, channel
-        return self._conn
-
-    def close(self) -> None:
-        """Close the listening connection (a later wait opens a new one)."""
-        with self._lock:
-            self._close_locked()
-
-    def _close_locked(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()

@@ -146,24 +146,41 @@ WHERE kind = %(kind)s AND unique_key = %(unique_key)s AND state = 'pending'
 
 -- name: lease_extend
 -- Push visible_at to now + ttl for every (task, epoch) still held; return them, cancel marks too.
-UPDATE rivet_task AS t
-SET visible_at = now() + make_interval(secs => %(ttl)s), updated_at = now()
-FROM unnest(%(task_ids)s::bigint[], %(epochs)s::bigint[]) AS held (task_id, epoch)
-WHERE t.id = held.task_id AND t.lease_epoch = held.epoch AND t.state = 'pending'
-RETURNING t.id, t.cancel_requested
+-- A heartbeat refused because another claim took the task (its epoch is newer now) is recorded
+-- as a fenced write, op 'beat', under the heartbeat's owner and epoch: the fence firing, seen
+-- at the heartbeat. One a task finished under the same epoch meets (its own ack, a cancel, a
+-- claim's burial) is refused and not recorded: no other worker holds it.
+WITH held AS (
+    SELECT *
+    FROM unnest(%(task_ids)s::bigint[], %(epochs)s::bigint[], %(owners)s::text[])
+        AS held (task_id, epoch, owner)
+), extended AS (
+    UPDATE rivet_task AS t
+    SET visible_at = now() + make_interval(secs => %(ttl)s), updated_at = now()
+    FROM held
+    WHERE t.id = held.task_id AND t.lease_epoch = held.epoch AND t.state = 'pending'
+    RETURNING t.id, t.cancel_requested
+), refused AS (
+    INSERT INTO rivet_fenced_write (task_id, queue, op, owner, epoch, created_at)
+    SELECT held.task_id, t.queue, 'beat', held.owner, held.epoch, now()
+    FROM held JOIN rivet_task AS t ON t.id = held.task_id
+    WHERE t.lease_epoch > held.epoch AND held.task_id NOT IN (SELECT id FROM extended)
+)
+SELECT id, cancel_requested FROM extended
 
 -- name: settle_claim
 -- Apply the worker's decisions and lease up to limit runnable tasks of one queue, in one
 -- statement (one round trip, one commit). Each decision is fenced by its own epoch; a refused
--- one is recorded as a fenced write. A task an operator cancelled is buried whatever was
--- decided, with the decision's cancelled_error (texts are composed by rivet.values, never
--- here; the claim's burials take their suffixes and separator as parameters); an ack clears
--- last_error, a retry or burial sets it and appends
--- {attempt, at, error} to errors (newest errors_kept kept); the decision's epoch and owner
--- are written as settled_epoch and settled_by. A doomed task the claim meets
--- (attempts used up, or cancelled) is buried by the same statement, under the lock it took.
--- Rows: one per leased task (position NULL), one per applied decision or burial (positions
--- 1..n are the worker's decisions, later ones the claim's burials); wakes on retries.
+-- one is recorded as a fenced write, unless its op is 'bury' (a doomed row's burial, refused
+-- only when another claim or a cancel buried the row first: no stale write). A task an
+-- operator cancelled is buried whatever was decided, with the decision's cancelled_error. Texts
+-- are the decisions' (rivet.values composes them), never this statement's: an ack clears
+-- last_error, a retry or burial sets it and appends {attempt, at, error} to errors (newest
+-- errors_kept kept); the decision's epoch and owner are written as settled_epoch and settled_by.
+-- A doomed task the claim meets (attempts used up, or cancelled) is not leased: it comes back
+-- (doomed, with lease_epoch, last_error, cancel_requested) for rivet.values.claim_burial.
+-- Rows: one per leased or doomed task (position NULL), one per applied decision (positions
+-- 1..n); wakes on retries.
 -- It never leases a task it settles, nor one in seen (those a flush's earlier statement settled
 -- or met). With limit 0 (or queue NULL) it only settles; with no decisions it only claims.
 -- ready_us (microseconds since the epoch) orders the leased rows as the claim did; an integer
@@ -181,7 +198,8 @@ WITH decided_by_worker AS (
 picked AS (
     SELECT
         id, (extract(epoch FROM visible_at) * 1000000)::bigint AS ready_us,
-        (attempts >= max_attempts OR cancel_requested) AS doomed
+        (attempts >= max_attempts OR cancel_requested) AS doomed, lease_epoch, last_error,
+        cancel_requested
     FROM rivet_task
     WHERE state = 'pending' AND queue = %(queue)s::text AND visible_at <= now()
         AND NOT (id = ANY(%(task_ids)s::bigint[])) AND NOT (id = ANY(%(seen)s::bigint[]))
@@ -203,20 +221,6 @@ leased AS (
         t.id, t.queue, t.kind, t.payload::text AS payload, t.idem_key, t.attempts,
         t.max_attempts, t.lease_epoch, t.priority, t.cancel_requested, picked.ready_us,
         t.trace_context::text AS trace_context
-),
-decided AS (
-    SELECT * FROM decided_by_worker
-    UNION ALL
-    SELECT
-        t.id, t.lease_epoch, '', 'fail', 'dead', NULL, burial.error, burial.error,
-        0, cardinality(%(task_ids)s::bigint[]) + row_number() OVER (ORDER BY t.id)
-    FROM picked JOIN rivet_task AS t ON t.id = picked.id
-    CROSS JOIN LATERAL (
-        SELECT concat_ws(%(ending_separator)s::text, nullif(t.last_error, ''), CASE
-            WHEN t.cancel_requested THEN %(cancelled_error)s::text ELSE %(worker_lost_error)s::text
-        END) AS error
-    ) AS burial
-    WHERE picked.doomed
 ),
 applied AS (
     UPDATE rivet_task AS t
@@ -254,7 +258,7 @@ applied AS (
             ELSE t.visible_at
         END,
         updated_at = now()
-    FROM decided AS d
+    FROM decided_by_worker AS d
     WHERE t.id = d.task_id AND t.lease_epoch = d.epoch AND t.state = 'pending'
         AND d.state IS NOT NULL
     RETURNING t.id, d.position, t.cancel_requested AS cancelled, t.state, t.queue, d.delay
@@ -265,18 +269,25 @@ fenced AS (
         d.task_id, coalesce((SELECT queue FROM rivet_task WHERE id = d.task_id), ''),
         d.op, d.owner, d.epoch, now()
     FROM decided_by_worker AS d
-    WHERE d.position NOT IN (SELECT position FROM applied)
+    WHERE d.position NOT IN (SELECT position FROM applied) AND d.op <> 'bury'
     RETURNING id
 )
 SELECT
     id, queue, kind, payload, idem_key, attempts, max_attempts, lease_epoch, priority,
-    cancel_requested, ready_us, NULL::bigint AS position, NULL::text AS woken, trace_context
+    cancel_requested, ready_us, NULL::bigint AS position, NULL::text AS woken, trace_context,
+    false AS doomed, NULL::text AS last_error
 FROM leased
+UNION ALL
+SELECT
+    id, NULL, NULL, NULL, NULL, NULL, NULL, lease_epoch, NULL, cancel_requested, ready_us, NULL,
+    NULL, NULL, true, last_error
+FROM picked
+WHERE doomed
 UNION ALL
 SELECT
     id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, cancelled, NULL, position,
     CASE WHEN state = 'pending' AND delay <= 0 THEN pg_notify(%(channel)s::text, queue)::text END,
-    NULL
+    NULL, NULL, NULL
 FROM applied
 
 -- name: generic_plans

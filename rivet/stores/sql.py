@@ -1,16 +1,16 @@
 """SqlStore: the Store semantics written once for every SQL dialect rivet runs on.
 
-Row mapping, JSON handling, finding the task a key already names, the claim-and-bury loop,
-settling decisions, cancelling and driver-error translation live here. A dialect
-(``rivet.stores.sqlite``, ``rivet.stores.postgres``) keeps what differs: its connection and
-transaction handling (``_reading``/``_writing``), its named queries (a ``.sql`` file), how a
-batch of decisions reaches the database (``_settle_rows``), and how it passes lists and times.
+Row mapping, finding the task a key already names, the claim-and-bury loop, settling
+decisions, cancelling and driver-error translation live here (decisions and outcomes as rows
+in ``rivet.stores.sqlrows``). A dialect (``rivet.stores.sqlite``, ``rivet.stores.postgres``)
+keeps what differs: its connection and transaction handling (``_reading``/``_writing``), its
+named queries (a ``.sql`` file), how a batch of decisions reaches the database
+(``_settle_rows``), and how it passes lists and times.
 The memory store mirrors this module operation by operation; ``rivet.conformance`` is the proof.
 """
 
 from __future__ import annotations
 
-import json
 from abc import abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -21,104 +21,40 @@ from django.db import Error as DjangoDatabaseError
 from django.db import IntegrityError, InterfaceError, OperationalError
 
 from rivet.conf import rivet_settings
-from rivet.errors import IdempotencyMismatch, StoreError, StoreUnavailable
+from rivet.errors import StoreError, StoreUnavailable
 from rivet.stores.base import ClaimFailed, Store
 from rivet.stores.claim import ClaimPlan, ClaimStatement, PartlyCommitted, walk_claim
+from rivet.stores.jsontext import json_text, json_value
+from rivet.stores.sqlrows import (
+    burial_rows,
+    outcomes,
+    rows_of,
+    same_work,
+    settle_row,
+)
 from rivet.values import (
     CANCELLED_SUFFIX,
     DONE_COUNT_LIMIT,
-    ENDING_SEPARATOR,
-    WORKER_LOST_SUFFIX,
-    Ack,
     Bury,
     CancelOutcome,
     ClaimBatch,
+    Claimed,
     Decision,
     EnqueueResult,
-    Fence,
     Flushed,
     Held,
     Lease,
     Pruned,
     QueueStats,
-    Retry,
     Settled,
     TaskRecord,
     TaskSpec,
-    claim_burial,
     ending,
 )
 
 #: How often an enqueue re-inserts after its conflicting row vanished (acked or purged).
 INSERT_TRIES = 3
 TIME_COLUMNS = ("visible_at", "created_at", "updated_at")
-
-
-def json_text(value: Any) -> str | None:
-    """A result as stored JSON text; None is SQL NULL, as the ORM stores it."""
-    return None if value is None else json.dumps(value, separators=(",", ":"))
-
-
-def json_value(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
-
-
-def rows_of(cursor: Any) -> list[dict[str, Any]]:
-    """Every row of the last statement as {column: value}; none for a statement without rows."""
-    description = cursor.description  # built anew on each access: read it once
-    if not description:
-        return []
-    names = [column[0] for column in description]
-    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-
-
-def same_work(spec: TaskSpec, row: dict[str, Any]) -> EnqueueResult:
-    """The duplicate a key used before names, or IdempotencyMismatch when the work differs."""
-    work = (row["queue"], row["kind"], json_value(row["payload"]))
-    if work != (spec.queue, spec.kind, json.loads(spec.payload_json)):
-        raise IdempotencyMismatch(spec.idem_key or "", row["id"])
-    return EnqueueResult(task_id=row["id"], duplicate=True)
-
-
-def settle_row(decision: Decision) -> dict[str, Any]:
-    """One decision as the columns a settle statement takes (state None: a fence only)."""
-    lease = decision.lease
-    row = {
-        "task_id": lease.task_id,
-        "epoch": lease.epoch,
-        "owner": lease.owner,
-        "op": decision.op,
-        "state": None,
-        "result": None,
-        "error": None,
-        "cancelled_error": None,
-        "delay": 0.0,
-    }
-    if isinstance(decision, Ack):
-        row.update(state="done", result=json_text(decision.result))
-    elif isinstance(decision, Retry):
-        row.update(state="pending", error=decision.error, delay=max(float(decision.delay), 0.0))
-    elif isinstance(decision, Bury):
-        row.update(state="dead", error=decision.error)
-    if not isinstance(decision, Fence):
-        row["cancelled_error"] = decision.cancelled_error
-    return row
-
-
-def outcomes(decisions: Sequence[Decision], applied: dict[int, bool]) -> list[Settled]:
-    """Each decision's outcome, in order, from {position: cancelled} of the rows applied."""
-    return [outcome_of(decision, applied.get(i)) for i, decision in enumerate(decisions)]
-
-
-def outcome_of(decision: Decision, applied: bool | None) -> Settled:
-    """Settled for a decision: ``applied`` is None (fenced), False (applied), True (cancelled)."""
-    if applied is None or isinstance(decision, Fence):
-        return Settled.FENCED
-    if applied:
-        return Settled.CANCELLED
-    if isinstance(decision, Ack):
-        return Settled.ACKED
-    return Settled.RETRIED if isinstance(decision, Retry) else Settled.BURIED
 
 
 class SqlStore(Store):
@@ -155,7 +91,8 @@ class SqlStore(Store):
     @abstractmethod
     def _claim_rows(self, cursor: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
         """Lease the next runnable tasks of a queue; rows in claim order, doomed ones flagged
-        (``doomed``: for the caller to bury; ``buried``: the statement buried it already)."""
+        (``doomed``, with ``lease_epoch``, ``last_error`` and ``cancel_requested``: not leased,
+        for the caller to bury)."""
 
     def _ids(self, ids: Sequence[int]) -> Any:
         """A list of ids as the dialect's queries take it."""
@@ -208,13 +145,8 @@ class SqlStore(Store):
         return error
 
     def _common_params(self) -> dict[str, Any]:
-        """Parameters every query may use: the cancel ending, and the dialect's own."""
-        return {
-            "cancelled_error": CANCELLED_SUFFIX,
-            "worker_lost_error": WORKER_LOST_SUFFIX,
-            "ending_separator": ENDING_SEPARATOR,
-            "errors_kept": rivet_settings.MAX_ERRORS_KEPT,
-        }
+        """Parameters every query may use: how many errors a task keeps, and the dialect's own."""
+        return {"errors_kept": rivet_settings.MAX_ERRORS_KEPT}
 
     def _rows(self, cursor: Any, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         cursor.execute(self.queries[query], {**self._common_params(), **params})
@@ -321,13 +253,13 @@ class SqlStore(Store):
         """Apply settle rows and claim in one transaction: ({position: cancelled}, batch)."""
         with self._writing() as cursor:
             applied = self._settle_rows(cursor, rows) if rows else {}
-            batch, doomed = ClaimBatch(), list[dict[str, Any]]()
+            claimed: list[Claimed] = []
+            doomed: list[dict[str, Any]] = []
             if plan.queues:
                 params = self._claim_params(cursor, plan.owner, ttl)
-                batch, doomed = walk_claim(plan, self._claim_statement(cursor, params))
-            if doomed:
-                self._bury_doomed(cursor, doomed)
-        return applied, batch
+                claimed, doomed = walk_claim(plan, self._claim_statement(cursor, params))
+            buried = self._bury_doomed(cursor, doomed) if doomed else 0
+        return applied, ClaimBatch(claimed=claimed, buried=buried)
 
     def _claim_statement(self, cursor: Any, params: dict[str, Any]) -> ClaimStatement:
         """One claim statement on ``cursor``, for ``walk_claim``."""
@@ -337,16 +269,9 @@ class SqlStore(Store):
 
         return statement
 
-    def _bury_doomed(self, cursor: Any, rows: list[dict[str, Any]]) -> None:
-        """Bury rows no claim may run (attempts used up, or cancelled), under their epoch."""
-        burials = [
-            Bury(
-                lease=Lease(task_id=row["id"], epoch=row["lease_epoch"]),
-                error=claim_burial(row["last_error"], bool(row["cancel_requested"])),
-            )
-            for row in rows
-        ]
-        self._settle_rows(cursor, [settle_row(burial) for burial in burials])
+    def _bury_doomed(self, cursor: Any, rows: list[dict[str, Any]]) -> int:
+        """Bury rows no claim may run (attempts used up, or cancelled); how many it buried."""
+        return len(self._settle_rows(cursor, burial_rows(rows)))
 
     def lease_extend(self, leases: Sequence[Lease], lease_ttl: float) -> Held:
         if not leases:
@@ -354,13 +279,20 @@ class SqlStore(Store):
         params = {
             "task_ids": self._ids([lease.task_id for lease in leases]),
             "epochs": self._ids([lease.epoch for lease in leases]),
+            "owners": [lease.owner for lease in leases],
             "ttl": float(lease_ttl),
         }
         with self._translated("lease_extend"), self._one_statement() as cursor:
             rows = self._rows(cursor, "lease_extend", params)
-        return Held(
-            (row["id"] for row in rows), (row["id"] for row in rows if row["cancel_requested"])
-        )
+            extended = {row["id"] for row in rows}
+            self._record_refused_heartbeats(
+                cursor, [lease for lease in leases if lease.task_id not in extended]
+            )
+        return Held(extended, (row["id"] for row in rows if row["cancel_requested"]))
+
+    def _record_refused_heartbeats(self, cursor: Any, refused: list[Lease]) -> None:
+        """Record the refused heartbeats another claim caused (op ``beat``), unless the
+        dialect's lease_extend statement did it already (PostgreSQL's does)."""
 
     # -- settle and cancel -------------------------------------------------------------------
 
@@ -436,9 +368,7 @@ class SqlStore(Store):
     def dead_sweep(self, queue: str) -> int:
         with self._translated("dead_sweep"), self._writing() as cursor:
             rows = self._rows(cursor, "sweep_pick", {"queue": queue})
-            if rows:
-                self._bury_doomed(cursor, rows)
-        return len(rows)
+            return self._bury_doomed(cursor, rows) if rows else 0
 
     def _purge_dead(self, queue: str, older_than: float | None, ids: list[int] | None) -> int:
         ids = None if ids is None else self._ids(ids)

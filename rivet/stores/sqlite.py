@@ -34,6 +34,8 @@ from rivet.dberrors import SQLITE_BUSY, SQLITE_LOCKED, sqlite_code
 from rivet.errors import RivetConfigError, StoreError
 from rivet.stores.sql import SqlStore
 from rivet.stores.sqlfile import load_queries
+from rivet.stores.sqlrows import BURIAL_OP
+from rivet.values import Lease
 
 #: transaction_mode values under which Django's atomic() already takes the write lock first.
 LOCKING_MODES = frozenset({"IMMEDIATE", "EXCLUSIVE"})
@@ -125,9 +127,16 @@ class SqliteStore(SqlStore):
                 done = cursor.execute(QUERIES["settle"], {**params, **row}).fetchall()
             if done:
                 applied[position] = bool(done[0][0])
-            else:
+            elif row["op"] != BURIAL_OP:
                 cursor.execute(QUERIES["fence"], row)
         return applied
+
+    def _record_refused_heartbeats(self, cursor: sqlite3.Cursor, refused: list[Lease]) -> None:
+        for lease in refused:
+            cursor.execute(
+                QUERIES["lease_refused"],
+                {"task_id": lease.task_id, "epoch": lease.epoch, "owner": lease.owner},
+            )
 
     # -- connections and transactions --------------------------------------------------------
 

@@ -84,6 +84,14 @@ WHERE state = 'pending'
   )
 RETURNING id, cancel_requested;
 
+-- name: lease_refused
+-- Record a heartbeat refused because another claim took the task (its epoch is newer now) as a
+-- fenced write, op 'beat'; one a task finished under the same epoch meets is not recorded.
+INSERT INTO rivet_fenced_write (task_id, queue, op, owner, epoch, created_at)
+SELECT id, queue, 'beat', :owner, :epoch, strftime('%Y-%m-%d %H:%M:%f', 'now')
+FROM rivet_task
+WHERE id = :task_id AND lease_epoch > :epoch;
+
 -- name: settle
 -- Apply one decision under its epoch. A row an operator cancelled is buried whatever was
 -- decided, with the decision's :cancelled_error (composed by rivet.values); the caller records a fence when no row comes back. An ack clears

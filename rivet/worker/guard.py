@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from django.db import close_old_connections, connections
 
 from rivet import logs
+from rivet.failpoints import Failpoints
 from rivet.stores.base import Store
 from rivet.values import CANCELLED_SUFFIX, Lease
 from rivet.worker.attempt import Attempt, StopKind
@@ -40,8 +41,10 @@ class Guard:
         lease_ttl: float,
         clock: Callable[[], float],
         notify: Callable[[Attempt], None],
+        failpoints: Failpoints | None = None,
     ) -> None:
         self.store = store
+        self.failpoints = failpoints or Failpoints()
         self.lease_ttl = lease_ttl
         self.clock = clock
         self.notify = notify
@@ -109,6 +112,8 @@ class Guard:
         running = [r for r in running if r.stop_kind is None]
         if not running:
             return True
+        if self.failpoints.armed:  # the task list is built only when a point may fire
+            self.failpoints.fire("before_heartbeat", tasks=[r.lease.task_id for r in running])
         started = self.clock()
         try:
             held = self.store.lease_extend([r.lease for r in running], self.lease_ttl)

@@ -138,7 +138,11 @@ class Worker:
         self.pruner = pruner
         self.scheduler = scheduler
         self.guard = Guard(
-            store=store, lease_ttl=self.config.lease_ttl, clock=clock, notify=self._notify
+            store=store,
+            lease_ttl=self.config.lease_ttl,
+            clock=clock,
+            notify=self._notify,
+            failpoints=self.failpoints,
         )
         self._events: queue_module.SimpleQueue = queue_module.SimpleQueue()
         self._running: dict[Any, Attempt] = {}
@@ -344,6 +348,8 @@ class Worker:
         wanted = self._free_slots() if claim else 0
         if not decided and wanted <= 0:
             return 0
+        if len(decided) > 1 and self.failpoints.armed:
+            self.failpoints.fire("before_flush", tasks=[d.lease.task_id for d in decided])
         started = self.clock()
         try:
             flushed = self.store.task_settle_and_claim(

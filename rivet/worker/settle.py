@@ -187,7 +187,11 @@ class Settler:
         else:
             delay = self.retry_policy.delay(attempt.claimed.attempt)
             decision = decisions.failed(attempt.claimed, error, delay)
-        self.failpoints.fire("after_error_before_fail", task=attempt.claimed.task_id)
+        task = attempt.claimed.task_id
+        self.failpoints.fire("after_error_before_fail", task=task)
+        if self.failpoints.armed:
+            which = "bury" if isinstance(decision, Bury) else "retry"
+            self.failpoints.fire(f"after_error_before_{which}", task=task)
         self._queue(attempt, decision, error=error, exc=exc)
 
     # -- queueing and flushing decisions ----------------------------------------------------
@@ -216,14 +220,27 @@ class Settler:
         self.pending.append(item)
 
     def due(self) -> list[Decision]:
-        """The decisions to send with the next flush: all queued, unless backing off."""
-        if not self.pending or self.clock() < self._retry_at:
+        """The decisions to send with the next flush: all queued, unless backing off (or held
+        back for a batch, see ``_batch_hold_until``)."""
+        if not self.pending or self.clock() < max(self._retry_at, self._batch_hold_until()):
             return []
         return [item.decision for item in self.pending]
 
     def next_due(self) -> float | None:
         """When queued decisions may be flushed (a monotonic time), or None: nothing queued."""
-        return max(self._retry_at, 0.0) if self.pending else None
+        if not self.pending:
+            return None
+        return max(self._retry_at, self._batch_hold_until(), 0.0)
+
+    def _batch_hold_until(self) -> float:
+        """While the ``before_flush`` failpoint is armed (a test run that wants a batch of two
+        or more decisions to stop at), a lone decision waits for a second one, at most until
+        half the lease it had when it was decided is left; otherwise nothing is held (0.0)."""
+        if len(self.pending) != 1 or "before_flush" not in self.failpoints.armed:
+            return 0.0
+        # give_up is the lease deadline when it was queued plus a lease: fixed then, so the
+        # heartbeats that go on extending the lease do not extend the hold.
+        return self.pending[0].give_up - 1.5 * self.guard.lease_ttl
 
     def applied(self, outcomes: Sequence[Settled]) -> list[Ended]:
         """The flush of ``due()`` committed: each attempt's end by what the store did."""

@@ -2,7 +2,7 @@
 
 Headless Chromium (Debian's) drives the live server over HTTP: the login form, the action
 select, the confirmation page, the messages, the task list. The screenshots it takes are the
-ones docs/operations.md shows.
+ones docs/admin.md shows.
 """
 
 from __future__ import annotations

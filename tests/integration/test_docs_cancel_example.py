@@ -1,4 +1,4 @@
-"""docs/operations.md's cancel-then-requeue transcript shows what the API really answers."""
+"""docs/http-api.md's cancel-then-requeue transcript shows what the API really answers."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tests.factories import UserFactory, task_in
 
 pytestmark = pytest.mark.django_db
 
-OPERATIONS_MD = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+HTTP_API_MD = Path(__file__).resolve().parents[2] / "docs" / "http-api.md"
 PERMS = ["rivet.view_task", "rivet.requeue_deadletter", "rivet.cancel_task"]
 # Fields whose values belong to one run (ids, times, the worker's name).
 RUN_FIELDS = {"id", "visible_at", "created_at", "updated_at", "lease_owner", "at"}
@@ -20,11 +20,11 @@ RUN_FIELDS = {"id", "visible_at", "created_at", "updated_at", "lease_owner", "at
 
 def documented_answer(request: str) -> dict:
     """The JSON body the transcript shows after the ``curl`` line that ends with ``request``."""
-    lines = OPERATIONS_MD.read_text().splitlines()
+    lines = HTTP_API_MD.read_text().splitlines()
     for index, line in enumerate(lines):
         if line.startswith("$ curl") and f"{request} -w" in line:
             return json.loads(lines[index + 1])
-    raise AssertionError(f"docs/operations.md has no curl of {request}")
+    raise AssertionError(f"docs/http-api.md has no curl of {request}")
 
 
 def comparable(value):

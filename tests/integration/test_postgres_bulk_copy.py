@@ -15,7 +15,7 @@ import pytest
 from django.db import transaction
 
 from rivet.errors import IdempotencyMismatch
-from rivet.stores import postgres
+from rivet.stores import bulk
 from rivet.stores.postgres import PostgresStore
 from tests.integration.pg_kit import on_other_connection, spec
 
@@ -29,7 +29,7 @@ class Rollback(Exception):
 @pytest.fixture(autouse=True, params=["copy", "arrays"])
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every test runs through both bulk paths."""
-    monkeypatch.setattr(postgres, "COPY_MIN_ROWS", 1 if request.param == "copy" else 10**9)
+    monkeypatch.setattr(bulk, "COPY_MIN_ROWS", 1 if request.param == "copy" else 10**9)
     return request.param
 
 
@@ -106,7 +106,7 @@ def test_keys_used_before_the_batch_are_duplicates_or_refused(store, queue) -> N
 
 
 def test_a_mismatch_in_a_later_chunk_undoes_the_earlier_chunks(store, queue, monkeypatch) -> None:
-    monkeypatch.setattr(postgres, "BULK_CHUNK", 4)
+    monkeypatch.setattr(bulk, "BULK_CHUNK", 4)
     store.task_enqueue(spec(queue, payload="first", idem_key=f"{queue}:k"))
     specs = [spec(queue, payload=n, idem_key=f"{queue}:{n}") for n in range(9)]
     specs.append(spec(queue, payload="second", idem_key=f"{queue}:k"))
@@ -116,7 +116,7 @@ def test_a_mismatch_in_a_later_chunk_undoes_the_earlier_chunks(store, queue, mon
 
 
 def test_chunks_keep_order_and_keys_across_their_borders(store, queue, monkeypatch) -> None:
-    monkeypatch.setattr(postgres, "BULK_CHUNK", 3)
+    monkeypatch.setattr(bulk, "BULK_CHUNK", 3)
     specs = [spec(queue, payload={"n": n}, idem_key=f"{queue}:{n % 4}") for n in range(10)]
     results = store.task_enqueue_many(specs[:4])
     assert [r.duplicate for r in results] == [False] * 4

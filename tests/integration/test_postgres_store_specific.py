@@ -20,7 +20,8 @@ from django.db import DatabaseError, connection, transaction
 from rivet.decisions import failed
 from rivet.errors import IdempotencyMismatch, StoreError
 from rivet.models import FencedWrite
-from rivet.stores.postgres import BULK_CHUNK, QUERIES, SETTLE_COLUMNS, PostgresStore
+from rivet.stores.bulk import BULK_CHUNK
+from rivet.stores.postgres import QUERIES, SETTLE_COLUMNS, PostgresStore
 from rivet.values import Ack, Lease, Settled, TaskSpec
 from tests.integration.pg_kit import on_other_connection, spec
 

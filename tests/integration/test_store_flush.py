@@ -2,11 +2,14 @@
 
 The generic semantics of ``task_settle_and_claim`` (fencing per row, the claim beside it) are
 in rivet.conformance.settle; here is what only a real database shows: how many statements a
-flush sends, and that a batch the database refuses leaves no row changed and no fence recorded.
+flush sends (one more only for a claim that met doomed rows, to bury them with the texts
+rivet.values composes), that a batch the database refuses leaves no row changed and no fence
+recorded, and that a doomed row buried twice is buried once and recorded as no stale write.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -18,12 +21,21 @@ from rivet.errors import StoreError
 from rivet.stores.postgres import PostgresStore
 from rivet.stores.sqlite import SqliteStore
 from rivet.validation import build_spec
-from rivet.values import Ack, Lease, Settled
+from rivet.values import WORKER_LOST_SUFFIX, Ack, Lease, Settled, claim_burial
 
 
 def fill(store, queue: str, count: int) -> list[int]:
     specs = [build_spec(queue=queue, kind="flush.noop") for _ in range(count)]
     return [result.task_id for result in store.task_enqueue_many(specs)]
+
+
+def lapsed_last_attempts(store, queue: str, count: int) -> list[int]:
+    """Tasks on their last attempt whose worker vanished: doomed, for the next claim to bury."""
+    specs = [build_spec(queue=queue, kind="flush.noop", max_attempts=1) for _ in range(count)]
+    ids = [result.task_id for result in store.task_enqueue_many(specs)]
+    store.task_claim(queues=[queue], owner="gone", limit=count, lease_ttl=0.001)
+    time.sleep(0.05)
+    return ids
 
 
 def flush(store, decisions, queue: str, limit: int):
@@ -137,3 +149,56 @@ def test_a_claim_that_fails_after_the_decisions_committed_raises_with_their_outc
     assert len(failing.sql) == 2
     assert error.value.settled == [Settled.ACKED]
     assert postgres.task_get(task).state == "done"  # committed by the first statement
+
+
+def counted_claim(store, queue: str, limit: int):
+    """A claim, and how many statements it sent."""
+    counter = Statements()
+    with connections["default"].execute_wrapper(counter):
+        batch = flush(store, [], queue, limit=limit).batch
+    return batch, len(counter.sql)
+
+
+@pytest.mark.parametrize(
+    ("doomed", "fresh", "limit", "statements"),
+    [
+        (0, 2, 8, 1),  # the hot path: one statement
+        (3, 2, 8, 2),  # one statement meets all five; one more buries the three doomed
+        # The first statement meets the two doomed rows (claim order: ready first) and leases
+        # nothing; the next buries them and leases the two fresh tasks: no statement more.
+        (2, 2, 2, 2),
+    ],
+)
+@pytest.mark.django_db(transaction=True)
+def test_a_postgres_claim_buries_doomed_rows_with_the_next_statement_it_sends(
+    postgres, queue, doomed, fresh, limit, statements
+):
+    lapsed = lapsed_last_attempts(postgres, queue, doomed) if doomed else []
+    runnable = fill(postgres, queue, fresh)
+    batch, sent = counted_claim(postgres, queue, limit)
+    assert sent == statements
+    assert ([c.task_id for c in batch.claimed], batch.buried) == (runnable, doomed)
+    for task_id in lapsed:
+        row = postgres.task_get(task_id)
+        assert (row.state, row.last_error) == ("dead", claim_burial("", False))
+    assert postgres.fenced_count(queue) == 0
+
+
+@pytest.mark.parametrize("alias", ["default", "sqlite"])
+@pytest.mark.django_db(databases=["default", "sqlite"], transaction=True)
+def test_a_doomed_row_buried_twice_is_buried_once_and_fences_nothing(alias, queue):
+    """Two claims met the same doomed row (PostgreSQL releases it between the claim and the
+    burial): the second burial is refused, and that is no stale write."""
+    store = PostgresStore(using="default") if alias == "default" else SqliteStore(using="sqlite")
+    (task_id,) = lapsed_last_attempts(store, queue, 1)
+    row = store.task_get(task_id)
+    met = {"id": task_id, "lease_epoch": row.lease_epoch, "last_error": "", "cancel_requested": 0}
+    buried = []
+    for _ in range(2):
+        with store._writing() as cursor:
+            buried.append(store._bury_doomed(cursor, [met]))
+    assert buried == [1, 0]
+    assert store.fenced_count(queue) == 0
+    row = store.task_get(task_id)
+    assert (row.state, row.last_error, len(row.errors)) == ("dead", WORKER_LOST_SUFFIX, 1)
+    store.close()

@@ -148,19 +148,114 @@ def test_a_paused_zombie_wakes_once_the_task_its_write_is_for_was_taken() -> Non
     """Not after the others: the new holder of that task may finish it meanwhile, and then the
     late write is refused by the task's state whatever the epoch guard does."""
     z = zombie()
-    z.paused, z.paused_task = True, 18
+    z.paused, z.paused_tasks = True, (18,)
     assert not z.observe_epochs(rows({17: 2, 18: 3}), 101.0, give_up=LIMIT)
     assert z.observe_epochs(rows({17: 2, 18: 4}), 101.1, give_up=LIMIT)
     assert z.phase is Phase.WOKEN
 
 
-def test_the_paused_task_is_read_from_the_workers_last_failpoint_line(tmp_path) -> None:
-    from chaos_project.chaos.loop import paused_task
+def test_the_paused_tasks_are_read_from_the_workers_last_failpoint_line(tmp_path) -> None:
+    from chaos_project.chaos.loop import paused_tasks
 
     log = tmp_path / "w.log"
     log.write_text(
         '{"event": "claimed", "task": 3}\nnot json\n'
         '{"event": "failpoint_fired", "point": "after_error_before_fail", "task": 9}\n'
     )
-    assert paused_task(log) == 9
-    assert paused_task(tmp_path / "missing.log") is None
+    assert paused_tasks(log) == (9,)
+    with log.open("a") as out:
+        out.write('{"event": "failpoint_fired", "point": "before_flush", "tasks": [4, 5]}\n')
+    assert paused_tasks(log) == (4, 5)
+    assert paused_tasks(tmp_path / "missing.log") == ()
+
+
+def test_a_zombie_paused_at_a_flush_wakes_once_every_task_of_the_flush_was_taken() -> None:
+    z = zombie()
+    z.paused, z.pause_point, z.paused_tasks = True, "before_flush", (17, 18)
+    z.held[19] = 1
+    assert not z.observe_epochs(rows({17: 1, 18: 4, 19: 1}), 101.0, give_up=LIMIT)
+    assert z.observe_epochs(rows({17: 2, 18: 4, 19: 1}), 101.1, give_up=LIMIT)
+    assert set(z.reclaimed) == {17, 18}  # 19 is not in the flush, and was not taken
+
+
+def test_a_zombie_paused_at_a_heartbeat_needs_the_heartbeat_itself_refused() -> None:
+    """With the heartbeat's guard gone, the heartbeat is answered "held" and the handler's ack
+    is refused later: that ack's record must not pass for the heartbeat's."""
+    z = zombie()
+    z.paused, z.pause_point, z.paused_tasks = True, "before_heartbeat", (18,)
+    assert z.observe_epochs(rows({17: 1, 18: 4}), 101.0, give_up=LIMIT)
+    z.observe_fenced({(18, 3)}, 101.2, give_up=LIMIT, ops={(18, 3): {"ack"}})
+    assert z.phase is Phase.WOKEN
+    z.observe_fenced({(18, 3)}, 101.0 + LIMIT, give_up=LIMIT, ops={(18, 3): {"ack"}})
+    assert z.phase is Phase.UNFENCED
+    again = zombie()
+    again.paused, again.pause_point, again.paused_tasks = True, "before_heartbeat", (18,)
+    again.observe_epochs(rows({17: 1, 18: 4}), 101.0, give_up=LIMIT)
+    again.observe_fenced({(18, 3)}, 101.2, give_up=LIMIT, ops={(18, 3): {"beat", "ack"}})
+    assert again.phase is Phase.FENCED
+
+
+def test_a_zombie_paused_at_an_ack_needs_the_ack_refused_not_only_its_heartbeat() -> None:
+    z = zombie()
+    z.paused, z.pause_point, z.paused_tasks = True, "after_effect_before_ack", (18,)
+    assert z.observe_epochs(rows({17: 1, 18: 4}), 101.0, give_up=LIMIT)
+    assert not z.write_refused({"beat"})
+    assert z.write_refused({"beat", "ack"})
+    z.observe_fenced({(18, 3)}, 101.0 + LIMIT, give_up=LIMIT, ops={(18, 3): {"beat"}})
+    assert z.phase is Phase.UNFENCED
+
+
+def test_a_heartbeat_zombie_whose_task_finished_under_its_own_epoch_needs_any_refusal() -> None:
+    """A cancel buried the task at the zombie's epoch: its heartbeat is refused unrecorded (no
+    other worker holds the task); the decision it then writes is refused and recorded."""
+    z = zombie()
+    z.paused, z.pause_point, z.paused_tasks = True, "before_heartbeat", (18,)
+    assert z.observe_epochs({17: (1, 1, "pending"), 18: (3, 3, "dead")}, 101.0, give_up=LIMIT)
+    z.observe_fenced({(18, 3)}, 101.2, give_up=LIMIT, ops={(18, 3): {"fail"}})
+    assert z.phase is Phase.FENCED
+
+
+def test_a_zombie_whose_writes_failed_to_reach_the_database_could_not_write() -> None:
+    """Woken while the server restarted: its write for task 18 was given up (write_failed), so
+    nothing was refused, and nothing tells whether the fence works: not a failure, not a pass."""
+    z = zombie()
+    z.observe_epochs(rows({17: 1, 18: 4}), 101.0, give_up=LIMIT)
+    z.observe_fenced(set(), 101.0 + LIMIT, give_up=LIMIT, unwritten={18})
+    assert z.phase is Phase.UNWRITTEN
+    assert "failed to reach the database" in z.note
+    other = zombie()
+    other.observe_epochs(rows({17: 2, 18: 4}), 101.0, give_up=LIMIT)
+    other.observe_fenced(set(), 101.0 + LIMIT, give_up=LIMIT, unwritten={18})
+    assert other.phase is Phase.UNFENCED  # task 17's write neither refused nor failed
+
+
+def test_failed_writes_are_read_from_the_workers_log(tmp_path) -> None:
+    from chaos_project.chaos.loop import failed_writes
+
+    log = tmp_path / "w.log"
+    log.write_text(
+        '{"event": "write_failed", "task": 7, "op": "ack"}\nnot json\n'
+        '{"event": "acked", "task": 8}\n{"event": "write_failed", "task": 9, "op": "fail"}\n'
+    )
+    assert failed_writes(log) == {7, 9}
+    assert failed_writes(tmp_path / "missing.log") == set()
+
+
+def test_a_heartbeat_that_failed_to_reach_the_database_lets_the_next_refusal_stand() -> None:
+    z = zombie()
+    z.paused, z.pause_point, z.paused_tasks = True, "before_heartbeat", (18,)
+    assert not z.write_refused({"fail"})
+    z.paused_write_failed = True  # heartbeat_failed in its log after the pause
+    assert z.write_refused({"fail"})
+    assert not z.write_refused(set())
+
+
+def test_a_failed_heartbeat_is_read_after_the_pause_only(tmp_path) -> None:
+    from chaos_project.chaos.loop import heartbeat_failed_after_pause
+
+    log = tmp_path / "w.log"
+    log.write_text('{"event": "heartbeat_failed"}\n{"event": "failpoint_fired", "tasks": [1]}\n')
+    assert not heartbeat_failed_after_pause(log)
+    with log.open("a") as out:
+        out.write('{"event": "heartbeat_failed", "error": "OperationalError"}\n')
+    assert heartbeat_failed_after_pause(log)

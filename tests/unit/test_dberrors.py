@@ -8,13 +8,17 @@ import psycopg
 import psycopg_pool
 import pytest
 from django.db import utils as django_errors
+from django.db.utils import ConnectionHandler
 
+from rivet import dberrors
 from rivet.dberrors import (
     SQLITE_BUSY,
     SQLITE_CANTOPEN,
+    SQLITE_ERROR,
     Failure,
     MissingTables,
     classify,
+    missing_table,
     sqlite_code,
 )
 from rivet.errors import StoreError
@@ -108,3 +112,48 @@ def test_the_sqlite_store_explains_a_busy_lock_by_its_result_code(busy_error):
     assert "transaction_mode" in store._error_message(django_error)
     other = sqlite3.OperationalError("database is locked")  # the words alone: no code
     assert store._error_message(other) == "database is locked"
+
+
+# -- missing_table: the API's not_migrated, for rivet's tables and the host's ---------------
+
+
+@pytest.fixture
+def sqlite_alias(tmp_path, monkeypatch, django_db_blocker):
+    """One open SQLite alias on an empty file of its own, the only connection dberrors asks."""
+    path = str(tmp_path / "host.sqlite3")
+    handler = ConnectionHandler({"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": path}})
+    monkeypatch.setattr(dberrors, "connections", handler)
+    with django_db_blocker.unblock():  # a file in tmp_path, not a test database
+        handler["default"].ensure_connection()
+        yield handler["default"]
+        handler["default"].close()
+
+
+def sqlite_error(message: str, code: int) -> sqlite3.OperationalError:
+    error = sqlite3.OperationalError(message)
+    error.sqlite_errorcode = code  # as the sqlite3 module sets it
+    return error
+
+
+def test_a_sqlite_error_from_a_database_without_its_tables_is_a_missing_table(sqlite_alias):
+    # SQLite's words are not read: a SQLITE_ERROR in any words, and the file has no tables.
+    assert missing_table(wrapped(sqlite_error("keine solche Tabelle", SQLITE_ERROR)))
+
+
+def test_a_sqlite_error_from_a_database_with_its_tables_is_no_missing_table(
+    sqlite_alias, monkeypatch
+):
+    with sqlite_alias.cursor() as cursor:
+        cursor.execute("CREATE TABLE wanted (x)")
+    monkeypatch.setattr(dberrors, "_model_tables", lambda alias: {"wanted"})
+    assert not missing_table(wrapped(sqlite_error("no such table: wanted", SQLITE_ERROR)))
+
+
+def test_the_words_no_such_table_under_another_code_are_no_missing_table(sqlite_alias):
+    assert not missing_table(wrapped(sqlite_error("no such table: rivet_task", SQLITE_BUSY)))
+    assert not missing_table(wrapped(sqlite3.OperationalError("no such table: rivet_task")))
+
+
+def test_a_postgres_missing_table_is_read_from_its_sqlstate():
+    assert missing_table(wrapped(psycopg.errors.UndefinedTable("Relation »x« existiert nicht")))
+    assert not missing_table(wrapped(psycopg.errors.UndefinedColumn('relation "x" does not exist')))

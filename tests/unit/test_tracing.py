@@ -102,7 +102,7 @@ def test_a_fenced_write_is_an_event_on_the_stale_attempts_span(store, jobs, span
     wait_until(lambda: store.task_get(task_id).attempts == 1, "the claim")
     store.clock.advance(1.0)  # the lease lapses in the store's time
     store.task_claim(queues=["q"], owner="thief", limit=1, lease_ttl=60)
-    wait_until(lambda: store.fenced_count("q") == 1, "the fence record")
+    wait_until(lambda: store.fenced_count("q", "fail") == 1, "the fence record")
     wait_until(lambda: attempt_spans(spans), "the stale attempt's span to end")
     bg.stop()
     (span,) = attempt_spans(spans)

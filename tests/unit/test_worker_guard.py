@@ -62,7 +62,7 @@ def test_a_heartbeat_that_finds_the_lease_taken_stops_the_handler_and_records_th
         taken = store.task_claim(queues=["q"], owner="thief", limit=1, lease_ttl=60)
         assert [c.epoch for c in taken.claimed] == [2]
         wait_until(lambda: stopped, "the handler to be stopped")
-        wait_until(lambda: store.fenced_count("q") == 1, "the fence record")
+        wait_until(lambda: store.fenced_count("q", "fail") == 1, "the fence record")
         stats = bg.stop()
     finally:
         signals.task_fenced.disconnect(on_fenced)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 
 from bench.runner import KINDS, SOAK_DEFAULT, Bench, BenchOptions
 from chaos_project.chaos.campaign import Campaign
@@ -28,6 +29,7 @@ from chaos_project.chaos.harness import ChaosOptions, ChaosRun
 from chaos_project.chaos.report import report_lines, verdict_lines
 from chaos_project.chaos.timeline import timeline_path, write_timeline
 from chaos_project.chaos.verifier import Verdict, verify
+from rivet.dberrors import explain
 from rivet.errors import RivetError
 
 
@@ -394,6 +396,8 @@ class Command(BaseCommand):
             return self._run(options)
         except RivetError as exc:
             raise CommandError(str(exc)) from exc
+        except DatabaseError as exc:  # the queue database: missing, unreachable, not migrated
+            raise CommandError(explain(exc, "default")) from exc
         except KeyboardInterrupt as exc:
             raise CommandError(f"interrupted ({exc}); the run's workers were stopped") from exc
 

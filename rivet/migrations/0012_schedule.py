@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("rivet", "0010_task_trace_context"),
+        ("rivet", "0011_fenced_write_heartbeat"),
     ]
 
     operations = [

@@ -1,0 +1,118 @@
+"""The PostgreSQL store's bulk enqueue: a batch in chunks, each inserted by one statement.
+
+A small chunk goes as one INSERT over arrays; a large one is streamed into the session's
+staging table (COPY) and inserted from there. Rows a key already had (an idempotency key used
+before, a unique job pending) are skipped by the insert and resolved after it, a chunk at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rivet.stores.jsontext import json_text
+from rivet.stores.sql import SqlStore
+from rivet.stores.sqlrows import same_work
+from rivet.values import EnqueueResult, TaskSpec
+
+#: Rows per chunk of a bulk enqueue (a chunk: one COPY, then one INSERT from the stage).
+BULK_CHUNK = 10_000
+#: Smaller chunks go as one INSERT over arrays: no temporary table for the session to create
+#: (a web request on a fresh connection enqueueing three tasks), one round trip.
+COPY_MIN_ROWS = 200
+
+
+class BulkEnqueue(SqlStore):
+    """``task_enqueue_many`` on PostgreSQL's queries (``enqueue_arrays``, ``stage_*``)."""
+
+    def task_enqueue_many(self, specs: Sequence[TaskSpec]) -> list[EnqueueResult]:
+        results: list[EnqueueResult] = []
+        with self._translated("task_enqueue_many"), self._writing() as cursor:
+            for start in range(0, len(specs), BULK_CHUNK):
+                results += self._enqueue_chunk(cursor, specs[start : start + BULK_CHUNK])
+        return results
+
+    def _enqueue_chunk(self, cursor: Any, specs: Sequence[TaskSpec]) -> list[EnqueueResult]:
+        """Insert a chunk in one statement, then resolve the rows a key already had."""
+        if len(specs) >= COPY_MIN_ROWS:
+            row = self._insert_staged(cursor, specs)
+        else:
+            row = self._rows(cursor, "enqueue_arrays", self._arrays(specs))[0]
+        results = [EnqueueResult(task_id=task_id) for task_id in row["ids"]]
+        skipped = [specs[position] for position in row["skipped"]]
+        for position, result in zip(row["skipped"], self._existing(cursor, skipped), strict=True):
+            results[position] = result
+        return results
+
+    def _arrays(self, specs: Sequence[TaskSpec]) -> dict[str, list[Any]]:
+        return {
+            "queues": [spec.queue for spec in specs],
+            "kinds": [spec.kind for spec in specs],
+            "payloads": [spec.payload_param for spec in specs],
+            "idem_keys": [spec.idem_key for spec in specs],
+            "unique_keys": [spec.unique_key for spec in specs],
+            "max_attempts": [spec.max_attempts for spec in specs],
+            "run_ats": [spec.run_at for spec in specs],
+            "delays": [float(spec.delay_secs) for spec in specs],
+            "priorities": [spec.priority for spec in specs],
+            "trace_contexts": [json_text(spec.trace_context) for spec in specs],
+        }
+
+    def _insert_staged(self, cursor: Any, specs: Sequence[TaskSpec]) -> dict[str, Any]:
+        """COPY a chunk into the session's staging table, then insert it in one statement."""
+        cursor.execute(self.queries["stage_open"])
+        with cursor.copy(self.queries["stage_copy"]) as copy:
+            for position, spec in enumerate(specs):
+                copy.write_row(
+                    (
+                        position,
+                        spec.queue,
+                        spec.kind,
+                        spec.payload_param,
+                        spec.idem_key,
+                        spec.unique_key,
+                        spec.max_attempts,
+                        spec.run_at,
+                        float(spec.delay_secs),
+                        spec.priority,
+                        json_text(spec.trace_context),
+                    )
+                )
+        return self._rows(cursor, "stage_insert", {})[0]
+
+    def _existing(self, cursor: Any, specs: list[TaskSpec]) -> list[EnqueueResult]:
+        """The tasks keys already name, for specs a bulk insert skipped; one read per key kind.
+
+        The same rules as ``_find_existing`` (idempotency key first, then the pending unique
+        job), for a whole chunk at once; a spec whose row vanished is enqueued again alone.
+        """
+        if not specs:
+            return []
+        keys = [spec.idem_key for spec in specs if spec.idem_key is not None]
+        by_key = {}
+        if keys:
+            rows = self._rows(cursor, "find_by_idem_keys", {"idem_keys": keys})
+            by_key = {row["idem_key"]: row for row in rows}
+        uniques = [s for s in specs if s.idem_key not in by_key and s.unique_key is not None]
+        by_unique = {}
+        if uniques:
+            params = {
+                "kinds": [spec.kind for spec in uniques],
+                "unique_keys": [spec.unique_key for spec in uniques],
+            }
+            rows = self._rows(cursor, "find_unique_pending_many", params)
+            by_unique = {(row["kind"], row["unique_key"]): row["id"] for row in rows}
+        return [self._resolve(cursor, spec, by_key, by_unique) for spec in specs]
+
+    def _resolve(
+        self,
+        cursor: Any,
+        spec: TaskSpec,
+        by_key: dict[str, dict[str, Any]],
+        by_unique: dict[tuple[str, str], int],
+    ) -> EnqueueResult:
+        if spec.idem_key is not None and spec.idem_key in by_key:
+            return same_work(spec, by_key[spec.idem_key])
+        if spec.unique_key is not None and (spec.kind, spec.unique_key) in by_unique:
+            return EnqueueResult(task_id=by_unique[(spec.kind, spec.unique_key)], duplicate=True)
+        return self._enqueue_one(cursor, spec)

@@ -1,0 +1,85 @@
+"""The PostgreSQL store's wake-up: a connection of its own that LISTENs for enqueues.
+
+An enqueue (and a retry due at once) calls ``pg_notify`` with its queue's name; an idle worker
+waits here instead of polling, and polls again when the connection cannot listen.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from rivet import logs
+
+
+class WakeupListener:
+    """A dedicated autocommit connection that LISTENs for enqueue notifications.
+
+    It is opened on the first wait and kept, so notifications sent while the worker is busy
+    are buffered and wake the next wait at once. Any connection error closes it; the next
+    wait reconnects. A wait that cannot listen sleeps out its timeout: polling is the fallback.
+    """
+
+    def __init__(self, params: Callable[[], dict[str, Any]], listen: str) -> None:
+        """``params``: psycopg.connect's keyword arguments; ``listen``: the LISTEN query text."""
+        self._params = params
+        self._listen = listen
+        self._lock = threading.Lock()
+        self._conn: psycopg.Connection | None = None
+        self._channel = ""
+
+    def wait(self, queues: Sequence[str], timeout: float, channel: str) -> bool:
+        """True when a notification for one of ``queues`` arrives within ``timeout`` seconds."""
+        deadline = time.monotonic() + max(float(timeout), 0.0)
+        with self._lock:
+            try:
+                return self._wait_locked(set(queues), deadline, channel)
+            except psycopg.Error as exc:
+                logs.event(
+                    "listener_failed",
+                    logging.WARNING,
+                    error=" ".join(str(exc).split()),
+                    fallback="polling",
+                )
+                self._close_locked()
+        time.sleep(max(deadline - time.monotonic(), 0.0))
+        return False
+
+    def _wait_locked(self, queues: set[str], deadline: float, channel: str) -> bool:
+        conn = self._connection(channel)
+        while True:
+            remaining = max(deadline - time.monotonic(), 0.0)
+            for note in conn.notifies(timeout=remaining, stop_after=1):
+                if note.payload in queues:
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+
+    def _connection(self, channel: str) -> psycopg.Connection:
+        if self._conn is not None and (self._conn.closed or self._channel != channel):
+            self._close_locked()
+        if self._conn is None:
+            conn = psycopg.connect(**self._params(), autocommit=True)
+            try:
+                conn.execute(sql.SQL(self._listen).format(channel=sql.Identifier(channel)))
+            except psycopg.Error:
+                conn.close()
+                raise
+            self._conn, self._channel = conn, channel
+        return self._conn
+
+    def close(self) -> None:
+        """Close the listening connection (a later wait opens a new one)."""
+        with self._lock:
+            self._close_locked()
+
+    def _close_locked(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()

@@ -20,6 +20,7 @@ _EXPORTS = {
     "get_task": "rivet.producer",
     "cancel": "rivet.producer",
     "job": "rivet.jobs",
+    "cron": "rivet.schedules.declare",
     "JobContext": "rivet.jobs",
     "EnqueueResult": "rivet.values",
     "TaskRecord": "rivet.values",
@@ -38,6 +39,7 @@ __all__ = [
     "get_task",
     "cancel",
     "job",
+    "cron",
     "JobContext",
     "EnqueueResult",
     "TaskRecord",
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
     from rivet.errors import IdempotencyMismatch, InvalidInput, LeaseLost, Permanent, RivetError
     from rivet.jobs import JobContext, job
     from rivet.producer import cancel, enqueue, enqueue_many, get_task
+    from rivet.schedules.declare import cron
     from rivet.values import CancelOutcome, EnqueueResult, TaskRecord
 
 else:  # a type checker sees the imports above; a name that is not one is a type error

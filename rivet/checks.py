@@ -26,7 +26,7 @@ _STORES = ("auto", "memory", "sqlite", "postgres")
 MAX_ERRORS_KEPT_LIMIT = 1000
 
 #: The settings that are True or False.
-_FLAGS = ("ALLOW_UNKNOWN_KINDS", "FAILPOINTS")
+_FLAGS = ("ALLOW_UNKNOWN_KINDS", "FAILPOINTS", "SCHEDULER")
 
 
 def under_test() -> bool:

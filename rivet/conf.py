@@ -55,6 +55,9 @@ DEFAULTS: dict[str, Any] = {
     "METRICS_TOKEN": None,
     # Whether workers honour RIVET_FAILPOINT (rivet.failpoints): only for tests and chaos runs.
     "FAILPOINTS": False,
+    # Whether workers enqueue the due ticks of schedules (rivet.schedules): every worker may;
+    # turn it off for workers that should only run tasks.
+    "SCHEDULER": True,
 }
 """Every key of ``settings.RIVET`` with its default; a key not here is refused (rivet.E001)."""
 

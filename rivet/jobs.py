@@ -8,12 +8,13 @@ kind, so prefix by domain (``billing.invoice``) and keep it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from rivet.errors import InvalidInput, LeaseLost, UnknownJob, UnknownKind
+from rivet.schedules.declare import CronSchedule, code_schedules
 from rivet.stores import resolve_store
 from rivet.stores.base import Store
 from rivet.validation import Limits, build_spec, check_name
@@ -233,11 +234,13 @@ def job(
     priority: int = 0,
     unique: Callable[[Any], str | None] | None = None,
     failed: FailedHook | None = None,
+    schedules: Sequence[CronSchedule] = (),
     registry: JobRegistry = registry,
 ) -> JobDecorator:
     """Register a function ``fn(context)`` or a class with ``handle(self, context)``.
 
     A class may also define ``failed(self, context, error)``, run once after the last attempt.
+    ``schedules``: ``rivet.cron(...)`` values; workers enqueue a task of this kind at each tick.
     The decorated name becomes the ``JobDefinition``, typed after the function (or ``handle``).
     """
     return JobDecorator(
@@ -248,6 +251,7 @@ def job(
         priority=priority,
         unique=unique,
         failed=failed,
+        schedules=tuple(schedules),
         registry=registry,
     )
 
@@ -263,6 +267,7 @@ class JobDecorator:
     priority: int
     unique: Callable[[Any], str | None] | None
     failed: FailedHook | None
+    schedules: tuple[CronSchedule, ...]
     registry: JobRegistry
 
     @overload
@@ -288,7 +293,10 @@ class JobDecorator:
             failed=hook,
             unique=self.unique,
         )
-        return self.registry.register(definition)
+        registered = self.registry.register(definition)
+        if self.schedules:
+            code_schedules.add(self.name, list(self.schedules))
+        return registered
 
 
 #: The options of an enqueue besides its kind and payload (``using`` picks the store).

@@ -138,3 +138,9 @@ class FencedWrite(models.Model):
 
     def __str__(self) -> str:
         return f"fenced {self.op} on task {self.task_id} (epoch {self.epoch})"
+
+
+# The Schedule table lives with the scheduler (rivet.schedules); Django finds it through here.
+from rivet.schedules.models import Schedule  # noqa: E402
+
+__all__ = ["DeadLetter", "FencedWrite", "Schedule", "Task"]

@@ -13,7 +13,7 @@ from rivet.errors import RivetConfigError
 app_name = "rivet"
 
 try:
-    from rivet.api import meta, views
+    from rivet.api import meta, schedules, views
 except RivetConfigError as missing:
     MISSING_API: RivetConfigError | None = missing
 else:
@@ -53,6 +53,21 @@ else:
             "dead-letters/<str:task_id>/requeue/",
             views.DeadLetterRequeueView.as_view(),
             name="dead-letter-requeue",
+        ),
+        path("schedules/", schedules.ScheduleListView.as_view(), name="schedule-list"),
+        path(
+            "schedules/<str:name>/", schedules.ScheduleDetailView.as_view(), name="schedule-detail"
+        ),
+        path("schedules/<str:name>/run/", schedules.ScheduleRunView.as_view(), name="schedule-run"),
+        path(
+            "schedules/<str:name>/pause/",
+            schedules.SchedulePauseView.as_view(),
+            name="schedule-pause",
+        ),
+        path(
+            "schedules/<str:name>/resume/",
+            schedules.ScheduleResumeView.as_view(),
+            name="schedule-resume",
         ),
         path("metrics/", meta.MetricsView.as_view(), name="metrics"),
         path("schema/", meta.SchemaView.as_view(), name="schema"),

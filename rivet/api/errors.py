@@ -41,7 +41,10 @@ ERROR_CODES: dict[str, tuple[tuple[int, ...], str]] = {
     "not_authenticated": ((401, 403), "no credentials were given"),
     "authentication_failed": ((401, 403), "the credentials (or the metrics token) are wrong"),
     "permission_denied": ((403,), "the user lacks the rivet permission the endpoint needs"),
-    "not_found": ((404,), "no task with that id (or not a dead letter), or a bad cursor"),
+    "not_found": (
+        (404,),
+        "no task with that id (or not a dead letter), no schedule of that name, or a bad cursor",
+    ),
     "method_not_allowed": ((405,), "the endpoint does not answer that method"),
     "not_acceptable": ((406,), "no renderer for the Accept header"),
     "not_dead": ((409,), "the task is not in the dead letters (pending or done)"),

@@ -48,7 +48,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import close_old_connections, connections
 
@@ -70,6 +70,9 @@ from rivet.worker.pool import HandlerPool
 from rivet.worker.process import default_owner
 from rivet.worker.prune import Pruner
 from rivet.worker.settle import Outcome, Settler
+
+if TYPE_CHECKING:
+    from rivet.schedules.scheduler import Scheduler
 
 EXIT_OK = 0
 EXIT_STORE_ERROR = 1  # --once could not claim: the database failed
@@ -115,12 +118,14 @@ class Worker:
         failpoints: Failpoints | None = None,
         metrics: bool = False,
         pruner: Pruner | None = None,
+        scheduler: Scheduler | None = None,
     ) -> None:
         """``config`` says what to do; the rest are the collaborators it is done with.
 
         ``retry_policy``: the config's unless given (a test's random source); ``metrics``:
         count into Prometheus counters (rivet_worker serves them on --metrics-port);
-        ``pruner``: retention, on a thread of its own (``rivet.worker.prune``).
+        ``pruner``: retention, on a thread of its own (``rivet.worker.prune``);
+        ``scheduler``: enqueues due schedule ticks, on a thread of its own (``rivet.schedules``).
         """
         self.config = config
         self.store = store
@@ -131,6 +136,7 @@ class Worker:
         self.clock = clock
         self.failpoints = failpoints or active()
         self.pruner = pruner
+        self.scheduler = scheduler
         self.guard = Guard(
             store=store,
             lease_ttl=self.config.lease_ttl,
@@ -194,6 +200,8 @@ class Worker:
         self.handlers.start()
         if self.pruner is not None:
             self.pruner.start()
+        if self.scheduler is not None:
+            self.scheduler.start()
         listener = self._start_listener()
         try:
             self._loop()
@@ -207,6 +215,8 @@ class Worker:
             self.guard.close()
             if self.pruner is not None:
                 self.pruner.close()
+            if self.scheduler is not None:
+                self.scheduler.close()
             connections.close_all()
         code = EXIT_ABANDONED if (stranded or self._gave_up) else self._exit_code
         stats = WorkerStats(**self.counts, exit_code=code)

@@ -183,3 +183,66 @@ def test_a_reader_without_the_requeue_permission_cannot_requeue(
     assert seen["forged_status"] == 403
     assert Task.objects.get(pk=target).state == "dead"
     assert not LogEntry.objects.exists()
+
+
+def test_an_operator_edits_a_schedule_and_a_code_schedule_stays_read_only(
+    live_server, in_browser, screenshot_dir
+):
+    from rivet.models import Schedule
+    from rivet.schedules.scheduler import sync_code_schedules
+
+    perms = ["rivet.view_schedule", "rivet.add_schedule", "rivet.change_schedule"]
+    UserFactory(username="operator", permissions=[*perms, "rivet.run_schedule"])
+    made = Schedule.objects.create(
+        name="nightly-invoices", kind="noop", cron="0 2 * * *", timezone="Europe/Berlin"
+    )
+    code = {"name": "cleanup", "kind": "noop", "cron": "*/15 * * * *", "timezone": "UTC"}
+    code |= {"queue": None, "priority": None, "payload": {}, "missed": "latest", "max_missed": 100}
+    sync_code_schedules([code], alias="default")
+    changelist = reverse("admin:rivet_schedule_changelist")
+    edit = reverse("admin:rivet_schedule_change", args=[made.pk])
+    code_page = reverse(
+        "admin:rivet_schedule_change", args=[Schedule.objects.get(name="cleanup").pk]
+    )
+
+    def steps(page):
+        seen = {}
+        log_in(page, live_server.url, "operator", changelist)
+        seen["listed"] = page.locator("#result_list tbody th.field-name").all_inner_texts()
+        page.screenshot(path=screenshot_dir / "admin-schedules.png", full_page=True)
+        page.goto(f"{live_server.url}{edit}")
+        page.fill("#id_cron", "30 3 * * 1-5")
+        page.select_option("#id_missed", "all")
+        page.fill("#id_payload", '{"region": "eu"}')
+        page.click('input[name="_save"]')
+        page.wait_for_url(f"{live_server.url}{changelist}")
+        seen["message"] = page.locator(MESSAGES).first.inner_text()
+        row = page.locator("#result_list tbody tr", has_text="nightly-invoices")
+        seen["cron"] = row.locator("td.field-cron").inner_text()
+        seen["next_run"] = row.locator("td.field-next_run").inner_text()
+        page.goto(f"{live_server.url}{code_page}")
+        seen["code_cron_inputs"] = page.locator("#id_cron").count()
+        seen["code_enabled_inputs"] = page.locator("#id_enabled").count()
+        page.screenshot(path=screenshot_dir / "admin-schedule-code.png", full_page=True)
+        page.goto(f"{live_server.url}{changelist}")
+        page.check(f'input[name="_selected_action"][value="{made.pk}"]')
+        page.select_option('select[name="action"]', "pause")
+        page.click('button[name="index"]')
+        seen["paused"] = page.locator(MESSAGES).first.inner_text()
+        return seen
+
+    seen = in_browser(steps)
+
+    assert seen["listed"] == ["cleanup", "nightly-invoices"]
+    assert "was changed successfully" in seen["message"]
+    assert seen["cron"] == "30 3 * * 1-5"
+    assert seen["next_run"].endswith(("03:30:00+01:00", "03:30:00+02:00"))
+    assert (seen["code_cron_inputs"], seen["code_enabled_inputs"]) == (0, 1)
+    assert seen["paused"] == "1 schedule(s) paused"
+    made.refresh_from_db()
+    assert (made.cron, made.missed, made.payload, made.enabled) == (
+        "30 3 * * 1-5",
+        "all",
+        {"region": "eu"},
+        False,
+    )

@@ -200,7 +200,14 @@ def every_rivet_command(project: Project, extras: str) -> None:
         assert sorted(name for name in listed if name.startswith("rivet_")) == sorted(COMMANDS)
 
 
-COMMANDS = ("rivet_dlq", "rivet_enqueue", "rivet_prune", "rivet_stats", "rivet_worker")
+COMMANDS = (
+    "rivet_dlq",
+    "rivet_enqueue",
+    "rivet_prune",
+    "rivet_schedule",
+    "rivet_stats",
+    "rivet_worker",
+)
 
 
 def create_superuser(project: Project) -> None:

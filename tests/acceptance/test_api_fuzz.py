@@ -31,11 +31,14 @@ from schemathesis import GenerationMode
 from schemathesis.checks import CHECKS, load_all_checks
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
+from rivet.models import Schedule
 from tests.factories import UserFactory, task_in
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 
-OPERATIONS = 12  # tasks: list, enqueue, bulk, get, cancel; queues x3, dead letters x3, metrics
+# tasks: list, enqueue, bulk, get, cancel; queues x3, dead letters x3, metrics; schedules:
+# list, get, run, pause, resume
+OPERATIONS = 17
 CASES = int(os.environ.get("RIVET_FUZZ_CASES", "1000"))
 DERANDOMIZE = os.environ.get("RIVET_FUZZ_SEED", "fixed") != "random"
 # Given explicitly to each call, so schemathesis's auth check also sends each case without it
@@ -51,6 +54,9 @@ PERMS = [
     "rivet.requeue_deadletter",
     "rivet.purge_deadletter",
     "rivet.cancel_task",
+    "rivet.view_schedule",
+    "rivet.change_schedule",
+    "rivet.run_schedule",
 ]
 
 
@@ -63,6 +69,7 @@ def fuzz_session(live_server) -> requests.Session:
         task_in("default", queue="default", dead=True, idem_key=f"fuzz-dead-{n}")
         task_in("default", queue="default", attempts=3, max_attempts=3)
         task_in("default", queue="default", lease_owner="fuzz-worker", visible_at=leased_until)
+    Schedule.objects.create(name="fuzz-nightly", kind="noop", cron="0 3 * * *")
     return requests.Session()
 
 

@@ -113,6 +113,7 @@ def test_the_wheel_ships_rivet_only_with_its_data_files(dist):
     core = sorted(r for r in requires if "extra ==" not in r)
     assert [re.split(r"[<>=;]", r)[0] for r in core] == [
         "Django",
+        "cronsim",
         "django-tasks",
         "psycopg",
     ], core

@@ -59,6 +59,11 @@ OPERATIONS = {
     ("post", "/rivet/dead-letters/{task_id}/requeue/"): {"200", "401", "403", "404", "409", "503"},
     ("delete", "/rivet/dead-letters/{task_id}/"): {"204", "401", "403", "404", "409", "503"},
     ("get", "/rivet/metrics/"): {"200", "401", "403", "501", "503"},
+    ("get", "/rivet/schedules/"): {"200", "401", "403", "503"},
+    ("get", "/rivet/schedules/{name}/"): {"200", "401", "403", "404", "503"},
+    ("post", "/rivet/schedules/{name}/run/"): {"200", "401", "403", "404", "503"},
+    ("post", "/rivet/schedules/{name}/pause/"): {"200", "401", "403", "404", "503"},
+    ("post", "/rivet/schedules/{name}/resume/"): {"200", "401", "403", "404", "503"},
 }
 
 

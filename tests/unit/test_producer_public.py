@@ -83,6 +83,7 @@ PUBLIC_NAMES = {
     "get_task",
     "cancel",
     "job",
+    "cron",
     "JobContext",
     "EnqueueResult",
     "TaskRecord",

@@ -59,7 +59,9 @@ def enqueue(store: MemoryStore, kind: str, payload=None, queue: str = "q", **opt
 
 
 #: Worker keyword arguments that are collaborators, not configuration.
-COLLABORATORS = frozenset({"registry", "retry_policy", "clock", "failpoints", "metrics", "pruner"})
+COLLABORATORS = frozenset(
+    {"registry", "retry_policy", "clock", "failpoints", "metrics", "pruner", "scheduler"}
+)
 
 
 def make_worker(store: MemoryStore, jobs: JobRegistry, **options) -> Worker:

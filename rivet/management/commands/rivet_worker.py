@@ -23,6 +23,8 @@ from rivet.errors import RivetConfigError
 from rivet.extras import require
 from rivet.failpoints import Failpoints, from_settings, install
 from rivet.management.base import EXIT_UNAVAILABLE, RivetCommand
+from rivet.schedules.declare import code_schedules
+from rivet.schedules.scheduler import Scheduler
 from rivet.stores.base import Store
 from rivet.worker import EXIT_STORE_ERROR, Worker
 from rivet.worker.config import WorkerConfig
@@ -150,6 +152,20 @@ def build_worker(config: WorkerConfig, *, failpoints: Failpoints) -> Worker:
         failpoints=failpoints,
         metrics=config.metrics_port is not None,
         pruner=build_pruner(store, config),
+        scheduler=build_scheduler(store, config),
+    )
+
+
+def build_scheduler(store: Store, config: WorkerConfig) -> Scheduler | None:
+    """The schedule thread, unless RIVET['SCHEDULER'] is off or the worker runs --once."""
+    if not rivet_settings.SCHEDULER or config.once:
+        return None
+    return Scheduler(
+        store=store,
+        alias=store.using or rivet_settings.DATABASE_ALIAS,
+        definitions=code_schedules.all,
+        every=config.poll_interval,
+        owner=config.owner or "",
     )
 
 

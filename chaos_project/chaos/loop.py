@@ -373,7 +373,7 @@ class ChaosLoop:
             return
         ids = [task for z in self.open if z.phase is Phase.STOPPED for task in z.held]
         rows = self._rows(queries.TASK_EPOCHS, {"ids": ids}) if ids else []
-        epochs = {task: (epoch, attempts, state) for task, epoch, attempts, state in rows}
+        epochs = {row[0]: tuple(row[1:]) for row in rows}
         owners = [z.owner for z in self.open if z.phase is Phase.WOKEN]
         ops: dict[str, dict[tuple[int, int], set[str]]] = {}
         if owners:

@@ -141,12 +141,20 @@ class Zombie:
         return now - self.first_reclaim_at >= PAUSE_WAIT_SECS
 
     def _claimed_since(
-        self, task: int, epoch: int, now_epoch: int, now_attempts: int, state: str = "pending"
+        self,
+        task: int,
+        epoch: int,
+        now_epoch: int,
+        now_attempts: int,
+        state: str = "pending",
+        settled_by: str | None = None,
     ) -> bool:
         """Another worker claimed the task, or something finished it (a claim's burial, a
-        cancel) while this zombie could not write."""
+        cancel) while this zombie could not write. A task its own write finished (a flush sent
+        just before the stop that committed after the harness read what it held, on a busy
+        server) was not taken from it: it simply holds it no more."""
         if state != "pending":
-            return True
+            return not (settled_by == self.owner and now_epoch == epoch)
         if task in self.attempts:
             return now_attempts > self.attempts[task]
         return now_epoch > epoch

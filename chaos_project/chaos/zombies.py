@@ -86,6 +86,9 @@ class Zombie:
     pinned_holders: dict[int, str] = field(default_factory=dict)
     """{task id: the owner of the new holder that was stopped}."""
     pinned_at: float | None = None
+    paused_task_cancelled: bool = False
+    """The harness cancelled the task of its decided write (a zombie paused at
+    ``after_error_before_fail``: the state guard's case)."""
     paused_write_failed: bool = False
     """A zombie paused at a heartbeat whose heartbeat, once woken, failed to reach the database
     (``heartbeat_failed`` in its log): nothing could refuse it, so the refusal of the write that

@@ -15,8 +15,10 @@ so a chaos run that failed can be repeated. The points, in the order a task meet
 - ``after_ack``: the task is done.
 
 ``after_error_before_retry`` and ``after_error_before_bury`` fire at the same moment as
-``after_error_before_fail``, each only when the decision is a retry (or a burial): a pause
-there holds that one kind of late write.
+``after_error_before_fail``, each only for its own kind of decision: a pause there holds that
+one kind of late write. ``after_error_before_bury`` fires only for a burial with attempts left
+(``rivet.Permanent``): a task at its last attempt is buried by the next claim once its lease
+lapses, never taken by another worker, so a late burial of it never meets another's lease.
 
 Two points fire at a write of several tasks rather than at one task's step:
 

@@ -41,6 +41,8 @@ MAX_ARMED = 1
 SETTLE_SECS = 0.3
 #: How the drain measures progress, and how often.
 PROGRESS_EVERY_SECS = 1.0
+#: A zombie paused here has its decided write's task cancelled while it sleeps (see cancel_one).
+STATE_GUARD_POINT = "after_error_before_fail"
 #: An operator's cancel every this many seconds of the chaos, through ``rivet.cancel`` (the path
 #: the admin, the API and ``rivet_dlq cancel`` take): in turn a task a working worker holds (its
 #: handler may finish before its heartbeat sees the mark: the store must bury it anyway, never
@@ -273,10 +275,26 @@ class ChaosLoop:
 
     def cancel_one(self) -> None:
         """Cancel one leased task as an operator would: in turn one a working worker holds and
-        one a stopped zombie holds (when no zombie holds one, a working worker's). Never the
-        task of a paused zombie's decided write: that write must meet the task under another
-        worker's lease (the epoch guard's case), not a task the cancel finished."""
+        one a stopped zombie holds (when no zombie holds one, a working worker's).
+
+        The task of a paused zombie's decided write is left alone (that write must meet the
+        task under another worker's lease: the epoch guard's case), except for a zombie paused
+        at ``after_error_before_fail`` (``STATE_GUARD_POINT``): its task is cancelled first,
+        once, so the next claim buries it at the zombie's own epoch and the late write meets a
+        finished task, which only the settle statement's state guard refuses.
+        """
         self.cancels_sent += 1
+        for z in self.open:
+            if (
+                z.phase is Phase.STOPPED
+                and z.pause_point == STATE_GUARD_POINT
+                and not z.paused_task_cancelled
+            ):
+                targets = [t for t in z.paused_tasks if t in z.held and t not in z.reclaimed]
+                z.paused_task_cancelled = True
+                if targets:
+                    self._cancel(targets[0])
+                    return
         zombie_tasks = [
             task
             for z in self.open
@@ -293,6 +311,9 @@ class ChaosLoop:
             if not picks:
                 return
             task = picks[0]
+        self._cancel(task)
+
+    def _cancel(self, task: int) -> None:
         outcome = cancel(task, using="default")
         self.outcome.cancels[outcome.value] += 1
         self.fleet.log.add("cancel", task=task, outcome=outcome.value)
@@ -373,7 +394,7 @@ class ChaosLoop:
             return
         ids = [task for z in self.open if z.phase is Phase.STOPPED for task in z.held]
         rows = self._rows(queries.TASK_EPOCHS, {"ids": ids}) if ids else []
-        epochs = {task: (epoch, attempts, state) for task, epoch, attempts, state in rows}
+        epochs = {row[0]: tuple(row[1:]) for row in rows}
         owners = [z.owner for z in self.open if z.phase is Phase.WOKEN]
         ops: dict[str, dict[tuple[int, int], set[str]]] = {}
         if owners:

@@ -43,15 +43,15 @@ PAUSE_POINT_BURY = "after_error_before_bury"
 PAUSE_POINT_FLUSH = "before_flush"
 #: Where a pausing zombie stops itself just before a heartbeat.
 PAUSE_POINT_HEARTBEAT = "before_heartbeat"
-#: The points pausing zombies stop at, in turn: an ack, a retry, a batch of decisions, a
-#: heartbeat and a burial (each late write meets the guard of its own kind), then a failure of
-#: either kind (whose late write may also meet a task a claim buried meanwhile).
+#: The points pausing zombies stop at, in turn: an ack, a retry, a burial, a batch of decisions
+#: and a heartbeat (each late write meets the guard of its own kind), then a failure of either
+#: kind (whose late write may also meet a task a claim buried meanwhile).
 PAUSE_POINTS = (
     PAUSE_POINT,
     PAUSE_POINT_RETRY,
+    PAUSE_POINT_BURY,
     PAUSE_POINT_FLUSH,
     PAUSE_POINT_HEARTBEAT,
-    PAUSE_POINT_BURY,
     PAUSE_POINT_FAIL,
 )
 

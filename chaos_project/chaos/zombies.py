@@ -86,6 +86,9 @@ class Zombie:
     pinned_holders: dict[int, str] = field(default_factory=dict)
     """{task id: the owner of the new holder that was stopped}."""
     pinned_at: float | None = None
+    paused_task_cancelled: bool = False
+    """The harness cancelled the task of its decided write (a zombie paused at
+    ``after_error_before_fail``: the state guard's case)."""
     paused_write_failed: bool = False
     """A zombie paused at a heartbeat whose heartbeat, once woken, failed to reach the database
     (``heartbeat_failed`` in its log): nothing could refuse it, so the refusal of the write that
@@ -141,12 +144,20 @@ class Zombie:
         return now - self.first_reclaim_at >= PAUSE_WAIT_SECS
 
     def _claimed_since(
-        self, task: int, epoch: int, now_epoch: int, now_attempts: int, state: str = "pending"
+        self,
+        task: int,
+        epoch: int,
+        now_epoch: int,
+        now_attempts: int,
+        state: str = "pending",
+        settled_by: str | None = None,
     ) -> bool:
         """Another worker claimed the task, or something finished it (a claim's burial, a
-        cancel) while this zombie could not write."""
+        cancel) while this zombie could not write. A task its own write finished (a flush sent
+        just before the stop that committed after the harness read what it held, on a busy
+        server) was not taken from it: it simply holds it no more."""
         if state != "pending":
-            return True
+            return not (settled_by == self.owner and now_epoch == epoch)
         if task in self.attempts:
             return now_attempts > self.attempts[task]
         return now_epoch > epoch

@@ -41,7 +41,12 @@ WHERE queue = %(queue)s AND state = 'pending' AND lease_owner = %(owner)s
 #: The lease epoch, attempts and state of each of these tasks. Every claim, by anyone, adds one
 #: to attempts (whatever it does to the epoch), so a rise in attempts is a claim; a state other
 #: than pending is a task finished without its holder (a claim's burial, a cancel).
-TASK_EPOCHS = "SELECT id, lease_epoch, attempts, state FROM rivet_task WHERE id = ANY(%(ids)s)"
+#: The owner that settled a finished task tells a zombie's own write, sent just before it
+#: stopped and committed late on a busy server, from a claim's burial or a cancel.
+TASK_EPOCHS = """
+SELECT id, lease_epoch, attempts, state, settled_by
+FROM rivet_task WHERE id = ANY(%(ids)s)
+"""
 
 #: Tasks for an operator's cancel: the newest live leases of chaos tasks not yet cancelled.
 CANCEL_PICK = """

@@ -190,8 +190,11 @@ class Settler:
         task = attempt.claimed.task_id
         self.failpoints.fire("after_error_before_fail", task=task)
         if self.failpoints.armed:
-            which = "bury" if isinstance(decision, Bury) else "retry"
-            self.failpoints.fire(f"after_error_before_{which}", task=task)
+            claimed = attempt.claimed
+            if not isinstance(decision, Bury):
+                self.failpoints.fire("after_error_before_retry", task=task)
+            elif claimed.attempt < claimed.max_attempts:
+                self.failpoints.fire("after_error_before_bury", task=task)
         self._queue(attempt, decision, error=error, exc=exc)
 
     # -- queueing and flushing decisions ----------------------------------------------------

@@ -259,3 +259,15 @@ def test_a_failed_heartbeat_is_read_after_the_pause_only(tmp_path) -> None:
     with log.open("a") as out:
         out.write('{"event": "heartbeat_failed", "error": "OperationalError"}\n')
     assert heartbeat_failed_after_pause(log)
+
+
+def test_a_task_its_own_late_committing_write_finished_was_not_taken_from_it() -> None:
+    """SIGSTOPped while its flush was in flight: the ack committed after the harness read what
+    it held. The task is done by its own write at its own epoch: nothing was taken."""
+    z = zombie()
+    seen = {17: (1, 1, "done", "chaos-w1-g2"), 18: (3, 3, "pending", None)}
+    assert not z.observe_epochs(seen, 101.0, give_up=LIMIT)
+    assert z.reclaimed == {}
+    buried = {17: (1, 1, "dead", ""), 18: (3, 3, "pending", None)}  # a claim's burial
+    assert z.observe_epochs(buried, 101.5, give_up=LIMIT)
+    assert z.reclaimed == {17: 1}

@@ -7,6 +7,7 @@ resuming ``rivet.change_schedule``, running now ``rivet.run_schedule``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter
@@ -14,7 +15,7 @@ from rest_framework import serializers
 from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 
-from rivet.api.schema import _errors, rivet_schema
+from rivet.api.schema import _errors, action_schema, rivet_schema
 from rivet.api.serializers import name_schema
 from rivet.api.views import RivetView
 from rivet.schedules import operate
@@ -76,29 +77,29 @@ get_schedule = rivet_schema(
     parameters=[NAME],
     responses={200: ScheduleSerializer, **_errors(404)},
 )
-run_schedule = rivet_schema(
+run_schedule = action_schema(
+    404,
     operation_id="rivet_schedules_run",
     summary="Enqueue one task of the schedule now (its ticks go on as before)",
     description="As `rivet_schedule run`. Needs `rivet.run_schedule`.",
-    parameters=[NAME],
-    request=None,
-    responses={200: RunNowSerializer, **_errors(404)},
+    parameter=NAME,
+    response=RunNowSerializer,
 )
-pause_schedule = rivet_schema(
+pause_schedule = action_schema(
+    404,
     operation_id="rivet_schedules_pause",
     summary="Stop the schedule's ticks; none is owed for the pause",
     description="As `rivet_schedule pause`. Needs `rivet.change_schedule`.",
-    parameters=[NAME],
-    request=None,
-    responses={200: ScheduleSerializer, **_errors(404)},
+    parameter=NAME,
+    response=ScheduleSerializer,
 )
-resume_schedule = rivet_schema(
+resume_schedule = action_schema(
+    404,
     operation_id="rivet_schedules_resume",
     summary="Start a paused schedule again, owing the ticks after now",
     description="As `rivet_schedule resume`. Needs `rivet.change_schedule`.",
-    parameters=[NAME],
-    request=None,
-    responses={200: ScheduleSerializer, **_errors(404)},
+    parameter=NAME,
+    response=ScheduleSerializer,
 )
 
 
@@ -146,23 +147,27 @@ class ScheduleRunView(ScheduleView):
         return Response({"schedule": schedule.name, "task_id": result.task_id})
 
 
-class SchedulePauseView(ScheduleView):
-    """``POST``: pause the schedule."""
+class ScheduleChangeView(ScheduleView):
+    """``POST``: pause or resume the schedule, answering with it as it is now."""
 
     permissions_by_method = {"POST": CHANGE}
+
+    def change(self, verb: Callable[..., operate.Changed], name: str) -> Response:
+        done = verb(self.find(name).name, alias=self.get_alias())
+        return Response(shown(done.schedule, self.get_alias()))
+
+
+class SchedulePauseView(ScheduleChangeView):
+    """``POST``: pause the schedule."""
 
     @pause_schedule
     def post(self, request, name: str, *args, **kwargs) -> Response:
-        done = operate.pause(self.find(name).name, alias=self.get_alias())
-        return Response(shown(done.schedule, self.get_alias()))
+        return self.change(operate.pause, name)
 
 
-class ScheduleResumeView(ScheduleView):
+class ScheduleResumeView(ScheduleChangeView):
     """``POST``: resume the schedule."""
-
-    permissions_by_method = {"POST": CHANGE}
 
     @resume_schedule
     def post(self, request, name: str, *args, **kwargs) -> Response:
-        done = operate.resume(self.find(name).name, alias=self.get_alias())
-        return Response(shown(done.schedule, self.get_alias()))
+        return self.change(operate.resume, name)

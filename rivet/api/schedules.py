@@ -8,7 +8,7 @@ resuming ``rivet.change_schedule``, running now ``rivet.run_schedule``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
@@ -21,6 +21,8 @@ from rivet.api.views import RivetView
 from rivet.schedules import operate
 from rivet.schedules.models import Schedule
 from rivet.validation import check_name
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 VIEW, CHANGE, RUN = "rivet.view_schedule", "rivet.change_schedule", "rivet.run_schedule"
 
@@ -77,29 +79,31 @@ get_schedule = rivet_schema(
     parameters=[NAME],
     responses={200: ScheduleSerializer, **_errors(404)},
 )
-run_schedule = action_schema(
-    404,
-    operation_id="rivet_schedules_run",
-    summary="Enqueue one task of the schedule now (its ticks go on as before)",
-    description="As `rivet_schedule run`. Needs `rivet.run_schedule`.",
-    parameter=NAME,
-    response=RunNowSerializer,
+
+
+def schedule_action(verb: str, summary: str, permission: str, response: Any) -> Callable[[F], F]:
+    """The schema of ``POST schedules/<name>/<verb>/``, as ``rivet_schedule <verb>``."""
+    return action_schema(
+        404,
+        operation_id=f"rivet_schedules_{verb}",
+        summary=summary,
+        description=f"As `rivet_schedule {verb}`. Needs `{permission}`.",
+        parameter=NAME,
+        response=response,
+    )
+
+
+run_schedule = schedule_action(
+    "run", "Enqueue one task of the schedule now (its ticks go on as before)", RUN, RunNowSerializer
 )
-pause_schedule = action_schema(
-    404,
-    operation_id="rivet_schedules_pause",
-    summary="Stop the schedule's ticks; none is owed for the pause",
-    description="As `rivet_schedule pause`. Needs `rivet.change_schedule`.",
-    parameter=NAME,
-    response=ScheduleSerializer,
+pause_schedule = schedule_action(
+    "pause", "Stop the schedule's ticks; none is owed for the pause", CHANGE, ScheduleSerializer
 )
-resume_schedule = action_schema(
-    404,
-    operation_id="rivet_schedules_resume",
-    summary="Start a paused schedule again, owing the ticks after now",
-    description="As `rivet_schedule resume`. Needs `rivet.change_schedule`.",
-    parameter=NAME,
-    response=ScheduleSerializer,
+resume_schedule = schedule_action(
+    "resume",
+    "Start a paused schedule again, owing the ticks after now",
+    CHANGE,
+    ScheduleSerializer,
 )
 
 

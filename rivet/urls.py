@@ -58,16 +58,13 @@ else:
         path(
             "schedules/<str:name>/", schedules.ScheduleDetailView.as_view(), name="schedule-detail"
         ),
-        path("schedules/<str:name>/run/", schedules.ScheduleRunView.as_view(), name="schedule-run"),
-        path(
-            "schedules/<str:name>/pause/",
-            schedules.SchedulePauseView.as_view(),
-            name="schedule-pause",
-        ),
-        path(
-            "schedules/<str:name>/resume/",
-            schedules.ScheduleResumeView.as_view(),
-            name="schedule-resume",
+        *(
+            path(f"schedules/<str:name>/{action}/", view.as_view(), name=f"schedule-{action}")
+            for action, view in (
+                ("run", schedules.ScheduleRunView),
+                ("pause", schedules.SchedulePauseView),
+                ("resume", schedules.ScheduleResumeView),
+            )
         ),
         path("metrics/", meta.MetricsView.as_view(), name="metrics"),
         path("schema/", meta.SchemaView.as_view(), name="schema"),

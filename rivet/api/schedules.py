@@ -7,19 +7,22 @@ resuming ``rivet.change_schedule``, running now ``rivet.run_schedule``.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 
-from rivet.api.schema import _errors, rivet_schema
+from rivet.api.schema import _errors, action_schema, rivet_schema
 from rivet.api.serializers import name_schema
 from rivet.api.views import RivetView
 from rivet.schedules import operate
 from rivet.schedules.models import Schedule
 from rivet.validation import check_name
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 VIEW, CHANGE, RUN = "rivet.view_schedule", "rivet.change_schedule", "rivet.run_schedule"
 
@@ -76,29 +79,31 @@ get_schedule = rivet_schema(
     parameters=[NAME],
     responses={200: ScheduleSerializer, **_errors(404)},
 )
-run_schedule = rivet_schema(
-    operation_id="rivet_schedules_run",
-    summary="Enqueue one task of the schedule now (its ticks go on as before)",
-    description="As `rivet_schedule run`. Needs `rivet.run_schedule`.",
-    parameters=[NAME],
-    request=None,
-    responses={200: RunNowSerializer, **_errors(404)},
+
+
+def schedule_action(verb: str, summary: str, permission: str, response: Any) -> Callable[[F], F]:
+    """The schema of ``POST schedules/<name>/<verb>/``, as ``rivet_schedule <verb>``."""
+    return action_schema(
+        404,
+        operation_id=f"rivet_schedules_{verb}",
+        summary=summary,
+        description=f"As `rivet_schedule {verb}`. Needs `{permission}`.",
+        parameter=NAME,
+        response=response,
+    )
+
+
+run_schedule = schedule_action(
+    "run", "Enqueue one task of the schedule now (its ticks go on as before)", RUN, RunNowSerializer
 )
-pause_schedule = rivet_schema(
-    operation_id="rivet_schedules_pause",
-    summary="Stop the schedule's ticks; none is owed for the pause",
-    description="As `rivet_schedule pause`. Needs `rivet.change_schedule`.",
-    parameters=[NAME],
-    request=None,
-    responses={200: ScheduleSerializer, **_errors(404)},
+pause_schedule = schedule_action(
+    "pause", "Stop the schedule's ticks; none is owed for the pause", CHANGE, ScheduleSerializer
 )
-resume_schedule = rivet_schema(
-    operation_id="rivet_schedules_resume",
-    summary="Start a paused schedule again, owing the ticks after now",
-    description="As `rivet_schedule resume`. Needs `rivet.change_schedule`.",
-    parameters=[NAME],
-    request=None,
-    responses={200: ScheduleSerializer, **_errors(404)},
+resume_schedule = schedule_action(
+    "resume",
+    "Start a paused schedule again, owing the ticks after now",
+    CHANGE,
+    ScheduleSerializer,
 )
 
 
@@ -146,23 +151,27 @@ class ScheduleRunView(ScheduleView):
         return Response({"schedule": schedule.name, "task_id": result.task_id})
 
 
-class SchedulePauseView(ScheduleView):
-    """``POST``: pause the schedule."""
+class ScheduleChangeView(ScheduleView):
+    """``POST``: pause or resume the schedule, answering with it as it is now."""
 
     permissions_by_method = {"POST": CHANGE}
+
+    def change(self, verb: Callable[..., operate.Changed], name: str) -> Response:
+        done = verb(self.find(name).name, alias=self.get_alias())
+        return Response(shown(done.schedule, self.get_alias()))
+
+
+class SchedulePauseView(ScheduleChangeView):
+    """``POST``: pause the schedule."""
 
     @pause_schedule
     def post(self, request, name: str, *args, **kwargs) -> Response:
-        done = operate.pause(self.find(name).name, alias=self.get_alias())
-        return Response(shown(done.schedule, self.get_alias()))
+        return self.change(operate.pause, name)
 
 
-class ScheduleResumeView(ScheduleView):
+class ScheduleResumeView(ScheduleChangeView):
     """``POST``: resume the schedule."""
-
-    permissions_by_method = {"POST": CHANGE}
 
     @resume_schedule
     def post(self, request, name: str, *args, **kwargs) -> Response:
-        done = operate.resume(self.find(name).name, alias=self.get_alias())
-        return Response(shown(done.schedule, self.get_alias()))
+        return self.change(operate.resume, name)

@@ -164,6 +164,25 @@ def _errors(*statuses: int) -> dict[int, OpenApiResponse]:
     }
 
 
+def action_schema(
+    *errors: int,
+    operation_id: str,
+    summary: str,
+    description: str,
+    parameter: OpenApiParameter,
+    response: Any,
+) -> Callable[[F], F]:
+    """The schema of a ``POST`` action on one object: no body, 200 with ``response``, ``errors``."""
+    return rivet_schema(
+        operation_id=operation_id,
+        summary=summary,
+        description=description,
+        parameters=[parameter],
+        request=None,
+        responses={200: response, **_errors(*errors)},
+    )
+
+
 def _name_filter(name: str, what: str) -> OpenApiParameter:
     return OpenApiParameter(
         name, name_schema(), OpenApiParameter.QUERY, required=False, description=what
@@ -246,7 +265,8 @@ get_task = rivet_schema(
     responses={200: TaskSerializer, **_errors(404)},
 )
 
-cancel_task = rivet_schema(
+cancel_task = action_schema(
+    404,
     operation_id="rivet_tasks_cancel",
     summary="Cancel a task: bury it now, or stop it at its worker's next heartbeat",
     description=(
@@ -257,9 +277,8 @@ cancel_task = rivet_schema(
         "dead task is left as it is (`finished`). Requeue revives a cancelled task. Needs "
         "`rivet.cancel_task`."
     ),
-    parameters=[TASK_ID],
-    request=None,
-    responses={200: CancelResultSerializer, **_errors(404)},
+    parameter=TASK_ID,
+    response=CancelResultSerializer,
 )
 
 list_queues = rivet_schema(
@@ -275,16 +294,16 @@ get_queue = rivet_schema(
     responses={200: QueueStatsSerializer, **_errors(400)},
 )
 
-sweep_queue = rivet_schema(
+sweep_queue = action_schema(
+    400,
     operation_id="rivet_queues_sweep",
     summary="Bury pending tasks with no attempts left and no live lease",
     description=(
         "Moves to the dead letters what the next claim would bury anyway; needs "
         "`rivet.requeue_deadletter`. Use it when no worker polls the queue."
     ),
-    parameters=[QUEUE],
-    request=None,
-    responses={200: SweepResultSerializer, **_errors(400)},
+    parameter=QUEUE,
+    response=SweepResultSerializer,
 )
 
 list_dead = rivet_schema(
@@ -294,16 +313,17 @@ list_dead = rivet_schema(
     responses={200: TaskSerializer(many=True), **_errors(400, 404)},
 )
 
-requeue_dead = rivet_schema(
+requeue_dead = action_schema(
+    404,
+    409,
     operation_id="rivet_dead_letters_requeue",
     summary="Requeue a dead task with fresh attempts (it keeps its idempotency key)",
     description=(
         "A replay, not a second effect, follows: the key the effect service saw is kept. "
         "Needs `rivet.requeue_deadletter`."
     ),
-    parameters=[TASK_ID],
-    request=None,
-    responses={200: TaskSerializer, **_errors(404, 409)},
+    parameter=TASK_ID,
+    response=TaskSerializer,
 )
 
 purge_dead = rivet_schema(

@@ -15,18 +15,18 @@ database's clock, as for every other decision in rivet.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import transaction
 from django.db.models import F, Min
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from rivet import logs
+from rivet.background import Periodic
 from rivet.errors import IdempotencyMismatch, InvalidInput
 from rivet.jobs import task_spec
 from rivet.schedules.cron import check_cron, check_timezone, due_ticks, next_tick, tick_key
@@ -239,12 +239,14 @@ def _update_from_code(row: Schedule, definition: dict[str, Any], alias: str) -> 
     return True
 
 
-class Scheduler:
+class Scheduler(Periodic):
     """A daemon thread beside a worker's loop: passes until closed.
 
     Sleeps until the earliest next tick (at most ``every`` seconds, so new and edited
     schedules are seen), and passes again at once while passes come back full.
     """
+
+    thread_name = "rivet-schedule"
 
     def __init__(
         self,
@@ -256,31 +258,18 @@ class Scheduler:
         batch_size: int = 500,
         owner: str = "",
     ) -> None:
+        super().__init__()
         self.store = store
         self.alias = alias
         self.definitions = definitions
         self.every = every
         self.batch_size = batch_size
         self.owner = owner
-        self._done = threading.Event()
-        self._thread: threading.Thread | None = None
         self._synced = False
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="rivet-schedule", daemon=True)
-        self._thread.start()
-
-    def close(self, timeout: float = 10.0) -> None:
-        """Stop after the pass in progress (one transaction)."""
-        self._done.set()
-        if self._thread is not None:
-            self._thread.join(timeout=timeout)
-
-    def _run(self) -> None:
-        while not self._done.is_set():
-            done, pause = self.pass_once()
-            if done is None or not done.full:
-                self._done.wait(pause)
+    def _step(self) -> float | None:
+        done, pause = self.pass_once()
+        return pause if done is None or not done.full else None
 
     def pass_once(self) -> tuple[Pass | None, float]:
         """Sync the code's schedules (once), pass, and say how long to sleep before the next.
@@ -288,22 +277,10 @@ class Scheduler:
         A failure is logged, never raised (the pass is None). The thread's connection goes
         back to the pool before it sleeps: it holds one only while it works.
         """
-        try:
-            if not self._synced:
-                sync_code_schedules(self.definitions(), alias=self.alias)
-                self._synced = True
-            done = run_due(self.store, alias=self.alias, batch_size=self.batch_size)
-            pause = self._pause()
-        except Exception as exc:
-            logs.event(
-                "schedule_pass_failed",
-                logging.WARNING,
-                owner=self.owner,
-                error=f"{type(exc).__name__}: {exc}",
-            )
+        result = self._guarded("schedule_pass_failed", self._pass)
+        if result is None:
             return None, self.every
-        finally:
-            connections.close_all()  # this thread's connections only: back to the pool
+        done, pause = result
         if done.enqueued or done.skipped:
             logs.event(
                 "schedule_ticks",
@@ -314,6 +291,13 @@ class Scheduler:
                 duplicates=done.duplicates,
             )
         return done, pause
+
+    def _pass(self) -> tuple[Pass, float]:
+        if not self._synced:
+            sync_code_schedules(self.definitions(), alias=self.alias)
+            self._synced = True
+        done = run_due(self.store, alias=self.alias, batch_size=self.batch_size)
+        return done, self._pause()
 
     def _pause(self) -> float:
         """Seconds until the earliest next tick, within [MIN_PAUSE_SECS, every]."""

@@ -13,13 +13,10 @@ retention longer than any producer may retry an enqueue.
 
 from __future__ import annotations
 
-import logging
-import threading
 from collections.abc import Callable
 
-from django.db import connections
-
 from rivet import logs
+from rivet.background import Periodic
 from rivet.stores.base import Store
 from rivet.values import Pruned
 
@@ -64,54 +61,38 @@ def _batches(
     return total
 
 
-class Pruner:
+class Pruner(Periodic):
     """A daemon thread that prunes at start and then every ``every`` seconds until closed."""
+
+    thread_name = "rivet-prune"
 
     def __init__(
         self, *, store: Store, older_than: float, every: float, batch_size: int, owner: str = ""
     ) -> None:
+        super().__init__()
         self.store = store
         self.older_than = older_than
         self.every = every
         self.batch_size = batch_size
         self.owner = owner
-        self._done = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="rivet-prune", daemon=True)
-        self._thread.start()
-
-    def close(self, timeout: float = 10.0) -> None:
-        """Stop after the batch in progress (each is one short statement)."""
-        self._done.set()
-        if self._thread is not None:
-            self._thread.join(timeout=timeout)
-
-    def _run(self) -> None:
-        while not self._done.is_set():
-            self.prune_once()
-            self._done.wait(self.every)
+    def _step(self) -> float:
+        self.prune_once()
+        return self.every
 
     def prune_once(self) -> Pruned | None:
         """One prune round on this thread's connection; a failure is logged, never raised."""
-        try:
-            pruned = prune(
+        pruned = self._guarded(
+            "prune_failed",
+            lambda: prune(
                 self.store,
                 older_than=self.older_than,
                 batch_size=self.batch_size,
                 stopping=self._done.is_set,
-            )
-        except Exception as exc:
-            logs.event(
-                "prune_failed",
-                logging.WARNING,
-                owner=self.owner,
-                error=f"{type(exc).__name__}: {exc}",
-            )
+            ),
+        )
+        if pruned is None:
             return None
-        finally:
-            connections.close_all()  # this thread's connections only: back to the pool
         if pruned.tasks or pruned.fenced:
             logs.event("pruned", owner=self.owner, tasks=pruned.tasks, fenced=pruned.fenced)
         return pruned

@@ -57,6 +57,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "values, errors, conf",
         (
+            "rivet.background",
             "rivet.conf",
             "rivet.dberrors",
             "rivet.errors",

@@ -197,6 +197,13 @@ def check_stale_lease_extend_is_refused(h: Harness) -> None:
         "fenced_count(queue, 'beat') after a heartbeat another claim refused (the epoch-99 "
         "lease, newer than the task's, took nothing from anyone and is not recorded)",
     )
+    h.store.lease_extend([old.lease], TTL)
+    expect_eq(
+        h.store.fenced_count(q, "beat"),
+        1,
+        "fenced_count(queue, 'beat') after the same stale lease's second heartbeat (one record "
+        "per lease)",
+    )
 
 
 @check()

@@ -65,6 +65,7 @@ class MemoryStore(Store):
         self._tasks: dict[int, v.TaskRecord] = {}
         self._ids = itertools.count(1)
         self._fences: list[tuple[int, str, str, datetime]] = []  # (task_id, queue, op, at)
+        self._beats: set[tuple[int, int]] = set()  # (task_id, epoch) of recorded refused heartbeats
         self._wakeup = threading.Condition(self._lock)
 
     @classmethod
@@ -236,13 +237,17 @@ class MemoryStore(Store):
                     )
                     held.add(task.id)
                 elif self._taken_by_another_claim(lease):
+                    self._beats.add((lease.task_id, lease.epoch))
                     self._fence(lease, "beat")
             cancelled = {i for i in held if self._tasks[i].cancel_requested}
         return v.Held(held, cancelled)
 
     def _taken_by_another_claim(self, lease: v.Lease) -> bool:
+        """Another claim took the task, and this lease's refused heartbeat is not yet recorded."""
         task = self._tasks.get(lease.task_id)
-        return task is not None and task.lease_epoch > lease.epoch
+        if task is None or task.lease_epoch <= lease.epoch:
+            return False
+        return (lease.task_id, lease.epoch) not in self._beats
 
     def _fence(self, lease: v.Lease, op: str) -> None:
         task = self._tasks.get(lease.task_id)

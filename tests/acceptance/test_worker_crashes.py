@@ -58,7 +58,11 @@ def test_a_worker_stopped_past_its_lease_is_fenced_and_the_fence_is_recorded(wor
     assert (fence.owner, fence.epoch) == ("stalled", 1)
     task = workers.task(task_id)
     assert (task.state, task.lease_owner, task.lease_epoch) == (TaskState.DONE, "other", 2)
-    assert FencedWrite.objects.count() == 1
+    # Two refused writes, both the stalled worker's at epoch 1: its heartbeat (the store records
+    # the first one another claim refused, op "beat") and the end of its attempt it then wrote.
+    records = list(FencedWrite.objects.values_list("op", "owner", "epoch"))
+    assert len(records) == 2 and ("beat", "stalled", 1) in records, records
+    assert {(owner, epoch) for _, owner, epoch in records} == {("stalled", 1)}
     assert [e["task"] for e in stalled.events("fenced")] == [task_id]
     assert stalled.events("acked") == []
 

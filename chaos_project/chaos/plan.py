@@ -128,6 +128,13 @@ class ChaosPlan:
         return {kind: sum(1 for e in self.events if e.kind == kind) for kind in KINDS}
 
 
+#: Events are planned in the run's first ``duration - PLAN_TAIL_SECS`` seconds: a failpoint
+#: waits up to a second for a restarting slot to take it, and a kill, a stop or a pause needs a
+#: worker holding leases while half the fleet works, so one planned in the last moment of the
+#: chaos could not be carried out before it ends.
+PLAN_TAIL_SECS = 1.5
+
+
 def event_count(duration: float) -> int:
     return max(1, round(duration / MEAN_GAP_SECS))
 
@@ -141,7 +148,8 @@ def make_plan(seed: int, *, tasks: int, workers: int, duration: float) -> ChaosP
     """The plan for one run; the same arguments always give the same plan."""
     rng = random.Random(seed)
     work_ms = tuple(rng.randint(*WORK_MS) for _ in range(tasks))
-    times = sorted(round(rng.uniform(0, duration), 3) for _ in range(event_count(duration)))
+    last = max(duration - PLAN_TAIL_SECS, duration / 2)
+    times = sorted(round(rng.uniform(0, last), 3) for _ in range(event_count(duration)))
     events: list[Planned] = []
     bag: list[str] = []
     for at in times:

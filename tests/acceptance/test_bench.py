@@ -11,7 +11,7 @@ from django.db import connection
 
 from tests.processes import child_environ, postgres_url
 
-pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.acceptance, pytest.mark.long, pytest.mark.django_db(transaction=True)]
 
 
 def test_bench_writes_every_mode_with_ceilings_rss_and_the_plot(

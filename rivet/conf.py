@@ -44,6 +44,10 @@ DEFAULTS: dict[str, Any] = {
     # workers run elsewhere, with the job code this process does not import.
     "ALLOW_UNKNOWN_KINDS": False,
     "NOTIFY_CHANNEL": "rivet_task",
+    # A PostgreSQL URL for the worker's LISTEN connection that bypasses a transaction pooler
+    # (its keys replace the alias's: "postgres://db-primary:5432"); None: the alias's own way,
+    # and polling when the alias goes through a transaction pooler (docs/pgbouncer.md).
+    "LISTEN_DATABASE_URL": None,
     # Retention: workers delete done tasks and fenced-write records older than this duration
     # ("7d", "12h" or seconds); None keeps them forever. Pruning releases idempotency keys.
     "RETENTION": None,

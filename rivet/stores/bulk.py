@@ -1,8 +1,10 @@
 """The PostgreSQL store's bulk enqueue: a batch in chunks, each inserted by one statement.
 
 A small chunk goes as one INSERT over arrays; a large one is streamed into the session's
-staging table (COPY) and inserted from there. Rows a key already had (an idempotency key used
-before, a unique job pending) are skipped by the insert and resolved after it, a chunk at once.
+staging table (COPY) and inserted from there; behind a transaction pooler the staging table is
+the transaction's own (``ON COMMIT DROP``), so no table stays on a pooled server connection.
+Rows a key already had (an idempotency key used before, a unique job pending) are skipped by
+the insert and resolved after it, a chunk at once.
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ COPY_MIN_ROWS = 200
 
 class BulkEnqueue(SqlStore):
     """``task_enqueue_many`` on PostgreSQL's queries (``enqueue_arrays``, ``stage_*``)."""
+
+    @property
+    def pooled(self) -> bool:
+        """True when a transaction pooler sits between (``PostgresStore.pooled``)."""
+        return False
 
     def task_enqueue_many(self, specs: Sequence[TaskSpec]) -> list[EnqueueResult]:
         results: list[EnqueueResult] = []
@@ -60,7 +67,8 @@ class BulkEnqueue(SqlStore):
 
     def _insert_staged(self, cursor: Any, specs: Sequence[TaskSpec]) -> dict[str, Any]:
         """COPY a chunk into the session's staging table, then insert it in one statement."""
-        cursor.execute(self.queries["stage_open"])
+        # Behind a transaction pooler the table lives for the transaction only (``pooled``).
+        cursor.execute(self.queries["stage_open_local" if self.pooled else "stage_open"])
         with cursor.copy(self.queries["stage_copy"]) as copy:
             for position, spec in enumerate(specs):
                 copy.write_row(

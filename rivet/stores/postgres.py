@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 from django.db import Error as DjangoDatabaseError
 from django.db import connections, transaction
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
 from rivet.conf import rivet_settings
@@ -106,7 +107,6 @@ class PostgresStore(BulkEnqueue):
     """Tasks in rivet_task on a PostgreSQL database alias; wakes idle workers with NOTIFY."""
 
     name = "postgres"
-    supports_wakeup = True
     queries = QUERIES
     driver_errors = (psycopg.Error,)
     transient_errors = (psycopg.OperationalError, psycopg.InterfaceError)
@@ -114,6 +114,22 @@ class PostgresStore(BulkEnqueue):
     def __init__(self, using: str = "default") -> None:
         self.using = using
         self._listener = WakeupListener(self._listener_params, QUERIES["listen"])
+
+    @property
+    def pooled(self) -> bool:
+        """True when a transaction pooler (PgBouncer's ``pool_mode = transaction``) sits between.
+
+        The alias says so with Django's own switch for that case,
+        ``DATABASES[alias]["DISABLE_SERVER_SIDE_CURSORS"] = True``: then a server connection
+        serves this client for one transaction only, so rivet keeps no state in the session
+        (no prepared statements, no session SET, no session temporary table, no LISTEN).
+        """
+        return bool(connections[self.using].settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"))
+
+    @property
+    def supports_wakeup(self) -> bool:  # type: ignore[override]
+        """LISTEN works unless a transaction pooler sits between and no bypass is configured."""
+        return not self.pooled or bool(rivet_settings.LISTEN_DATABASE_URL)
 
     def _common_params(self) -> dict[str, Any]:
         return {**super()._common_params(), "channel": rivet_settings.NOTIFY_CHANNEL}
@@ -244,8 +260,10 @@ class PostgresStore(BulkEnqueue):
         self, cursor: Any, sql_text: str, params: dict[str, Any], generic: bool = False
     ) -> list[dict]:
         """Run ``sql_text`` with its parameters sent apart from the text (server-side binding),
-        as a prepared statement unless the database's DISABLE_SERVER_SIDE_CURSORS says a
-        transaction pooler sits between (PgBouncer before 1.21 loses prepared statements).
+        as a prepared statement unless a transaction pooler sits between (``pooled``: PgBouncer
+        before 1.21 loses prepared statements, and a session SET would stay on a server
+        connection other clients get next). Pooled, it is the unnamed statement of the extended
+        protocol, parsed and run in one round trip, and the plan_cache_mode SET is not sent.
 
         Django's cursor binds on the client: it quotes every parameter into the text, which for
         the flush's arrays was a tenth of a busy worker's CPU. This cursor shares the Django
@@ -258,7 +276,7 @@ class PostgresStore(BulkEnqueue):
         connection = connections[self.using]
         pg = cursor.cursor.connection
         raw = psycopg.Cursor(pg, row_factory=dict_row)
-        prepare = not connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
+        prepare = not self.pooled
 
         def execute(sql_text: str, values: Any, many: bool, context: dict) -> None:
             connection.validate_no_broken_transaction()
@@ -304,27 +322,49 @@ class PostgresStore(BulkEnqueue):
     # -- wake-up -----------------------------------------------------------------------------
 
     def _listener_params(self) -> dict[str, Any]:
+        """The LISTEN connection's parameters: the alias's, with LISTEN_DATABASE_URL's on top.
+
+        ``RIVET['LISTEN_DATABASE_URL']`` names a way to the server that bypasses the pooler
+        (``postgres://db-primary:5432``); the keys it gives (host, port, user, ...) replace the
+        alias's, the others (the database name, the password) stay the alias's.
+        """
         params = connections[self.using].get_connection_params()
         for django_only in ("cursor_factory", "context"):
             params.pop(django_only, None)
+        if rivet_settings.LISTEN_DATABASE_URL:
+            params.update(conninfo_to_dict(rivet_settings.LISTEN_DATABASE_URL))
         return params
 
     def server_warnings(self) -> list[tuple[str, str]]:
         with self._reading() as cursor:
             cursor.execute(self.queries["autovacuum_setting"])
             (autovacuum,) = cursor.fetchone()
+        warnings = []
+        if self.pooled and not self.supports_wakeup:
+            warnings.append(
+                (
+                    "wakeup_polling",
+                    f"database alias {self.using!r} goes through a transaction pooler "
+                    "(DISABLE_SERVER_SIDE_CURSORS) and RIVET['LISTEN_DATABASE_URL'] is not set: "
+                    "idle workers poll every POLL_INTERVAL_SECS instead of waking on enqueues; "
+                    "set it to a URL that bypasses the pooler to LISTEN",
+                )
+            )
         if autovacuum != "off":
-            return []
+            return warnings
         return [
+            *warnings,
             (
                 "autovacuum_off",
                 "this PostgreSQL server runs with autovacuum = off: nothing reclaims rivet_task's "
                 "dead rows, every claim walks more dead index entries and throughput falls as "
                 "tasks churn; turn it on, or VACUUM rivet_task often",
-            )
+            ),
         ]
 
     def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
+        if not self.supports_wakeup:  # a LISTEN through a transaction pooler hears nothing
+            return False
         return self._listener.wait(queues, timeout, rivet_settings.NOTIFY_CHANNEL)
 
     def close(self) -> None:

@@ -1,7 +1,8 @@
-"""scripts/find_chromium.py and scripts/find_promtool.py: the tool a test runs, or a clear stop.
+"""scripts/find_chromium.py, find_promtool.py and find_pgbouncer.py: a tool a test runs, or a stop.
 
-The browser tests launch chromium, the rules tests run promtool; both scripts work the same way
-(scripts/debian_packages.py, ``find_or_install``), so one set of tests runs over both.
+The browser tests launch chromium, the rules tests run promtool, the pooler tests start
+pgbouncer; the scripts work the same way
+(scripts/debian_packages.py, ``find_or_install``), so one set of tests runs over all three.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class Tool:
 TOOLS = [
     Tool("find_chromium.py", "RIVET_CHROMIUM", "chromium", "chromium"),
     Tool("find_promtool.py", "RIVET_PROMTOOL", "promtool", "prometheus"),
+    Tool("find_pgbouncer.py", "RIVET_PGBOUNCER", "pgbouncer", "pgbouncer"),
 ]
 
 

@@ -91,6 +91,20 @@ def postgres_harness() -> Iterator[Harness]:
 
 
 @pytest.fixture
+def pgbouncer_harness(pgbouncer_transaction) -> Iterator[Harness]:
+    """PostgresStore on the 'default' alias through PgBouncer in transaction pooling."""
+    from rivet.stores.postgres import PostgresStore
+    from tests.pgbouncer import through
+
+    with through(pgbouncer_transaction):
+        store = PostgresStore(using="default")
+        assert store.pooled
+        yield sql_harness(store, "default")
+        store.close()
+
+
+@pytest.fixture
 def harness(request: pytest.FixtureRequest) -> Harness:
-    """The harness named by an indirect parameter: "memory", "sqlite" or "postgres"."""
+    """The harness named by an indirect parameter: "memory", "sqlite", "postgres" or
+    "pgbouncer" (PostgreSQL through PgBouncer in transaction pooling)."""
     return request.getfixturevalue(f"{request.param}_harness")

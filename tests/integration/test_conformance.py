@@ -1,4 +1,5 @@
-"""rivet.conformance against every store: ids memory-<check>, sqlite-<check>, postgres-<check>."""
+"""rivet.conformance against every store: ids memory-<check>, sqlite-<check>, postgres-<check>,
+and pgbouncer-<check> (the PostgreSQL store through PgBouncer in transaction pooling)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ STORES = {
         [pytest.mark.django_db(databases=["default", "sqlite"], transaction=True)],
     ),
     "postgres": (
+        frozenset({"concurrent", "atomic"}),
+        [pytest.mark.django_db(transaction=True)],
+    ),
+    "pgbouncer": (
         frozenset({"concurrent", "atomic"}),
         [pytest.mark.django_db(transaction=True)],
     ),

@@ -110,6 +110,9 @@ RIVET = {
     "METRICS_TOKEN": env("RIVET_METRICS_TOKEN", default=None),
     # The chaos harness and the demo arm crash points in their workers (RIVET_FAILPOINT).
     "FAILPOINTS": True,
+    # Behind a transaction pooler (DATABASE_URL ...?disable_server_side_cursors=True), a URL
+    # whose LISTEN bypasses it (docs/pgbouncer.md); unset, idle workers poll.
+    "LISTEN_DATABASE_URL": env("RIVET_LISTEN_DATABASE_URL", default=None),
 }
 
 # Django's own @task functions run on rivet too (django.tasks on Django 6, the backport on 5.2).

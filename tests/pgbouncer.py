@@ -30,8 +30,11 @@ from django.db import connections
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_SECS = 10.0
-#: Server connections per (database, user) pair: few, so a test sees every one of them.
+#: Server connections per (database, user) pair in transaction pooling: few, so a test sees
+#: every one of them. In session pooling each client holds one for its whole session: a worker
+#: (its pool and its LISTEN connection) and a producer beside it need more.
 POOL_SIZE = 2
+SESSION_POOL_SIZE = 10
 
 
 @dataclass(frozen=True)
@@ -88,11 +91,12 @@ def _config(mode: str, port: int, folder: Path, user: str) -> Path:
         "auth_type = trust\n"
         f"auth_file = {folder / 'users.txt'}\n"
         f"pool_mode = {mode}\n"
-        f"default_pool_size = {POOL_SIZE}\n"
+        f"default_pool_size = {POOL_SIZE if mode == 'transaction' else SESSION_POOL_SIZE}\n"
         "max_client_conn = 200\n"
         # psycopg sends none it does not need; Django's connection may
         "ignore_startup_parameters = extra_float_digits,options\n"
         "server_reset_query = DISCARD ALL\n"
+        f"admin_users = {user}\n"
     )
     return path
 
@@ -111,10 +115,12 @@ def running_bouncer(mode: str) -> Iterator[Bouncer]:
     log = (folder / "pgbouncer.log").open("wb")
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     bouncer = Bouncer(mode=mode, host="127.0.0.1", port=port, user=user)
+    backends: list[int] = []
     try:
         _wait_ready(bouncer, process, folder)
         yield bouncer
     finally:
+        backends = _server_pids(bouncer)
         process.terminate()
         try:
             process.wait(timeout=10)
@@ -123,6 +129,44 @@ def running_bouncer(mode: str) -> Iterator[Bouncer]:
             process.wait()
         log.close()
         shutil.rmtree(folder, ignore_errors=True)
+        _wait_gone(backends)
+
+
+def _server_pids(bouncer: Bouncer) -> list[int]:
+    """The server backends the bouncer holds (its admin console's SHOW SERVERS, remote_pid)."""
+    try:
+        with bouncer.connect(
+            "pgbouncer", autocommit=True, cursor_factory=psycopg.ClientCursor
+        ) as conn:
+            cursor = conn.execute("SHOW SERVERS")
+            column = [c.name for c in cursor.description].index("remote_pid")
+            return [row[column] for row in cursor.fetchall()]
+    except psycopg.Error:
+        return []
+
+
+def _wait_gone(pids: list[int]) -> None:
+    """Wait until the bouncer's server backends have exited: the test databases are dropped
+    after the bouncer stops, and DROP DATABASE refuses while a session is on it."""
+    if not pids:
+        return
+    db = settings.DATABASES["default"]
+    params = {
+        "host": db.get("HOST") or None,
+        "port": db.get("PORT") or None,
+        "user": db.get("USER") or None,
+        "password": db.get("PASSWORD") or None,
+    }
+    params = {key: value for key, value in params.items() if value}
+    deadline = time.monotonic() + START_TIMEOUT_SECS
+    with psycopg.connect(dbname="postgres", autocommit=True, **params) as conn:
+        while time.monotonic() < deadline:
+            (left,) = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [pids]
+            ).fetchone()
+            if not left:
+                return
+            time.sleep(0.05)
 
 
 def _user_exists(name: str) -> bool:
@@ -156,15 +200,17 @@ def _wait_ready(bouncer: Bouncer, process: subprocess.Popen, folder: Path) -> No
     )
 
 
+# Both ask for django_db_setup: a bouncer stops (and its server connections end) before the test
+# databases are dropped.
 @pytest.fixture(scope="session")
-def pgbouncer_transaction(postgres_server) -> Iterator[Bouncer]:
+def pgbouncer_transaction(django_db_setup) -> Iterator[Bouncer]:
     """PgBouncer in transaction pooling in front of the test server."""
     with running_bouncer("transaction") as bouncer:
         yield bouncer
 
 
 @pytest.fixture(scope="session")
-def pgbouncer_session(postgres_server) -> Iterator[Bouncer]:
+def pgbouncer_session(django_db_setup) -> Iterator[Bouncer]:
     """PgBouncer in session pooling in front of the test server."""
     with running_bouncer("session") as bouncer:
         yield bouncer

@@ -52,7 +52,11 @@ def database_url(alias: str = "default") -> str:
         user += ":" + urllib.parse.quote(db["PASSWORD"], safe="")
     host = db.get("HOST") or "127.0.0.1"
     port = db.get("PORT") or 5432
-    return f"postgres://{user}@{host}:{port}/{urllib.parse.quote(db['NAME'], safe='')}"
+    url = f"postgres://{user}@{host}:{port}/{urllib.parse.quote(db['NAME'], safe='')}"
+    # Behind a transaction pooler the alias says so (docs/pgbouncer.md); its children must too.
+    return url + (
+        "?disable_server_side_cursors=True" if db.get("DISABLE_SERVER_SIDE_CURSORS") else ""
+    )
 
 
 def worker_env(queue_database_url: str, **extra: str) -> dict[str, str]:

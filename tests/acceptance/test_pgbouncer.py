@@ -1,0 +1,84 @@
+"""The worker and the producers as processes through PgBouncer, in transaction and session pooling.
+
+Every process gets a DATABASE_URL through the bouncer (in transaction pooling with
+``?disable_server_side_cursors=True``, which tells Django and rivet a transaction pooler sits
+between). A producer process enqueues one task and a bulk batch large enough for the COPY path;
+a worker process runs them all and exits 0; one more task enqueued while the worker is idle
+is picked up by polling (transaction pooling: LISTEN does not pass the pooler) or by LISTEN
+(session pooling), and with RIVET_LISTEN_DATABASE_URL by a LISTEN that bypasses the pooler.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from django.db import connections
+
+from rivet.models import Task
+from rivet.values import TaskState
+from tests.processes import child_environ, manage
+
+pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
+
+#: Rows of the bulk enqueue: above rivet.stores.bulk.COPY_MIN_ROWS, so it stages with COPY.
+BULK = 250
+PRODUCE = f"""
+from rivet.producer import enqueue, enqueue_many
+enqueue("noop", {{"single": 1}}, queue="bnc")
+results = enqueue_many([{{"kind": "noop", "payload": n, "queue": "bnc"}} for n in range({BULK})])
+print(len(results))
+"""
+
+
+@pytest.mark.parametrize("mode", ["transaction", "session"])
+def test_producers_and_a_worker_through_pgbouncer(mode, request, workers):
+    bouncer = request.getfixturevalue(f"pgbouncer_{mode}")
+    db = connections["default"].settings_dict
+    env = child_environ(bouncer.url(db["NAME"]))
+    produced = manage("shell", "-c", PRODUCE, env=env)
+    assert (produced.returncode, produced.stdout.split()[-1]) == (0, str(BULK)), produced.stderr
+    worker = workers.start(
+        "--queue", "bnc", "--concurrency", "4", "--prefetch", "32", "--pool-size", "6",
+        "--log-format", "json", "--poll-interval", "0.2", "--max-jobs", str(BULK + 2), env=env,
+    )  # fmt: skip
+    workers.wait_for(
+        lambda: Task.objects.filter(state=TaskState.DONE).count() == BULK + 1, "the batch done"
+    )
+    late = manage("rivet_enqueue", "--queue", "bnc", "--kind", "noop", env=env)
+    assert late.returncode == 0, late.stderr
+    assert worker.wait() == 0, worker.log
+    assert Task.objects.filter(state=TaskState.DONE).count() == BULK + 2
+    assert not worker.events("claim_failed") and not worker.events("listener_failed")
+    polling = [event["note"] for event in worker.events("wakeup_polling")]
+    assert len(polling) == (1 if mode == "transaction" else 0)
+
+
+def test_a_worker_behind_a_transaction_pooler_listens_through_the_bypass_url(
+    pgbouncer_transaction, workers
+):
+    db = connections["default"].settings_dict
+    direct = f"postgres://{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}"
+    env = child_environ(pgbouncer_transaction.url(db["NAME"]), RIVET_LISTEN_DATABASE_URL=direct)
+    # A poll interval longer than the test: only a notification can wake the idle worker.
+    worker = workers.start(
+        "--queue", "bnc", "--log-format", "json", "--poll-interval", "60", env=env
+    )  # fmt: skip
+    workers.wait_for(lambda: worker.events("worker_started"), "the worker started")
+    workers.wait_for(
+        lambda: _listening(db["NAME"]), "the worker's LISTEN on the server, not the bouncer"
+    )
+    assert manage("rivet_enqueue", "--queue", "bnc", "--kind", "noop", env=env).returncode == 0
+    workers.wait_for(lambda: worker.events("acked"), "the task run at once", limit=15)
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0, worker.log
+    assert not worker.events("wakeup_polling")
+
+
+def _listening(dbname: str) -> bool:
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND query LIKE 'LISTEN%%'",
+            [dbname],
+        )
+        return cursor.fetchone()[0] > 0

@@ -1,0 +1,94 @@
+"""The PostgreSQL store through PgBouncer in transaction pooling: it leaves no session state.
+
+A transaction pooler hands a server connection to another client after each transaction, so
+whatever a client leaves in the session (a SET, a prepared statement, a temporary table, a
+LISTEN) reaches the next client, and a prepared statement a client counts on is gone. Behind one
+(the alias's DISABLE_SERVER_SIDE_CURSORS) the store sends none; these tests run its busiest
+paths through a bouncer of two server connections, then look at both server connections.
+The conformance suite runs through the same bouncer (test_conformance.py, pgbouncer-<check>);
+the worker and the producers as processes, in both poolings: tests/acceptance/test_pgbouncer.py.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.conf import settings
+from django.db import connections
+from django.test import override_settings
+
+from rivet.stores.postgres import PostgresStore
+from rivet.values import TaskSpec
+from tests.pgbouncer import POOL_SIZE, through
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QUEUE = "bnc"
+#: Enough rows for the bulk enqueue's COPY path (rivet.stores.bulk.COPY_MIN_ROWS).
+BULK = 250
+
+SESSION_STATE = """
+SELECT current_setting('plan_cache_mode') AS plan_cache_mode,
+       (SELECT count(*) FROM pg_prepared_statements) AS prepared,
+       (SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema()) AS temp_tables,
+       (SELECT count(*) FROM pg_listening_channels()) AS listening,
+       pg_backend_pid() AS pid
+"""
+
+
+def every_server_connection(bouncer, dbname: str) -> list[dict]:
+    """The session state of each of the bouncer's server connections for ``dbname``: as many
+    clients as it has server connections, each inside a transaction at once, so each holds one."""
+    barrier = threading.Barrier(POOL_SIZE)
+    seen: list[dict] = []
+
+    def look() -> None:
+        with bouncer.connect(dbname) as conn, conn.transaction():
+            cursor = conn.execute(SESSION_STATE)
+            names = [column.name for column in cursor.description]
+            seen.append(dict(zip(names, cursor.fetchone(), strict=True)))
+            barrier.wait(timeout=10)
+
+    threads = [threading.Thread(target=look) for _ in range(POOL_SIZE)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=15)
+    return seen
+
+
+def test_no_session_state_is_left_on_the_pooled_server_connections(pgbouncer_transaction):
+    dbname = connections["default"].settings_dict["NAME"]
+    with through(pgbouncer_transaction):
+        store = PostgresStore(using="default")
+        assert store.pooled and not store.supports_wakeup
+        store.task_enqueue(TaskSpec(queue=QUEUE, kind="noop", payload=0))
+        specs = [TaskSpec(queue=QUEUE, kind="noop", payload=n) for n in range(BULK)]
+        assert len(store.task_enqueue_many(specs)) == BULK
+        flushed = 0
+        for _ in range(3):  # flushes: the worker's statement, several times (it was prepared)
+            batch = store.task_claim(queues=[QUEUE], owner="t", limit=50, lease_ttl=30)
+            flushed += len(batch.claimed)
+        assert flushed == 150
+        store.close()
+    seen = every_server_connection(pgbouncer_transaction, dbname)
+    assert len({row["pid"] for row in seen}) == POOL_SIZE
+    for row in seen:
+        assert row == {**row, "plan_cache_mode": "auto", "prepared": 0, "temp_tables": 0}
+        assert row["listening"] == 0
+
+
+def test_idle_workers_poll_unless_a_listen_url_bypasses_the_pooler(pgbouncer_transaction):
+    db = settings.DATABASES["default"]
+    direct = f"postgres://{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}"
+    with through(pgbouncer_transaction):
+        store = PostgresStore(using="default")
+        assert not store.wait_for_work([QUEUE], 0.2)  # no LISTEN through the pooler
+        rivet = {**getattr(settings, "RIVET", {}), "LISTEN_DATABASE_URL": direct}
+        with override_settings(RIVET=rivet):
+            assert store.supports_wakeup
+            assert not store.wait_for_work([QUEUE], 0.2)  # listening now, nothing enqueued
+            store.task_enqueue(TaskSpec(queue=QUEUE, kind="noop", payload=1))
+            assert store.wait_for_work([QUEUE], 5.0)
+        store.close()

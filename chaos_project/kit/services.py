@@ -216,4 +216,28 @@ def effect_connection(url: str) -> psycopg.Connection:
             f"the verifier reads the effect database with psycopg and needs a PostgreSQL URL, "
             f"got EFFECT_DATABASE_URL={url!r}; set it to postgres://USER@HOST:PORT/NAME"
         )
-    return psycopg.connect(url, autocommit=True, connect_timeout=10)
+    return psycopg.connect(libpq_url(url), autocommit=True, connect_timeout=10)
+
+
+#: Query parameters of a database URL that are Django's (django-environ moves them into the
+#: DATABASES entry), not libpq's: psycopg refuses them.
+DJANGO_URL_OPTIONS = frozenset(
+    {
+        "conn_max_age",
+        "atomic_requests",
+        "autocommit",
+        "disable_server_side_cursors",
+        "conn_health_checks",
+    }
+)
+
+
+def libpq_url(url: str) -> str:
+    """``url`` without Django's query parameters (``?disable_server_side_cursors=True``)."""
+    parts = urllib.parse.urlsplit(url)
+    kept = [
+        (key, value)
+        for key, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        if key.lower() not in DJANGO_URL_OPTIONS
+    ]
+    return parts._replace(query=urllib.parse.urlencode(kept)).geturl()

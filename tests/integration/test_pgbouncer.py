@@ -92,3 +92,30 @@ def test_idle_workers_poll_unless_a_listen_url_bypasses_the_pooler(pgbouncer_tra
             store.task_enqueue(TaskSpec(queue=QUEUE, kind="noop", payload=1))
             assert store.wait_for_work([QUEUE], 5.0)
         store.close()
+
+
+def test_the_http_api_and_the_admin_through_transaction_pooling(pgbouncer_transaction):
+    from django.test import Client
+    from django.urls import reverse
+    from rest_framework.test import APIClient
+
+    from tests.factories import UserFactory
+
+    dbname = connections["default"].settings_dict["NAME"]
+    with through(pgbouncer_transaction):
+        user = UserFactory(is_superuser=True)
+        api = APIClient()
+        api.force_login(user)
+        one = api.post("/rivet/tasks/", {"kind": "noop", "queue": QUEUE}, format="json")
+        assert one.status_code == 201, one.json()
+        items = [{"kind": "noop", "queue": QUEUE, "payload": n} for n in range(3)]
+        bulk = api.post("/rivet/tasks/bulk/", {"tasks": items}, format="json")
+        assert bulk.status_code in (200, 201), bulk.json()
+        assert api.get("/rivet/tasks/", {"queue": QUEUE}).status_code == 200
+        admin = Client()
+        admin.force_login(user)
+        page = admin.get(reverse("admin:rivet_task_changelist"))
+        assert page.status_code == 200
+        assert str(one.json()["id"]).encode() in page.content
+    for row in every_server_connection(pgbouncer_transaction, dbname):
+        assert row == {**row, "plan_cache_mode": "auto", "prepared": 0, "temp_tables": 0}

@@ -217,11 +217,12 @@ def pgbouncer_session(django_db_setup) -> Iterator[Bouncer]:
 
 
 @contextmanager
-def through(bouncer: Bouncer, alias: str = "default") -> Iterator[None]:
+def through(bouncer: Bouncer, alias: str = "default", flag: bool = True) -> Iterator[None]:
     """Point ``alias`` at ``bouncer`` (every thread's connection: they share its settings).
 
     In transaction pooling the alias also gets DISABLE_SERVER_SIDE_CURSORS, Django's own switch
-    for a transaction pooler, which rivet reads too.
+    for a transaction pooler, which rivet reads too (unless ``flag`` is False: an alias that
+    does not say so).
     """
     db = connections[alias].settings_dict
     keys = ("HOST", "PORT", "DISABLE_SERVER_SIDE_CURSORS")
@@ -230,7 +231,7 @@ def through(bouncer: Bouncer, alias: str = "default") -> Iterator[None]:
     db.update(
         HOST=bouncer.host,
         PORT=str(bouncer.port),
-        DISABLE_SERVER_SIDE_CURSORS=bouncer.mode == "transaction",
+        DISABLE_SERVER_SIDE_CURSORS=flag and bouncer.mode == "transaction",
     )
     try:
         yield

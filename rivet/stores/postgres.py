@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
+import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
@@ -26,6 +28,7 @@ from django.db import connections, transaction
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
+from rivet import logs
 from rivet.conf import rivet_settings
 from rivet.stores.bulk import BulkEnqueue
 from rivet.stores.claim import ClaimPlan, PartlyCommitted, walk_claim
@@ -55,6 +58,20 @@ PREPARED_QUERIES = frozenset({"enqueue"})
 ONLY_WHEN_ASKED = 2**31 - 1
 #: The connections whose session has plan_cache_mode = force_generic_plan (they ran a flush).
 _GENERIC_PLANS: weakref.WeakSet[Any] = weakref.WeakSet()
+#: What a prepared statement meets behind a transaction pooler: gone from the server connection
+#: this transaction got (26000), or another client's of the same name there (42P05).
+LOST_PREPARED = (psycopg.errors.InvalidSqlStatementName, psycopg.errors.DuplicatePreparedStatement)
+
+
+def lost_prepared(exc: psycopg.Error) -> bool:
+    """Whether ``exc`` says a transaction pooler moved this client's prepared statements: one
+    lost or clashing, or another client's of the same name there with other parameters
+    ("bind message supplies 15 parameters, but prepared statement "_pg3_0" requires 11")."""
+    if isinstance(exc, LOST_PREPARED):
+        return True
+    return isinstance(exc, psycopg.errors.ProtocolViolation) and "prepared statement" in str(exc)
+
+
 #: Claim parameters of a settle_claim statement that only settles.
 NO_CLAIM: dict[str, Any] = {"queue": None, "limit": 0, "owner": "", "ttl": 0.0, "seen": []}
 
@@ -114,6 +131,8 @@ class PostgresStore(BulkEnqueue):
     def __init__(self, using: str = "default") -> None:
         self.using = using
         self._listener = WakeupListener(self._listener_params, QUERIES["listen"])
+        #: A prepared statement vanished or clashed: a transaction pooler the alias did not name.
+        self.pooler_detected = False
 
     @property
     def pooled(self) -> bool:
@@ -123,7 +142,12 @@ class PostgresStore(BulkEnqueue):
         ``DATABASES[alias]["DISABLE_SERVER_SIDE_CURSORS"] = True``: then a server connection
         serves this client for one transaction only, so rivet keeps no state in the session
         (no prepared statements, no session SET, no session temporary table, no LISTEN).
+        Without it, a prepared statement the server lost or already had (what a transaction
+        pooler does to them) fails that one statement, and the store is pooled from then on
+        (``pooler_detected``, logged once as ``transaction_pooler_detected``).
         """
+        if self.pooler_detected:
+            return True
         return bool(connections[self.using].settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"))
 
     @property
@@ -292,7 +316,12 @@ class PostgresStore(BulkEnqueue):
                     # A producer's connection (the web app's) is left alone.
                     raw.execute(self.queries["generic_plans"])
                     _GENERIC_PLANS.add(pg)
-                raw.execute(sql_text, values, prepare=prepare)
+                try:
+                    raw.execute(sql_text, values, prepare=prepare)
+                except psycopg.Error as exc:
+                    if prepare and lost_prepared(exc):
+                        self._detected_pooler(exc)
+                    raise
 
         executor: Callable[..., None] = execute
         for wrapper in reversed(connection.execute_wrappers):
@@ -301,6 +330,21 @@ class PostgresStore(BulkEnqueue):
             context = {"connection": connection, "cursor": cursor}
             executor(sql_text, {**self._common_params(), **params}, False, context)
             return raw.fetchall() if raw.description else []
+
+    def _detected_pooler(self, exc: psycopg.Error) -> None:
+        """A prepared statement was lost or clashed: a transaction pooler sits between."""
+        if not self.pooler_detected:
+            self.pooler_detected = True
+            logs.event(
+                "transaction_pooler_detected",
+                logging.WARNING,
+                alias=self.using,
+                error=" ".join(str(exc).split()),
+                note="a prepared statement was lost between transactions: a transaction pooler "
+                "(PgBouncer pool_mode = transaction) sits between; rivet prepares nothing from "
+                "now on. Set DATABASES[alias]['DISABLE_SERVER_SIDE_CURSORS'] = True so it never "
+                "does, nor sets or LISTENs through it (docs/pgbouncer.md)",
+            )
 
     def _claim_rows(self, cursor: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
         return self._statement(cursor, [], params).met
@@ -364,6 +408,8 @@ class PostgresStore(BulkEnqueue):
 
     def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
         if not self.supports_wakeup:  # a LISTEN through a transaction pooler hears nothing
+            self._listener.close()  # one opened before a pooler was detected
+            time.sleep(max(float(timeout), 0.0))  # a wait, as the listener's own fallback
             return False
         return self._listener.wait(queues, timeout, rivet_settings.NOTIFY_CHANNEL)
 

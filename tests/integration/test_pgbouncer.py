@@ -119,3 +119,32 @@ def test_the_http_api_and_the_admin_through_transaction_pooling(pgbouncer_transa
         assert str(one.json()["id"]).encode() in page.content
     for row in every_server_connection(pgbouncer_transaction, dbname):
         assert row == {**row, "plan_cache_mode": "auto", "prepared": 0, "temp_tables": 0}
+
+
+def test_a_transaction_pooler_the_alias_does_not_name_is_detected(pgbouncer_transaction, caplog):
+    """Without the flag, the first prepared statement the pooler loses fails that one flush;
+    the store then prepares nothing, and the next flushes run."""
+    from rivet.errors import StoreError
+
+    dbname = connections["default"].settings_dict["NAME"]
+    with through(pgbouncer_transaction, flag=False):
+        store = PostgresStore(using="default")
+        store.task_enqueue_many([TaskSpec(queue=QUEUE, kind="noop", payload=n) for n in range(9)])
+        assert not store.pooled
+        store.task_claim(queues=[QUEUE], owner="t", limit=1, lease_ttl=30)  # prepared, on A
+        failed = 0
+        for _ in range(4):  # another client holds server A: the store's next flush gets B
+            with pgbouncer_transaction.connect(dbname) as other, other.transaction():
+                other.execute("SELECT 1")
+                try:
+                    store.task_claim(queues=[QUEUE], owner="t", limit=1, lease_ttl=30)
+                except StoreError:
+                    failed += 1
+            if store.pooled:
+                break
+        assert store.pooler_detected and failed == 1
+        assert "transaction_pooler_detected" in caplog.text
+        claimed = store.task_claim(queues=[QUEUE], owner="t", limit=5, lease_ttl=30)
+        assert len(claimed.claimed) == 5
+        assert not store.supports_wakeup
+        store.close()

@@ -90,6 +90,7 @@ def check_rivet_settings(app_configs=None, **kwargs):
                 id="rivet.E006",
             )
         )
+    errors += _listen_url_errors(rivet_settings.LISTEN_DATABASE_URL)
     token = rivet_settings.METRICS_TOKEN
     if token is not None and (not isinstance(token, str) or len(token) < 16):
         errors.append(
@@ -101,6 +102,33 @@ def check_rivet_settings(app_configs=None, **kwargs):
             )
         )
     return errors
+
+
+def _listen_url_errors(url) -> list[Error]:
+    """RIVET['LISTEN_DATABASE_URL']: None, or a PostgreSQL URL (or key=value string) libpq reads."""
+    if url is None:
+        return []
+    reason = None
+    if not isinstance(url, str) or not url.strip():
+        reason = f"got {type(url).__name__} {url!r}"
+    elif find_spec("psycopg") is not None:
+        from psycopg import ProgrammingError
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            conninfo_to_dict(url)
+        except ProgrammingError as exc:
+            reason = " ".join(str(exc).split())
+    if reason is None:
+        return []
+    return [
+        Error(
+            f"RIVET['LISTEN_DATABASE_URL'] must be None or a PostgreSQL URL: {reason}",
+            hint="e.g. 'postgres://db-primary:5432': the keys it gives replace the alias's "
+            "for the workers' LISTEN connection (docs/pgbouncer.md)",
+            id="rivet.E002",
+        )
+    ]
 
 
 #: The packages of each extra an included ``rivet.urls`` needs, and what each one serves.

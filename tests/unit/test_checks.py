@@ -84,3 +84,19 @@ def test_manage_py_check_refuses_the_memory_store(tmp_path):
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
     assert "(rivet.E006) RIVET['STORE'] is 'memory' outside a test run" in done.stderr
+
+
+def test_the_listen_url_is_none_or_a_url_libpq_reads(settings):
+    assert messages(settings, LISTEN_DATABASE_URL="postgres://db-primary:5432") == []
+    assert messages(settings, LISTEN_DATABASE_URL="host=db port=5432") == []
+    for bad, reason in (
+        (5432, "got int 5432"),
+        ("", "got str ''"),
+        ("postgres://db/x?nope=1", 'invalid URI query parameter: "nope"'),
+    ):
+        assert messages(settings, LISTEN_DATABASE_URL=bad) == [
+            (
+                "rivet.E002",
+                f"RIVET['LISTEN_DATABASE_URL'] must be None or a PostgreSQL URL: {reason}",
+            )
+        ], bad

@@ -25,8 +25,9 @@ DEFAULTS: dict[str, Any] = {
     "MAX_ERRORS_KEPT": 20,
     "LEASE_TTL_SECS": 30.0,
     "CONCURRENCY": 4,
-    # Claimed tasks a worker may hold waiting for a free slot (0: claim only into free slots).
-    "PREFETCH": 0,
+    # Claimed tasks a worker may hold waiting for a free slot: "auto" sets it from the handlers'
+    # run times (rivet.worker.prefetch); 0 claims only into free slots.
+    "PREFETCH": "auto",
     "RETRY_BACKOFF_SECS": 1.0,
     "RETRY_BACKOFF_CAP_SECS": 300.0,
     # Most connections a worker process holds (its psycopg pool on PostgreSQL).

@@ -57,6 +57,12 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _prefetch(text: str) -> int | str:
+    if text.strip().lower() == "auto":
+        return "auto"
+    return _non_negative_int(text)
+
+
 def _non_negative_float(text: str) -> float:
     try:
         value = float(text)
@@ -253,10 +259,11 @@ class Command(BaseCommand):
         add(
             "--prefetch",
             dest="bench_prefetch",
-            type=_non_negative_int,
-            default=0,
-            help="each worker's --prefetch: claimed tasks that may wait for a slot; the "
-            "ceiling claims concurrency + prefetch at a time " + default,
+            type=_prefetch,
+            default="auto",
+            help="each worker's --prefetch (N or auto): claimed tasks that may wait for a slot; "
+            "auto passes no flag (the worker's default); the ceiling claims concurrency + "
+            "prefetch at a time (auto: its cap) " + default,
         )
         add(
             "--task-log-level",

@@ -218,6 +218,7 @@ class MemoryStore(MemoryLeases):
             ]
             for task_id in doomed:
                 del self._tasks[task_id]
+                self._ranks.pop(task_id, None)
             return len(doomed)
 
     # -- retention ---------------------------------------------------------------------------
@@ -239,6 +240,7 @@ class MemoryStore(MemoryLeases):
             doomed = self._old_done(older_than_secs, queue)[: max(limit, 0)]
             for task_id in doomed:
                 del self._tasks[task_id]
+                self._ranks.pop(task_id, None)
             return len(doomed)
 
     def fenced_prune(self, older_than_secs: float, limit: int, queue: str | None = None) -> int:

@@ -104,8 +104,9 @@ class Command(BaseCommand):
         "Break workers three ways (SIGKILL, a failpoint abort between effect and ack, SIGSTOP "
         "until another worker took its task) while they run effect tasks, then check both "
         "databases: S1 no duplicate effect, S2 no task done without its effect, L1 nothing "
-        "pending, F2 fenced writes > 0 and every zombie fenced. Subcommands: campaign (many "
-        "seeds, one table), verify (the check alone), bench (throughput and latency)."
+        "pending, F2 fenced writes > 0 and every zombie fenced; with --schedules N, T1 no tick "
+        "fired twice and T2 no due tick missing. Subcommands: run (the default), campaign "
+        "(many seeds, one table), verify (the check alone), bench (throughput and latency)."
     )
 
     def add_arguments(self, parser):

@@ -1,10 +1,12 @@
 """The supported matrix, one fresh virtualenv per cell: ``make test-matrix`` runs every cell.
 
 Each cell installs rivet with every extra, the ``test`` dependency group and one Django series
-on one Python, then runs the whole suite through ``scripts/find_postgres.py``, as ``make test``
+on one Python, then runs the suite through ``scripts/find_postgres.py``, as ``make test``
 does, on databases of its own (``<name>_py312`` beside the ``<name>`` that DATABASE_URL names),
-so cells never share one. The ``wheel`` tests (minutes of fresh virtualenvs) run in one cell
-only, the one marked ``wheel``, and in ``make test``; the others say so and leave them out.
+so cells never share one. The ``wheel`` tests (minutes of fresh virtualenvs) and the ``long``
+acceptance runs (chaos runs, the mutation row, the bench, the API fuzz, the German-speaking
+server) run in one cell only, the one marked ``full``, and in ``make test`` (Python 3.11 + Django
+5.2); the other cells say so in their logs and leave them out, which keeps CI within its time.
 
 ``nox -l`` lists the cells; ``nox -s py3.12-django6.0`` runs one; arguments after ``--`` go to
 pytest. Interpreters: ``RIVET_PYTHON_3_12=/path/to/python3.12`` names one; otherwise pyenv's
@@ -41,8 +43,9 @@ class Cell:
     python: str
     django: str
     #: Runs the ``wheel`` tests (the sdist/wheel built and installed into fresh virtualenvs,
-    #: the adopter's project): minutes each, so one cell runs them, besides ``make test``.
-    wheel: bool = False
+    #: the adopter's project) and the ``long`` ones: minutes each, so one cell runs them,
+    #: besides ``make test``.
+    full: bool = False
 
     @property
     def name(self) -> str:
@@ -59,8 +62,10 @@ class Cell:
 
 # The README's "Supported versions" table and pyproject's classifiers state this matrix;
 # tests/unit/test_supported_matrix.py keeps the three in step.
-MATRIX = (Cell("3.11", "5.2"), Cell("3.12", "6.0"), Cell("3.13", "6.1", wheel=True))
-WHEEL_CELL = next(cell for cell in MATRIX if cell.wheel)
+MATRIX = (Cell("3.11", "5.2"), Cell("3.12", "6.0"), Cell("3.13", "6.1", full=True))
+FULL_CELL = next(cell for cell in MATRIX if cell.full)
+#: The markers only the full cell (and ``make test``) runs.
+FULL_ONLY = ("wheel", "long")
 
 _PROBE = "import ensurepip, sys; print('%d.%d' % sys.version_info[:2])"
 
@@ -185,11 +190,11 @@ def run_cell(session: nox.Session, cell: Cell) -> None:
         )
     session.log(f"{cell.name}: Python {python_version}, Django {django_version}")
     selection: list[str] = []
-    if not cell.wheel and not session.posargs:
-        selection = ["-m", "not wheel"]
+    if not cell.full and not session.posargs:
+        selection = ["-m", " and ".join(f"not {marker}" for marker in FULL_ONLY)]
         session.log(
-            f"{cell.name}: the wheel tests (-m wheel) are left out here; they run in "
-            f"the {WHEEL_CELL.name} cell and in `make test`"
+            f"{cell.name}: the wheel and long tests (-m 'wheel or long') are left out here; "
+            f"they run in the {FULL_CELL.name} cell and in `make test`"
         )
     session.run(
         python, "scripts/find_postgres.py", "run", "--", python, "-m", "pytest", *selection,
@@ -206,7 +211,8 @@ def register(cell: Cell) -> None:
             session.error(missing_python_message(cell, looked))
         run_cell(session, cell)
 
-    test_cell.__doc__ = f"The whole suite on Python {cell.python} + Django {cell.django}."
+    scope = "The whole suite" if cell.full else "The suite but the wheel and long tests"
+    test_cell.__doc__ = f"{scope} on Python {cell.python} + Django {cell.django}."
 
 
 for _cell in MATRIX:

@@ -21,6 +21,7 @@ from typing import Any
 import django
 from django.db import connections
 
+from bench.schedules import scheduler_table, scheduler_targets
 from chaos_project.kit import queries
 
 TITLE = "# rivet benchmark results"
@@ -121,7 +122,9 @@ def with_ceiling(row: Row, ceilings: Sequence[float]) -> Row:
 # -- targets -----------------------------------------------------------------------------------
 
 
-def targets(rows: Sequence[Row], enqueue: dict[str, Any] | None) -> list[Target]:
+def targets(
+    rows: Sequence[Row], enqueue: dict[str, Any] | None, scheduler: dict[str, Any] | None = None
+) -> list[Target]:
     """Every target with this run's figure, a verdict, and the likely bottleneck."""
     backlog = [r for r in rows if r.mode == BACKLOG and r.kind == "noop"]
     found: list[Target] = []
@@ -169,7 +172,7 @@ def targets(rows: Sequence[Row], enqueue: dict[str, Any] | None) -> list[Target]
             ),
         )
     )
-    return found
+    return found + scheduler_targets(scheduler)
 
 
 def _find(rows: Sequence[Row], *, workers: int, concurrency: int) -> Row | None:
@@ -368,6 +371,7 @@ def render(
     out: Path,
     end_load: str = "",
     busy: float | None = None,
+    scheduler: dict[str, Any] | None = None,
 ) -> str:
     """The whole results file; ``busy`` is the load average at the start when it was too high."""
     lines = [TITLE, "", INTRO, ""]
@@ -382,7 +386,7 @@ def render(
     lines += [f"- {label}: {value}" for label, value in setup]
     if end_load:
         lines.append(f"- load average at the end: {end_load}")
-    lines += ["", *_targets_table(targets(rows, enqueue))]
+    lines += ["", *_targets_table(targets(rows, enqueue, scheduler))]
     backlog = [r for r in rows if r.mode == BACKLOG]
     if backlog:
         lines += ["", *_backlog_table(backlog)]
@@ -393,6 +397,8 @@ def render(
         lines += ["", *_soak_table(soak)]
     if enqueue:
         lines += ["", *_enqueue_table(enqueue)]
+    if scheduler:
+        lines += ["", *scheduler_table(scheduler)]
     if plot is not None:
         relative = os.path.relpath(plot, out.parent)
         lines += ["", "## Plot", "", f"![throughput by concurrency and latency]({relative})"]
@@ -587,8 +593,10 @@ def to_json(
     rows: Sequence[Row],
     enqueue: dict[str, Any] | None,
     busy: float | None = None,
+    scheduler: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """``{"rows": [...], "enqueue": {...}, "targets": [...], "setup": {...}, "busy_load": ..}``.
+    """``{"rows": [...], "enqueue": {...}, "scheduler": {...}, "targets": [...], "setup": {...},
+    "busy_load": ..}``.
 
     ``busy_load`` is the load average at the start when it exceeded the cores (else null).
     """
@@ -596,6 +604,7 @@ def to_json(
         "busy_load": busy,
         "rows": [row_json(r) for r in rows],
         "enqueue": enqueue,
+        "scheduler": scheduler,
         "targets": [
             {
                 "name": t.name,
@@ -604,7 +613,7 @@ def to_json(
                 "met": t.met,
                 "bottleneck": t.bottleneck,
             }
-            for t in targets(rows, enqueue)
+            for t in targets(rows, enqueue, scheduler)
         ],
         "setup": dict(setup),
     }

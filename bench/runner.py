@@ -9,7 +9,9 @@ What one run measures (each part can be turned off; see docs/benchmarking.md):
    worker) with batch = concurrency + prefetch (the most one worker claims at once) and
    connections = workers (bench/ceiling.py);
 3. offered load: workers started first, then tasks offered at ``rate`` per second;
-4. soak: one backlog of ``soak`` tasks, its first and last tenth compared.
+4. soak: one backlog of ``soak`` tasks, its first and last tenth compared;
+5. the scheduler: ``schedules`` one-second schedules on idle workers, every tick's lateness
+   and the workers' CPU beside the same workers with no schedule (bench/schedules.py).
 
 Every throughput and latency comes from timestamps the database server wrote on the task rows:
 
@@ -57,6 +59,7 @@ from bench.report import (
     to_json,
     with_ceiling,
 )
+from bench.schedules import measure_scheduler
 from chaos_project.kit import queries
 from chaos_project.kit.pidfd import Child, require_pidfd
 from chaos_project.kit.progress import progress
@@ -116,6 +119,11 @@ class BenchOptions:
     soak_vacuum_secs: float | None = None
     enqueue_single: int = 5000
     enqueue_bulk: int = 200000
+    #: The scheduler's part (bench/schedules.py): this many one-second schedules on
+    #: ``schedule_workers`` idle workers for ``schedule_secs``; 0: not measured.
+    schedules: int = 1000
+    schedule_workers: int = 4
+    schedule_secs: float = 30.0
     ceiling: bool = True
     payload_bytes: int = 100
     lease_ttl: float = 30.0
@@ -180,6 +188,10 @@ class BenchOptions:
             if self.soak
             else "no soak",
             f"enqueue {self.enqueue_single} single, {self.enqueue_bulk} bulk",
+            f"scheduler {self.schedules} one-second schedules on {self.schedule_workers} "
+            f"worker(s) for {self.schedule_secs:g} s"
+            if self.schedules
+            else "no scheduler",
             f"payload {self.payload_bytes} bytes, lease {self.lease_ttl:g} s, pool "
             + (f"{self.pool_size}" if self.pool_size else "concurrency + 2"),
             f"prefetch {self.prefetch}, per-task log lines at {self.task_log_level}",
@@ -201,6 +213,10 @@ class BenchOptions:
             text += f" --soak-concurrency {self.soak_at}"
             if self.soak_vacuum_secs is not None:
                 text += f" --soak-vacuum-secs {self.soak_vacuum_secs:g}"
+        text += f" --schedules {self.schedules}"
+        if self.schedules:
+            text += f" --schedule-workers {self.schedule_workers}"
+            text += f" --schedule-secs {self.schedule_secs:g}"
         if self.pool_size:
             text += f" --pool-size {self.pool_size}"
         if self.prefetch:
@@ -237,6 +253,7 @@ class Bench:
         self.busy: float | None = None
         self.soak_vacuum = 0.0
         self.soak_vacuums = 0
+        self.scheduler: dict[str, Any] | None = None
         self.progress = _Progress(total=self._steps(), say=say)
 
     def _steps(self) -> int:
@@ -246,6 +263,7 @@ class Bench:
         steps += o.runs if o.rate else 0
         steps += 1 if o.soak else 0
         steps += 1 if o.enqueue_single or o.enqueue_bulk else 0
+        steps += 1 if o.schedules else 0
         return steps
 
     def run(self) -> str:
@@ -329,7 +347,33 @@ class Bench:
                 f"{soak.soak_ratio or 0:.0%} of the first, {self.soak_vacuums} VACUUM(s) by the "
                 "bench meanwhile"
             )
+        if o.schedules:
+            self.scheduler = self._measure_scheduler()
         return enqueue, rows
+
+    def _measure_scheduler(self) -> dict[str, Any]:
+        o = self.options
+        self._empty(vacuum=True)
+        workers = self._start("noop", o.schedule_workers, 1)
+        try:
+            self._wait_ready(workers)
+            result = measure_scheduler(
+                schedules=o.schedules,
+                workers=workers,
+                secs=o.schedule_secs,
+                check=lambda: self._check_alive(workers),
+            )
+        finally:
+            for worker in workers:
+                worker.stop(STOP_TIMEOUT_SECS)
+        p99 = result["lateness_p99_s"]
+        self.progress.step(
+            f"scheduler, {o.schedules} schedules on {o.schedule_workers} workers: "
+            f"{result['enqueued_twice']} twice, {result['missing']} missing, lateness p99 "
+            + ("-" if p99 is None else f"{p99:.3f} s")
+            + f", {result['cpu_secs_per_1000_ticks']:.3f} CPU s per 1 000 ticks"
+        )
+        return result
 
     def _configuration(
         self,
@@ -659,12 +703,22 @@ class Bench:
             out=o.out,
             end_load=load(),
             busy=self.busy,
+            scheduler=self.scheduler,
         )
         o.out.parent.mkdir(parents=True, exist_ok=True)
         o.out.write_text(text)
         o.json_out.parent.mkdir(parents=True, exist_ok=True)
         o.json_out.write_text(
-            json.dumps(to_json(setup=setup, rows=rows, enqueue=enqueue, busy=self.busy), indent=1)
+            json.dumps(
+                to_json(
+                    setup=setup,
+                    rows=rows,
+                    enqueue=enqueue,
+                    busy=self.busy,
+                    scheduler=self.scheduler,
+                ),
+                indent=1,
+            )
             + "\n"
         )
         self.say("")

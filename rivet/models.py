@@ -135,6 +135,16 @@ class FencedWrite(models.Model):
         db_table = "rivet_fenced_write"
         ordering = ["id"]
         indexes = [models.Index(fields=["queue", "op"], name="rivet_fence_queue_op_idx")]
+        constraints = [
+            # A lease's refused heartbeat is recorded once. Two heartbeats of one lease may be
+            # refused at the same moment (the worker's heartbeat thread and its settler each
+            # ask): the stores insert with ON CONFLICT DO NOTHING against this index.
+            models.UniqueConstraint(
+                fields=["task_id", "epoch"],
+                condition=Q(op="beat"),
+                name="rivet_fence_one_beat_per_lease",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"fenced {self.op} on task {self.task_id} (epoch {self.epoch})"

@@ -1,4 +1,4 @@
-"""JSON as the SQL stores keep it: text in, Python values out (SQL NULL is None)."""
+"""JSON as the stores keep it: text in, Python values out (SQL NULL is None), and copies."""
 
 from __future__ import annotations
 
@@ -14,3 +14,8 @@ def json_text(value: Any) -> str | None:
 def json_value(text: str | None) -> Any:
     """Stored JSON text as a Python value; SQL NULL is None."""
     return None if text is None else json.loads(text)
+
+
+def json_copy(value: Any) -> Any:
+    """A deep copy of a JSON value, as a store hands it back: what it holds stays its own."""
+    return json.loads(json.dumps(value))

@@ -150,7 +150,8 @@ WHERE kind = %(kind)s AND unique_key = %(unique_key)s AND state = 'pending'
 -- as a fenced write, op 'beat', under the heartbeat's owner and epoch: the fence firing, seen
 -- at the heartbeat. One a task finished under the same epoch meets (its own ack, a cancel, a
 -- claim's burial) is refused and not recorded: no other worker holds it. A lease is recorded
--- once, at its first refused heartbeat (a worker may ask again before it stops the attempt).
+-- once, at its first refused heartbeat (a worker may ask again before it stops the attempt, even
+-- at the same moment from two threads): rivet_fence_one_beat_per_lease and ON CONFLICT see to it.
 WITH held AS (
     SELECT *
     FROM unnest(%(task_ids)s::bigint[], %(epochs)s::bigint[], %(owners)s::text[])
@@ -166,10 +167,7 @@ WITH held AS (
     SELECT held.task_id, t.queue, 'beat', held.owner, held.epoch, now()
     FROM held JOIN rivet_task AS t ON t.id = held.task_id
     WHERE t.lease_epoch > held.epoch AND held.task_id NOT IN (SELECT id FROM extended)
-        AND NOT EXISTS (
-            SELECT 1 FROM rivet_fenced_write AS f
-            WHERE f.task_id = held.task_id AND f.epoch = held.epoch AND f.op = 'beat'
-        )
+    ON CONFLICT (task_id, epoch) WHERE op = 'beat' DO NOTHING
 )
 SELECT id, cancel_requested FROM extended
 

@@ -86,16 +86,13 @@ RETURNING id, cancel_requested;
 
 -- name: lease_refused
 -- Record a heartbeat refused because another claim took the task (its epoch is newer now) as a
--- fenced write, op 'beat', once per lease; one a task finished under the same epoch meets is
--- not recorded.
+-- fenced write, op 'beat', once per lease (rivet_fence_one_beat_per_lease); one a task
+-- finished under the same epoch meets is not recorded.
 INSERT INTO rivet_fenced_write (task_id, queue, op, owner, epoch, created_at)
 SELECT id, queue, 'beat', :owner, :epoch, strftime('%Y-%m-%d %H:%M:%f', 'now')
 FROM rivet_task
 WHERE id = :task_id AND lease_epoch > :epoch
-  AND NOT EXISTS (
-      SELECT 1 FROM rivet_fenced_write
-      WHERE task_id = :task_id AND epoch = :epoch AND op = 'beat'
-  );
+ON CONFLICT (task_id, epoch) WHERE op = 'beat' DO NOTHING;
 
 -- name: settle
 -- Apply one decision under its epoch. A row an operator cancelled is buried whatever was

@@ -1,15 +1,20 @@
 """The worker runtime: claim into free slots, run handlers on a pool, settle in batches.
 
 One loop thread claims and settles; one guard thread (``rivet.worker.guard``) heartbeats; on
-PostgreSQL a listener thread turns enqueue notifications (LISTEN) into wake-ups of the loop,
-which otherwise polls every ``poll_interval``; handlers run on a fixed pool of ``concurrency``
-threads started once (``rivet.worker.pool.HandlerPool``). A claim asks for as many tasks as
-there are free slots plus ``prefetch``: up to ``prefetch`` claimed tasks wait for a handler
-thread, so a flush that acks a finished task also claims the ones that run next, and a fast
-worker settles and claims many tasks per round trip. A waiting task's lease is heartbeated like
-a running one's; its job timeout counts from when a thread takes it; one stopped while it waits
-(cancelled, fenced, lease lost) is never run. ``prefetch=0``, the default, claims only into
-free slots: no task waits behind a slow handler.
+PostgreSQL a listener thread (``rivet.worker.listen``) turns enqueue notifications (LISTEN)
+into wake-ups of the loop, which otherwise polls every ``poll_interval``; handlers run on a
+fixed pool of ``concurrency`` threads started once (``rivet.worker.pool.HandlerPool``). A claim
+asks for as many tasks as there are free slots plus ``prefetch``: up to ``prefetch`` claimed
+tasks wait for a handler thread, so a flush that acks a finished task also claims the ones that
+run next, and a fast worker settles and claims many tasks per round trip. A waiting task's
+lease is heartbeated like a running one's; its job timeout counts from when a thread takes it;
+one stopped while it waits (cancelled, fenced, lease lost) is never run. ``prefetch=0``, the
+default, claims only into free slots: no task waits behind a slow handler.
+
+The ``Worker`` is this module (its run, the events handler threads and the guard report, the
+drain, the handler threads it abandons) on ``rivet.worker.slots.Slots`` (the slots, the flush
+that settles and claims into them, the handler run); what a run did, and the exit code it ends
+with, is ``rivet.worker.stats``.
 
 Each attempt ends in exactly one store write (or, when the lease cannot be confirmed, none):
 ``rivet.worker.settle`` says which, and queues it. The loop flushes every queued decision and
@@ -47,64 +52,35 @@ import queue as queue_module
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.db import close_old_connections, connections
 
-from rivet import logs, signals
+from rivet import logs
 from rivet.conf import rivet_settings
-from rivet.errors import UnknownJob
-from rivet.failpoints import Failpoints, active, fired_by
+from rivet.failpoints import Failpoints, active
 from rivet.jobs import JobRegistry, registry
 from rivet.retry import RetryPolicy
-from rivet.stores.base import ClaimFailed, Store
-from rivet.values import ClaimBatch, Claimed, Settled
+from rivet.stores.base import Store
 from rivet.worker.attempt import Attempt, AttemptState, StopKind
 from rivet.worker.config import WorkerConfig
-from rivet.worker.ending import Ended, Reporter, describe
+from rivet.worker.ending import Reporter, describe
 from rivet.worker.guard import Guard
+from rivet.worker.listen import Listener
 from rivet.worker.metrics import NO_METRICS, WorkerMetrics
 from rivet.worker.options import checked
 from rivet.worker.pool import HandlerPool
 from rivet.worker.process import default_owner
 from rivet.worker.prune import Pruner
 from rivet.worker.settle import Outcome, Settler
+from rivet.worker.slots import Slots
+from rivet.worker.stats import EXIT_ABANDONED, EXIT_OK, EXIT_STORE_ERROR, WorkerStats, log_counts
 
 if TYPE_CHECKING:
     from rivet.schedules.scheduler import Scheduler
 
-EXIT_OK = 0
-EXIT_STORE_ERROR = 1  # --once could not claim: the database failed
-EXIT_ABANDONED = 3
-LISTEN_SLICE_SECS = 0.5
-#: The outcome a handler thread reports for an attempt stopped before it began: nothing ran.
-NOT_RUN = Outcome()
 
-
-@dataclass(frozen=True, kw_only=True)
-class WorkerStats:
-    """What one run of a worker did."""
-
-    claimed: int = 0
-    acked: int = 0
-    failed: int = 0  # attempts that ended in an error, a timeout or an unknown kind
-    retried: int = 0
-    dead: int = 0
-    cancelled: int = 0  # attempts an operator cancelled, buried without an ack
-    fenced: int = 0
-    lost: int = 0  # attempts left to lapse: no heartbeat could confirm the lease, or a write failed
-    abandoned: int = 0
-    buried: int = 0  # exhausted tasks a claim buried on the way
-    exit_code: int = EXIT_OK
-
-    @property
-    def processed(self) -> int:
-        """Attempts this worker settled, whatever the outcome."""
-        return self.acked + self.retried + self.dead + self.cancelled + self.fenced + self.lost
-
-
-class Worker:
+class Worker(Slots):
     """Runs the handlers of claimed tasks until stopped; see the module docstring."""
 
     def __init__(
@@ -144,10 +120,9 @@ class Worker:
             notify=self._notify,
             failpoints=self.failpoints,
         )
-        self._events: queue_module.SimpleQueue = queue_module.SimpleQueue()
-        self._running: dict[Any, Attempt] = {}
+        self._events = queue_module.SimpleQueue()
+        self._running = {}
         self._stopping = threading.Event()
-        self._listener_done = threading.Event()
         self.metrics = (
             WorkerMetrics(slots=self.config.concurrency, busy=self.busy_slots)
             if metrics
@@ -209,9 +184,8 @@ class Worker:
             stranded = self._drain()
         finally:
             self.handlers.close()
-            self._listener_done.set()
             if listener is not None:
-                listener.join(timeout=LISTEN_SLICE_SECS * 4)
+                listener.close()
             self.guard.close()
             if self.pruner is not None:
                 self.pruner.close()
@@ -220,7 +194,7 @@ class Worker:
             connections.close_all()
         code = EXIT_ABANDONED if (stranded or self._gave_up) else self._exit_code
         stats = WorkerStats(**self.counts, exit_code=code)
-        summary: dict[str, Any] = _summary(stats)
+        summary: dict[str, Any] = log_counts(stats)
         logs.event("worker_stopped", owner=self.owner, exit_code=code, **summary)
         logs.flush()
         return stats
@@ -236,10 +210,15 @@ class Worker:
         for name, note in found:
             logs.event(name, logging.WARNING, note=note)
 
-    def _start_listener(self) -> threading.Thread | None:
+    def _start_listener(self) -> Listener | None:
         if not self.store.supports_wakeup or self.config.once:
             return None
-        listener = threading.Thread(target=self._listen, name="rivet-listen", daemon=True)
+        listener = Listener(
+            store=self.store,
+            queues=self.config.queues,
+            poll_interval=self.config.poll_interval,
+            wake=self._wake,
+        )
         listener.start()
         return listener
 
@@ -270,16 +249,6 @@ class Worker:
             close_old_connections()
         self._wait_some(self.config.poll_interval)
 
-    def _listen(self) -> None:
-        """The wake-up thread: turn each enqueue notification into a wake-up of the loop."""
-        while not self._listener_done.is_set():
-            try:
-                if self.store.wait_for_work(self.config.queues, LISTEN_SLICE_SECS):
-                    self._events.put(None)
-            except Exception as exc:
-                logs.event("listen_failed", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
-                self._listener_done.wait(self.config.poll_interval)
-
     def _drain(self) -> int:
         """Wait for in-flight handlers up to shutdown_timeout; abandon the rest."""
         deadline = self.clock() + self.config.shutdown_timeout
@@ -309,156 +278,14 @@ class Worker:
             timeout = min(timeout, max(due - self.clock(), 0.0))
         self._process_events(timeout=timeout)
 
-    # -- slots and claims --------------------------------------------------------------------
-
-    def _unsettled(self) -> int:
-        return sum(1 for a in self._running.values() if not a.settled)
-
-    def _busy(self) -> int:
-        return sum(1 for a in self._running.values() if a.busy)
-
-    def busy_slots(self) -> int:
-        """Slots whose handler has not returned; safe to call from another thread (a scrape)."""
-        return sum(1 for a in list(self._running.values()) if a.busy and a.began)
-
-    def _free_slots(self) -> int:
-        """How many tasks the next claim asks for: free slots and free prefetch room."""
-        free = self.config.concurrency + self.prefetch - self._busy()
-        if self.config.max_jobs is not None:
-            free = min(free, self.config.max_jobs - self._finished() - self._unsettled())
-        return max(free, 0)
-
-    def _finished(self) -> int:
-        settled = ("acked", "retried", "dead", "cancelled", "fenced", "lost")
-        return sum(self.counts[k] for k in settled)
-
-    def _enough_jobs(self) -> bool:
-        return self.config.max_jobs is not None and self._finished() >= self.config.max_jobs
-
-    def _flush(self, claim: bool = True) -> int | None:
-        """Write the queued decisions and claim into the free slots, in one store call.
-
-        Returns how many tasks were claimed; None when a claim (with nothing to write) failed.
-        While queued decisions back off after a failed write, nothing is claimed either.
-        """
-        decided = self.settler.due()
-        self._requeued = False
-        if self.settler.pending and not decided:
-            return 0
-        wanted = self._free_slots() if claim else 0
-        if not decided and wanted <= 0:
-            return 0
-        if len(decided) > 1 and self.failpoints.armed:
-            self.failpoints.fire("before_flush", tasks=[d.lease.task_id for d in decided])
-        started = self.clock()
-        try:
-            flushed = self.store.task_settle_and_claim(
-                decided,
-                queues=self.config.queues,
-                owner=self.owner,
-                limit=wanted,
-                lease_ttl=self.config.lease_ttl,
-            )
-        except ClaimFailed as exc:  # the decisions were committed, the claim was not
-            self._applied(exc.settled)
-            self._claim_failed(exc)
-            return 0
-        except Exception as exc:
-            if decided:
-                self._report(*self.settler.failed(exc))
-                self._forget_finished()
-                return 0
-            self._claim_failed(exc)
-            return None
-        self._applied(flushed.settled)
-        return self._take(flushed.batch, started)
-
-    def _applied(self, settled: list[Settled]) -> None:
-        """The flush wrote the due decisions: report each attempt's end."""
-        # A retry the flush just wrote is runnable for the next claim, not for this one.
-        self._requeued = Settled.RETRIED in settled
-        if settled:
-            self._report(*self.settler.applied(settled))
-            self._forget_finished()
-
-    def _report(self, *ends: Ended | None) -> None:
-        for ended in ends:
-            if ended is not None:
-                self.reporter.report(ended)
-
-    def _claim_failed(self, exc: BaseException) -> None:
-        logs.event(
-            "claim_failed", logging.ERROR, owner=self.owner, error=f"{type(exc).__name__}: {exc}"
-        )
-        close_old_connections()
-
-    def _take(self, batch: ClaimBatch, started: float) -> int:
-        """Start the tasks a claim leased; count the ones it buried on the way."""
-        if batch.buried:
-            self.counts["buried"] += batch.buried
-            self.metrics.buried(batch.buried)
-            logs.event("buried", owner=self.owner, count=batch.buried)
-        for claimed in batch.claimed:
-            self._start(claimed, started)
-        return len(batch.claimed)
-
-    def _forget_finished(self) -> None:
-        """Drop the attempts that are settled and whose handler returned."""
-        if any(a.state is AttemptState.FINISHED for a in self._running.values()):
-            self._running = {
-                lease: a
-                for lease, a in self._running.items()
-                if a.state is not AttemptState.FINISHED
-            }
-
-    def _start(self, claimed: Claimed, started: float) -> None:
-        self.counts["claimed"] += 1
-        self.metrics.event("claimed", claimed)
-        logs.task_event("claimed", claimed, self.reporter.task_log_level)
-        self.failpoints.fire("after_claim")
-        definition = self.registry.find(claimed.kind)
-        timeout = definition.timeout_secs if definition else None
-        attempt = Attempt(
-            claimed=claimed,
-            definition=definition,
-            started=started,
-            lease_ttl=self.config.lease_ttl,
-            timeout_secs=timeout or self.config.job_timeout,
-        )
-        self._running[attempt.lease] = attempt
-        if definition is None:
-            self._fail_unknown(attempt)
-            return
-        self.guard.track(attempt)
-        self.handlers.submit(attempt)
-
-    def _execute(self, attempt: Attempt) -> None:
-        """On a handler thread: run the handler, hand the outcome to the loop."""
-        definition = attempt.definition
-        assert definition is not None
-        if not attempt.begin(self.clock()):
-            self._events.put((attempt, NOT_RUN))  # stopped while it waited: never run
-            return
-        try:
-            self.reporter.send(signals.task_processing, attempt)
-            if "before_effect" not in fired_by(definition.handler):
-                self.failpoints.fire("before_effect")
-            began = time.perf_counter()
-            try:
-                with attempt.span.current():
-                    outcome = Outcome(result=definition(attempt.context))
-            finally:
-                self.metrics.handler_seconds(attempt.claimed, time.perf_counter() - began)
-        except BaseException as exc:  # a handler may raise anything; it is the attempt's error
-            outcome = Outcome(error=exc)
-        finally:
-            connections.close_all()  # this thread's connections only
-        self._events.put((attempt, outcome))
-
     # -- events from handler threads and the guard -------------------------------------------
 
     def _notify(self, attempt: Attempt) -> None:
         self._events.put((attempt, None))
+
+    def _wake(self) -> None:
+        """Work was enqueued (the listener): the loop stops waiting and claims."""
+        self._events.put(None)
 
     def _process_events(self, timeout: float) -> bool:
         """Handle what handler threads and the guard reported; False when nothing came."""
@@ -501,14 +328,6 @@ class Worker:
             logs.event("too_many_abandoned", logging.ERROR, owner=self.owner, abandoned=stuck)
             self.stop()
 
-    def _fail_unknown(self, attempt: Attempt) -> None:
-        """An unknown kind is never run: the attempt fails with the error naming the kind."""
-        try:
-            self.registry.get(attempt.claimed.kind)
-        except UnknownJob as exc:
-            logs.task_event("unknown_kind", attempt.claimed, logging.ERROR)
-            self.settler.fail(attempt, exc)
-
     def _abandon(self, attempt: Attempt) -> None:
         if attempt.abandon():
             self.counts["abandoned"] += 1
@@ -521,9 +340,3 @@ class Worker:
 def default_prefetch() -> int:
     """RIVET['PREFETCH'] (0 unless set: claim only into free slots)."""
     return checked("prefetch", rivet_settings.PREFETCH)
-
-
-def _summary(stats: WorkerStats) -> dict[str, int]:
-    fields: tuple[str, ...] = ("claimed", "acked", "failed", "retried", "dead", "cancelled")
-    fields += ("fenced", "lost", "abandoned")
-    return {name: getattr(stats, name) for name in fields}

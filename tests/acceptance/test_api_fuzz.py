@@ -34,7 +34,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from rivet.models import Schedule
 from tests.factories import UserFactory, task_in
 
-pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.acceptance, pytest.mark.long, pytest.mark.django_db(transaction=True)]
 
 # tasks: list, enqueue, bulk, get, cancel; queues x3, dead letters x3, metrics; schedules:
 # list, get, run, pause, resume

@@ -11,7 +11,7 @@ from django.db import connection
 
 from tests.processes import child_environ, postgres_url
 
-pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.acceptance, pytest.mark.long, pytest.mark.django_db(transaction=True)]
 
 
 def test_bench_writes_every_mode_with_ceilings_rss_and_the_plot(
@@ -26,12 +26,14 @@ def test_bench_writes_every_mode_with_ceilings_rss_and_the_plot(
         *("--tasks", "100", "--effect-tasks", "40", "--runs", "1"),
         *("--rate", "200", "--rate-tasks", "100", "--soak", "300"),
         *("--enqueue-single", "50", "--enqueue-bulk", "500", "--out", str(out)),
+        *("--schedules", "20", "--schedule-workers", "2", "--schedule-secs", "2"),
         env=env,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     text = out.read_text()
     for heading in ("## Setup", "## Targets", "## Full backlog", "## Offered load", "## Enqueue"):
         assert f"\n{heading}\n" in text
+    assert "\n## Scheduler\n" in text
     assert "\n## Soak: 300 tasks\n" in text
     assert "- machine: " in text and " cores, " in text
     assert "- PostgreSQL: PostgreSQL " in text
@@ -41,7 +43,7 @@ def test_bench_writes_every_mode_with_ceilings_rss_and_the_plot(
     # on a server without autovacuum the soak gets the bench's VACUUM, and says so
     vacuums = "`VACUUM rivet_task` every 10 s" if autovacuum == "off" else "none by the bench"
     assert f"- soak vacuum: {vacuums}" in text
-    assert "[####################] 9/9 " in done.stdout  # the progress bar reached its end
+    assert "[####################] 10/10 " in done.stdout  # the progress bar reached its end
 
     rows = json.loads((tmp_path / "bench" / "results.json").read_text())["rows"]
     backlog = [r for r in rows if r["mode"] == "backlog"]
@@ -62,6 +64,17 @@ def test_bench_writes_every_mode_with_ceilings_rss_and_the_plot(
     assert soak["tasks"] == 300 and soak["concurrency"] == 2
     assert soak["soak"]["first_10pct"]["tasks"] == soak["soak"]["last_10pct"]["tasks"] == 30
 
+    # The scheduler's part: every tick of the 20 schedules once, and its cost measured.
+    scheduler = json.loads((tmp_path / "bench" / "results.json").read_text())["scheduler"]
+    assert (scheduler["schedules"], scheduler["workers"]) == (20, 2)
+    assert scheduler["ticks"] >= 20 * 2 and scheduler["measured_ticks"] > 0
+    assert (scheduler["enqueued_twice"], scheduler["missing"]) == (0, 0)
+    assert scheduler["lateness_p99_s"] is not None and len(scheduler["cpu_idle_per_worker"]) == 2
+    assert "| scheduler: every tick once (20 one-second schedules, 2 workers) |" in text
+    with connection.cursor() as cursor:  # it removed what it made
+        cursor.execute("SELECT count(*) FROM rivet_schedule WHERE name LIKE 'bench-schedule-%%'")
+        assert cursor.fetchone()[0] == 0
+
     assert (tmp_path / "bench" / "throughput.png").read_bytes().startswith(b"\x89PNG")
 
 
@@ -72,7 +85,16 @@ def test_a_soak_with_a_vacuum_interval_vacuums_while_it_drains(run_manage, tmp_p
         "bench",
         *("--workers", "1", "--concurrency", "4", "--kind", "noop", "--tasks", "50"),
         *("--runs", "1", "--no-ceiling", "--rate", "0", "--enqueue-single", "0"),
-        *("--enqueue-bulk", "1", "--soak", "4000", "--soak-vacuum-secs", "0.05"),
+        *(
+            "--enqueue-bulk",
+            "1",
+            "--soak",
+            "4000",
+            "--soak-vacuum-secs",
+            "0.05",
+            "--schedules",
+            "0",
+        ),
         *("--out", str(out), "--no-plot"),
         env=child_environ(postgres_url()),
     )

@@ -15,7 +15,7 @@ import pytest
 
 from tests.processes import child_environ, postgres_url
 
-pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.acceptance, pytest.mark.long, pytest.mark.django_db(transaction=True)]
 
 SCRIPT = Path(__file__).resolve().parents[1] / "broken_chaos.py"
 RUN = ("--tasks", "150", "--workers", "4", "--duration-secs", "8", "--drain-timeout-secs", "30")

@@ -32,7 +32,7 @@ from rivet.producer import enqueue_many
 from tests.acceptance.conftest import wait_for
 from tests.processes import child_environ, postgres_url
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.long]
 
 
 def _port(url: str) -> int:

@@ -15,7 +15,7 @@ import pytest
 from tests.mutation import ENV
 from tests.processes import child_environ, postgres_url
 
-pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.acceptance, pytest.mark.long, pytest.mark.django_db(transaction=True)]
 
 MANAGE_PY = Path(__file__).resolve().parents[2] / "manage.py"
 QUICK_RUN = ("--tasks", "500", "--workers", "4", "--duration-secs", "15", "--own-effect-service")

@@ -14,7 +14,7 @@ from rivet.models import FencedWrite, Task
 from tests.effect_service import EffectDB
 from tests.processes import child_environ, postgres_url
 
-pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.acceptance, pytest.mark.long, pytest.mark.django_db(transaction=True)]
 
 RUN = ("--tasks", "150", "--workers", "4", "--duration-secs", "8", "--seed", "7")
 

@@ -30,7 +30,7 @@ from chaos_project.chaos.pgcluster import Cluster
 from chaos_project.kit.services import free_port
 from tests.processes import MANAGE, child_environ
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.long]
 
 REPO = Path(__file__).resolve().parents[2]
 GERMAN = "de_DE.UTF-8"

@@ -312,6 +312,46 @@ def test_fenced_writes_are_recorded_with_owner_and_epoch(store: PostgresStore, q
     assert store.task_ack(leased.lease) is Settled.ACKED
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_lease_refused_by_two_heartbeats_at_once_is_recorded_once(
+    store: PostgresStore, queue: str
+) -> None:
+    # A worker's heartbeat thread and its settler may both heartbeat one lease at the same
+    # moment. The first's record is not committed yet when the second looks for it: only the
+    # unique index makes the second wait for the first and then write nothing.
+    task_id = store.task_enqueue(spec(queue)).task_id
+    leased = store.task_claim(queues=[queue], owner="w1", limit=1, lease_ttl=30).claimed[0]
+    stale = Lease(task_id=task_id, epoch=leased.epoch - 1, owner="w0")
+    recorded, release = threading.Event(), threading.Event()
+
+    def first() -> Any:
+        with transaction.atomic():
+            held = store.lease_extend([stale], 30)
+            recorded.set()
+            assert release.wait(LONG_WAIT)
+        return held
+
+    def second() -> Any:
+        assert recorded.wait(LONG_WAIT)
+        return store.lease_extend([stale], 30)
+
+    outcomes: list[Any] = []
+    threads = [
+        threading.Thread(target=lambda w=w: outcomes.append(on_other_connection(w)))
+        for w in (first, second)
+    ]
+    for thread in threads:
+        thread.start()
+    assert recorded.wait(LONG_WAIT)
+    threads[1].join(timeout=SHORT_WAIT)  # the second heartbeat is under way, not finished
+    release.set()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert [task_id in held for held in outcomes] == [False, False]
+    beats = FencedWrite.objects.filter(task_id=task_id, op="beat")
+    assert [(f.owner, f.epoch) for f in beats] == [("w0", leased.epoch - 1)]
+
+
 # -- bulk enqueue ----------------------------------------------------------------------------
 
 

@@ -190,3 +190,50 @@ def test_durations_read_in_milliseconds_below_a_second() -> None:
     assert duration(0.0043) == "4.3 ms"
     assert duration(0.9994) == "999.4 ms"
     assert duration(2.412) == "2.41 s"
+
+
+SCHEDULER = {
+    "schedules": 1000,
+    "workers": 4,
+    "secs": 30.0,
+    "ticks": 34000,
+    "enqueued_twice": 0,
+    "missing": 0,
+    "measured_ticks": 30000,
+    "lateness_p50_s": 0.24,
+    "lateness_p90_s": 0.33,
+    "lateness_p99_s": 0.41,
+    "lateness_max_s": 0.52,
+    "cpu_idle_per_worker": [0.01, 0.01, 0.01, 0.01],
+    "cpu_busy_per_worker": [0.06, 0.05, 0.06, 0.05],
+    "cpu_secs_per_1000_ticks": 0.18,
+}
+
+
+def test_the_scheduler_part_has_its_table_and_two_targets(tmp_path: Path) -> None:
+    text = render(
+        setup=[], rows=rows(), enqueue=None, plot=None, out=tmp_path / "r.md", scheduler=SCHEDULER
+    )
+    assert "\n## Scheduler\n" in text
+    assert "| 34,000 | 30,000 | 0 | 0 | 0.240 s | 0.330 s | 0.410 s | 0.520 s |" in text
+    assert "| 0.010 / 0.010 / 0.010 / 0.010 | 0.060 / 0.050 / 0.060 / 0.050 | 0.180 CPU s |" in text
+    where = "(1000 one-second schedules, 4 workers)"
+    assert (
+        f"| scheduler: every tick once {where} | 0 twice, 0 missing | 0 twice, 0 missing of "
+        in text
+    )
+    assert f"| scheduler: tick lateness p99 {where} | <= 1 s | 0.41 s | met | - |" in text
+    late = {**SCHEDULER, "lateness_p99_s": 1.5, "enqueued_twice": 2}
+    data = to_json(setup=[], rows=rows(), enqueue=None, scheduler=late)
+    verdicts = {t["name"].split(" (")[0]: t["met"] for t in data["targets"]}
+    assert verdicts["scheduler: every tick once"] is False
+    assert verdicts["scheduler: tick lateness p99"] is False
+    assert data["scheduler"]["enqueued_twice"] == 2
+
+
+def test_without_the_scheduler_part_its_targets_say_not_measured(tmp_path: Path) -> None:
+    text = render(setup=[], rows=rows(), enqueue=None, plot=None, out=tmp_path / "r.md")
+    assert "## Scheduler" not in text
+    assert (
+        "| scheduler: every tick once | 0 twice, 0 missing | not measured | not measured |" in text
+    )

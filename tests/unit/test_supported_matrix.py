@@ -47,6 +47,17 @@ def test_the_classifiers_name_exactly_the_tested_pythons_and_djangos():
     assert classifiers("Framework :: Django :: ") == {d for _, d in MATRIX}
 
 
+def test_one_cell_runs_the_wheel_and_long_tests_and_their_markers_are_declared():
+    assert [cell.name for cell in noxfile.MATRIX if cell.full] == [noxfile.FULL_CELL.name]
+    pytest_options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]
+    declared = {m.split(":", 1)[0] for m in pytest_options["ini_options"]["markers"]}
+    assert set(noxfile.FULL_ONLY) <= declared
+    # Every long module says so: a chaos run left unmarked would run in every cell again.
+    for path in sorted((ROOT / "tests" / "acceptance").glob("test_chaos_*.py")):
+        if path.name != "test_chaos_verifier.py":  # pure verdicts on recorded histories: fast
+            assert "pytest.mark.long" in path.read_text(), path.name
+
+
 def test_the_readme_table_states_the_tested_matrix():
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Supported versions", 1)[1].split("\n## ", 1)[0]

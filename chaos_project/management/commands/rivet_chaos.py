@@ -240,6 +240,16 @@ class Command(BaseCommand):
             default=200000,
             help="tasks enqueued in batches of 10 000 and timed, 0 for none " + default,
         )
+        add(
+            "--schedules",
+            dest="bench_schedules",
+            type=_non_negative_int,
+            default=1000,
+            help="the scheduler's part: one-second schedules on idle workers, their ticks' "
+            "lateness and the workers' CPU; 0 for none " + default,
+        )
+        add("--schedule-workers", type=_positive_int, default=4, help=default)
+        add("--schedule-secs", type=_positive_float, default=30.0, help=default)
         add("--payload-bytes", type=_non_negative_int, default=100, help=default)
         add("--lease-ttl-secs", dest="bench_ttl", type=_positive_float, default=30, help=default)
         add(
@@ -485,6 +495,9 @@ class Command(BaseCommand):
                 soak_vacuum_secs=options["soak_vacuum_secs"],
                 enqueue_single=options["enqueue_single"],
                 enqueue_bulk=options["enqueue_bulk"],
+                schedules=options["bench_schedules"],
+                schedule_workers=options["schedule_workers"],
+                schedule_secs=options["schedule_secs"],
                 payload_bytes=options["payload_bytes"],
                 lease_ttl=options["bench_ttl"],
                 pool_size=options["pool_size"],

@@ -1,0 +1,215 @@
+"""The worker's slots: the attempts it holds, the flush that fills the free ones, the handler run.
+
+``Slots`` is the part of ``rivet.worker.loop.Worker`` that counts its slots (``concurrency``
+handler threads, plus ``prefetch`` claimed tasks that may wait for one), writes the queued
+decisions and claims into the free slots in one store call (``task_settle_and_claim``), starts
+each claimed attempt (guarded, handed to the handler pool; an unknown kind fails at once) and,
+on a handler thread, runs its handler and hands the outcome back to the loop. The loop's events,
+its drain and the threads it abandons are ``rivet.worker.loop``'s.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue as queue_module
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from django.db import close_old_connections, connections
+
+from rivet import logs, signals
+from rivet.errors import UnknownJob
+from rivet.failpoints import Failpoints, fired_by
+from rivet.jobs import JobRegistry
+from rivet.stores.base import ClaimFailed, Store
+from rivet.values import ClaimBatch, Claimed, Settled
+from rivet.worker.attempt import Attempt, AttemptState
+from rivet.worker.config import WorkerConfig
+from rivet.worker.ending import Ended, Reporter
+from rivet.worker.guard import Guard
+from rivet.worker.metrics import NoMetrics
+from rivet.worker.pool import HandlerPool
+from rivet.worker.settle import Outcome, Settler
+
+#: The outcome a handler thread reports for an attempt stopped before it began: nothing ran.
+NOT_RUN = Outcome()
+
+
+class Slots:
+    """Slots, claims and handler runs of a ``Worker``, which sets every attribute below."""
+
+    config: WorkerConfig
+    store: Store
+    owner: str
+    prefetch: int
+    registry: JobRegistry
+    clock: Callable[[], float]
+    failpoints: Failpoints
+    guard: Guard
+    settler: Settler
+    reporter: Reporter
+    counts: Counter[str]
+    metrics: NoMetrics
+    handlers: HandlerPool
+    #: The attempts this worker holds, by lease, until settled and returned.
+    _running: dict[Any, Attempt]
+    #: What handler threads and the guard report to the loop: (attempt, outcome) or a wake-up.
+    _events: queue_module.SimpleQueue
+    #: The last flush wrote a retry: runnable for the next claim, not for that one.
+    _requeued: bool
+
+    # -- slots and claims --------------------------------------------------------------------
+
+    def _unsettled(self) -> int:
+        return sum(1 for a in self._running.values() if not a.settled)
+
+    def _busy(self) -> int:
+        return sum(1 for a in self._running.values() if a.busy)
+
+    def busy_slots(self) -> int:
+        """Slots whose handler has not returned; safe to call from another thread (a scrape)."""
+        return sum(1 for a in list(self._running.values()) if a.busy and a.began)
+
+    def _free_slots(self) -> int:
+        """How many tasks the next claim asks for: free slots and free prefetch room."""
+        free = self.config.concurrency + self.prefetch - self._busy()
+        if self.config.max_jobs is not None:
+            free = min(free, self.config.max_jobs - self._finished() - self._unsettled())
+        return max(free, 0)
+
+    def _finished(self) -> int:
+        settled = ("acked", "retried", "dead", "cancelled", "fenced", "lost")
+        return sum(self.counts[k] for k in settled)
+
+    def _enough_jobs(self) -> bool:
+        return self.config.max_jobs is not None and self._finished() >= self.config.max_jobs
+
+    def _flush(self, claim: bool = True) -> int | None:
+        """Write the queued decisions and claim into the free slots, in one store call.
+
+        Returns how many tasks were claimed; None when a claim (with nothing to write) failed.
+        While queued decisions back off after a failed write, nothing is claimed either.
+        """
+        decided = self.settler.due()
+        self._requeued = False
+        if self.settler.pending and not decided:
+            return 0
+        wanted = self._free_slots() if claim else 0
+        if not decided and wanted <= 0:
+            return 0
+        if len(decided) > 1 and self.failpoints.armed:
+            self.failpoints.fire("before_flush", tasks=[d.lease.task_id for d in decided])
+        started = self.clock()
+        try:
+            flushed = self.store.task_settle_and_claim(
+                decided,
+                queues=self.config.queues,
+                owner=self.owner,
+                limit=wanted,
+                lease_ttl=self.config.lease_ttl,
+            )
+        except ClaimFailed as exc:  # the decisions were committed, the claim was not
+            self._applied(exc.settled)
+            self._claim_failed(exc)
+            return 0
+        except Exception as exc:
+            if decided:
+                self._report(*self.settler.failed(exc))
+                self._forget_finished()
+                return 0
+            self._claim_failed(exc)
+            return None
+        self._applied(flushed.settled)
+        return self._take(flushed.batch, started)
+
+    def _applied(self, settled: list[Settled]) -> None:
+        """The flush wrote the due decisions: report each attempt's end."""
+        # A retry the flush just wrote is runnable for the next claim, not for this one.
+        self._requeued = Settled.RETRIED in settled
+        if settled:
+            self._report(*self.settler.applied(settled))
+            self._forget_finished()
+
+    def _report(self, *ends: Ended | None) -> None:
+        for ended in ends:
+            if ended is not None:
+                self.reporter.report(ended)
+
+    def _claim_failed(self, exc: BaseException) -> None:
+        logs.event(
+            "claim_failed", logging.ERROR, owner=self.owner, error=f"{type(exc).__name__}: {exc}"
+        )
+        close_old_connections()
+
+    def _take(self, batch: ClaimBatch, started: float) -> int:
+        """Start the tasks a claim leased; count the ones it buried on the way."""
+        if batch.buried:
+            self.counts["buried"] += batch.buried
+            self.metrics.buried(batch.buried)
+            logs.event("buried", owner=self.owner, count=batch.buried)
+        for claimed in batch.claimed:
+            self._start(claimed, started)
+        return len(batch.claimed)
+
+    def _forget_finished(self) -> None:
+        """Drop the attempts that are settled and whose handler returned."""
+        if any(a.state is AttemptState.FINISHED for a in self._running.values()):
+            self._running = {
+                lease: a
+                for lease, a in self._running.items()
+                if a.state is not AttemptState.FINISHED
+            }
+
+    def _start(self, claimed: Claimed, started: float) -> None:
+        self.counts["claimed"] += 1
+        self.metrics.event("claimed", claimed)
+        logs.task_event("claimed", claimed, self.reporter.task_log_level)
+        self.failpoints.fire("after_claim")
+        definition = self.registry.find(claimed.kind)
+        timeout = definition.timeout_secs if definition else None
+        attempt = Attempt(
+            claimed=claimed,
+            definition=definition,
+            started=started,
+            lease_ttl=self.config.lease_ttl,
+            timeout_secs=timeout or self.config.job_timeout,
+        )
+        self._running[attempt.lease] = attempt
+        if definition is None:
+            self._fail_unknown(attempt)
+            return
+        self.guard.track(attempt)
+        self.handlers.submit(attempt)
+
+    def _fail_unknown(self, attempt: Attempt) -> None:
+        """An unknown kind is never run: the attempt fails with the error naming the kind."""
+        try:
+            self.registry.get(attempt.claimed.kind)
+        except UnknownJob as exc:
+            logs.task_event("unknown_kind", attempt.claimed, logging.ERROR)
+            self.settler.fail(attempt, exc)
+
+    def _execute(self, attempt: Attempt) -> None:
+        """On a handler thread: run the handler, hand the outcome to the loop."""
+        definition = attempt.definition
+        assert definition is not None
+        if not attempt.begin(self.clock()):
+            self._events.put((attempt, NOT_RUN))  # stopped while it waited: never run
+            return
+        try:
+            self.reporter.send(signals.task_processing, attempt)
+            if "before_effect" not in fired_by(definition.handler):
+                self.failpoints.fire("before_effect")
+            began = time.perf_counter()
+            try:
+                with attempt.span.current():
+                    outcome = Outcome(result=definition(attempt.context))
+            finally:
+                self.metrics.handler_seconds(attempt.claimed, time.perf_counter() - began)
+        except BaseException as exc:  # a handler may raise anything; it is the attempt's error
+            outcome = Outcome(error=exc)
+        finally:
+            connections.close_all()  # this thread's connections only
+        self._events.put((attempt, outcome))

@@ -18,7 +18,7 @@ from rivet.models import Task
 from rivet.schedules.models import Schedule
 from tests.processes import child_environ, postgres_url
 
-pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.acceptance, pytest.mark.long, pytest.mark.django_db(transaction=True)]
 
 SCRIPT = Path(__file__).resolve().parents[1] / "broken_chaos.py"
 RUN = ("--tasks", "60", "--workers", "3", "--duration-secs", "6", "--schedules", "8")

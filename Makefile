@@ -102,9 +102,10 @@ demo: venv
 # The whole benchmark in one sitting (docs/benchmarking.md): the full-backlog grid with its
 # ceiling, the offered load, a soak of BENCH_SOAK tasks and the enqueue figures, on the server
 # scripts/find_postgres.py finds (as for make test). Workers run with --prefetch BENCH_PREFETCH
-# (0: claim only into free slots, the worker's default). BENCH_ARGS adds or overrides flags.
+# (auto, the worker's default: no flag is passed; 0 claims only into free slots). BENCH_ARGS adds
+# or overrides flags.
 BENCH_SOAK ?= 500000
-BENCH_PREFETCH ?= 16
+BENCH_PREFETCH ?= auto
 BENCH_ARGS ?=
 bench: venv
 	$(VPY) scripts/find_postgres.py run -- \

@@ -74,6 +74,7 @@ from chaos_project.kit.services import (
 from rivet.errors import RivetError
 from rivet.producer import enqueue, enqueue_many
 from rivet.stores.postgres import PostgresStore
+from rivet.worker.prefetch import AUTO, Prefetch
 
 READY_TIMEOUT_SECS = 120.0
 STOP_TIMEOUT_SECS = 30.0
@@ -128,7 +129,8 @@ class BenchOptions:
     payload_bytes: int = 100
     lease_ttl: float = 30.0
     pool_size: int | None = None  # None: concurrency + 2 for each row
-    prefetch: int = 0  # each worker's --prefetch; 0 claims only into free slots
+    #: Each worker's --prefetch; "auto" (the worker's default) passes no flag at all.
+    prefetch: int | str = AUTO
     task_log_level: str = "info"
     out: Path = field(default_factory=lambda: _base_dir() / "results.md")
     json_path: Path | None = None  # None: results.json beside ``out``
@@ -163,12 +165,15 @@ class BenchOptions:
 
     def batch_for(self, concurrency: int) -> int:
         """The most tasks one worker claims at once: the ceiling's batch."""
-        return concurrency + self.prefetch
+        if self.prefetch == AUTO:
+            return concurrency + Prefetch(AUTO, concurrency).cap
+        return concurrency + int(self.prefetch)
 
     def worker_args(self, concurrency: int) -> list[str]:
+        prefetch = () if self.prefetch == AUTO else ("--prefetch", str(self.prefetch))
         return [
             *("--queue", self.queue, "--concurrency", str(concurrency)),
-            *("--prefetch", str(self.prefetch)),
+            *prefetch,
             *("--pool-size", str(self.pool_for(concurrency))),
             *("--lease-ttl-secs", f"{self.lease_ttl:g}", "--log-format", "json"),
             *("--task-log-level", self.task_log_level),
@@ -194,7 +199,12 @@ class BenchOptions:
             else "no scheduler",
             f"payload {self.payload_bytes} bytes, lease {self.lease_ttl:g} s, pool "
             + (f"{self.pool_size}" if self.pool_size else "concurrency + 2"),
-            f"prefetch {self.prefetch}, per-task log lines at {self.task_log_level}",
+            (
+                "prefetch auto (the worker's default, no flag)"
+                if self.prefetch == AUTO
+                else f"prefetch {self.prefetch}"
+            )
+            + f", per-task log lines at {self.task_log_level}",
         ]
         return "; ".join(parts)
 
@@ -219,7 +229,7 @@ class BenchOptions:
             text += f" --schedule-secs {self.schedule_secs:g}"
         if self.pool_size:
             text += f" --pool-size {self.pool_size}"
-        if self.prefetch:
+        if self.prefetch != AUTO:
             text += f" --prefetch {self.prefetch}"
         if self.task_log_level != "info":
             text += f" --task-log-level {self.task_log_level}"

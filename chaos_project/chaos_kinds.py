@@ -14,6 +14,8 @@ Some chaos tasks fail on purpose, after the wait and before any effect, so that 
 retries and burials through the store's guards as well as acks: ``fail_attempts: N`` raises on
 attempts 1..N (a retry, or with N >= max_attempts a burial as ``max attempts exceeded``), and
 ``permanent_at: K`` raises ``rivet.Permanent`` at attempt K (buried at once).
+
+``chaos.tick`` is the task of a chaos schedule's tick (``rivet_chaos --schedules N``).
 """
 
 from __future__ import annotations
@@ -57,3 +59,13 @@ def work_ms(payload: Any) -> int:
             f"0..{MAX_WORK_MS}, got {payload!r}"
         )
     return ms
+
+
+@job("chaos.tick", max_attempts=10)
+def chaos_tick(context: JobContext) -> dict[str, Any]:
+    """A chaos schedule's tick (``rivet_chaos --schedules``): nothing to do but be one task.
+
+    The verifier counts these tasks per (schedule, tick), from the payload the scheduler wrote:
+    T1 and T2 (chaos_project.chaos.ticks).
+    """
+    return {"scheduled_at": context.payload.get("scheduled_at")}

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.urls import URLResolver, get_resolver
 
-from rivet.conf import DEFAULTS, rivet_settings
+from rivet.conf import AGING_OFF_SECS, DEFAULTS, rivet_settings
 from rivet.worker.options import setting_errors
 
 #: Bounds on what a producer may enqueue; the worker's settings are checked by its option table.
@@ -64,6 +64,20 @@ def check_rivet_settings(app_configs=None, **kwargs):
                 f"RIVET['MAX_ERRORS_KEPT'] must be an integer from 1 to {MAX_ERRORS_KEPT_LIMIT}, "
                 f"got {kept!r}",
                 hint="it bounds each task's errors list: the newest failed attempts are kept",
+                id="rivet.E002",
+            )
+        )
+    step = rivet_settings.PRIORITY_AGING_SECS
+    if step is not None and (
+        isinstance(step, bool)
+        or not isinstance(step, int | float)
+        or not 0 < step <= AGING_OFF_SECS
+    ):
+        errors.append(
+            Error(
+                "RIVET['PRIORITY_AGING_SECS'] must be None or a number of seconds above 0 "
+                f"and at most {AGING_OFF_SECS:.0f} (ten years), got {step!r}",
+                hint="the seconds of waiting worth one priority point; None turns aging off",
                 id="rivet.E002",
             )
         )

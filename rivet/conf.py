@@ -17,6 +17,9 @@ DEFAULTS: dict[str, Any] = {
     "STORE": "auto",
     "DATABASE_ALIAS": "default",
     "MAX_ATTEMPTS": 3,
+    # Priority aging: seconds of waiting worth one priority point (None: no aging, priority
+    # first). A claim takes the highest priority + seconds waited / PRIORITY_AGING_SECS.
+    "PRIORITY_AGING_SECS": 60.0,
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
     "MAX_NAME_LENGTH": 100,
     "MAX_IDEM_KEY_LENGTH": 200,
@@ -25,8 +28,9 @@ DEFAULTS: dict[str, Any] = {
     "MAX_ERRORS_KEPT": 20,
     "LEASE_TTL_SECS": 30.0,
     "CONCURRENCY": 4,
-    # Claimed tasks a worker may hold waiting for a free slot (0: claim only into free slots).
-    "PREFETCH": 0,
+    # Claimed tasks a worker may hold waiting for a free slot: "auto" sets it from the handlers'
+    # run times (rivet.worker.prefetch); 0 claims only into free slots.
+    "PREFETCH": "auto",
     "RETRY_BACKOFF_SECS": 1.0,
     "RETRY_BACKOFF_CAP_SECS": 300.0,
     # Most connections a worker process holds (its psycopg pool on PostgreSQL).
@@ -82,6 +86,18 @@ class RivetSettings:
         # No copy of the dict: an enqueue reads several settings, each on every call.
         user = getattr(settings, "RIVET", None) or {}
         return user.get(name, DEFAULTS[name])
+
+
+#: The aging step rivet ranks with when PRIORITY_AGING_SECS is None: one point per ten years,
+#: longer than any task waits, so the order is priority first, then the task ready first. It is
+#: also the largest step a setting may name (a rank stays within 100 steps of its ready time).
+AGING_OFF_SECS = 10 * 365.25 * 24 * 3600.0
+
+
+def priority_aging_secs() -> float:
+    """Seconds of waiting worth one priority point, as the stores rank with it now."""
+    step = rivet_settings.PRIORITY_AGING_SECS
+    return AGING_OFF_SECS if step is None else float(step)
 
 
 rivet_settings = RivetSettings()

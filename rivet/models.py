@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.db import models
-from django.db.models import F, Q, Value
+from django.db.models import Q, Value
 from django.db.models.functions import Now
 
 from rivet.values import TaskState
@@ -27,6 +27,12 @@ class Task(models.Model):
     lease_owner = models.CharField(max_length=200, null=True, blank=True)
     visible_at = models.DateTimeField(db_default=Now())
     priority = models.SmallIntegerField(default=0, db_default=0)
+    #: Claim order (priority aging): the task ranks as if it had become ready this early, its
+    #: ready time less priority x RIVET['PRIORITY_AGING_SECS'] (priority clamped to -100..100).
+    #: The stores write it whenever the task becomes runnable (enqueue, retry, requeue); a
+    #: claim or a heartbeat leaves it, so a task whose lease lapses keeps its place. A row
+    #: written by other means ranks by the time it was inserted (the database default).
+    claim_rank = models.DateTimeField(db_default=Now(), editable=False)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
     last_error = models.TextField(blank=True, default="", db_default="")
@@ -64,14 +70,13 @@ class Task(models.Model):
             ),
         ]
         indexes = [
-            # Serves the claim: runnable-now and lease-expired are one condition on this index.
+            # Serves the claim, read in (claim_rank, id) order: runnable-now and lease-expired
+            # are one condition on visible_at, a key column, so leased and delayed rows are
+            # stepped over inside the index, never fetched.
             models.Index(
-                F("queue"),
-                F("priority").desc(),
-                F("visible_at"),
-                F("id"),
+                fields=["queue", "claim_rank", "id", "visible_at"],
                 condition=Q(state="pending"),
-                name="rivet_task_claim_idx",
+                name="rivet_task_rank_idx",
             ),
             models.Index(fields=["queue", "state"], name="rivet_task_queue_state_idx"),
             # Serve the admin on a big table: the state and kind filters (and a loose index

@@ -12,6 +12,14 @@ and inherit the break. Nothing here is importable from rivet or the host project
   alone or with a claim, carry whatever epoch the task has now), so a woken zombie's stale
   write goes through. F2 must fail: a zombie whose task was claimed again had no refused
   write recorded.
+- ``tickless``: the scheduler enqueues each tick without its key (``rivet.tick:...``). Run with
+  ``--schedules N``. A pass locks its schedules and moves their watermark in the same commit as
+  the ticks, so even without the key two passes rarely enqueue one tick; T1 is what would see it.
+- ``tickless-unlocked``: the same, and a pass reads its schedules without locking them
+  (``FOR UPDATE SKIP LOCKED`` gone: the lock only saves work, the key is the guarantee), as a
+  scheduler that assumes it runs alone (a Celery beat run twice). Every worker's scheduler
+  wakes at the same tick, so passes overlap and enqueue one tick more than once: T1 must fail.
+- ``tick-unlocked``: the lock gone, the key kept: T1 must hold (the key absorbs the repeats).
 """
 
 from __future__ import annotations
@@ -61,7 +69,38 @@ def break_fence() -> None:
     )
 
 
-BREAKS = {"keyless": break_key, "fenceless": break_fence}
+def break_tick_key() -> None:
+    from rivet.schedules import scheduler
+
+    spec = scheduler._spec
+    scheduler._spec = lambda row, tick: dataclasses.replace(spec(row, tick), idem_key=None)
+
+
+def break_tick_lock() -> None:
+    from django.db.models import QuerySet
+
+    from rivet.schedules.models import Schedule
+
+    lock = QuerySet.select_for_update
+
+    def select_for_update(self, *args, **kwargs):
+        return self if self.model is Schedule else lock(self, *args, **kwargs)
+
+    QuerySet.select_for_update = select_for_update
+
+
+def break_tick_key_and_lock() -> None:
+    break_tick_key()
+    break_tick_lock()
+
+
+BREAKS = {
+    "keyless": break_key,
+    "fenceless": break_fence,
+    "tickless": break_tick_key,
+    "tick-unlocked": break_tick_lock,
+    "tickless-unlocked": break_tick_key_and_lock,
+}
 
 
 def main() -> None:

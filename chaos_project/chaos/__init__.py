@@ -8,7 +8,8 @@
   ticks the opt-in faults (``faults``).
 - ``harness``: one chaos run from empty databases to the verdict.
 - ``campaign``: many seeds back to back, one table, one JSON file.
-- ``verifier``: reads both databases and checks S1, S2, L1, F2 and C1.
+- ``verifier``: reads both databases and checks S1, S2, L1, F2 and C1 (and T1, T2).
+- ``ticks``: the run's schedules (``--schedules``) and T1, T2 from their own history.
 - ``report``: the report text.
 - ``faults``: the opt-in faults (``--faults``): db-restart, effect-restart, effect-net.
 - ``pgcluster``: a throwaway PostgreSQL cluster (also scripts/find_postgres.py's);

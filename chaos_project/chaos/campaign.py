@@ -31,6 +31,8 @@ COLUMNS = (
     ("wall", 6),
     ("verdict", 7),
 )
+#: With schedules (--schedules), two more columns before the wall time.
+TICK_COLUMNS = (("T1", 3), ("T2", 3))
 
 
 class Campaign:
@@ -98,18 +100,21 @@ class Campaign:
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
-    """The campaign table: one line per seed, then the totals."""
-    header = "  ".join(f"{name:>{width}}" for name, width in COLUMNS)
+    """The campaign table: one line per seed, then the totals (T1 and T2 with schedules)."""
+    columns = COLUMNS
+    if any("T1" in row for row in rows):
+        columns = COLUMNS[:-2] + TICK_COLUMNS + COLUMNS[-2:]
+    header = "  ".join(f"{name:>{width}}" for name, width in columns)
     lines = [header, "-" * len(header)]
     for row in rows:
-        lines.append(_row(row))
+        lines.append(_row(row, columns))
     if rows:
         lines.append("-" * len(header))
-        lines.append(_row(_totals(rows)))
+        lines.append(_row(_totals(rows), columns))
     return lines
 
 
-def _row(row: dict[str, Any]) -> str:
+def _row(row: dict[str, Any], columns: tuple[tuple[str, int], ...] = COLUMNS) -> str:
     events = row.get("events", {})
     zombies = row.get("zombies", {})
     bit = zombies.get("fenced", 0) + zombies.get("unfenced", 0)
@@ -121,10 +126,12 @@ def _row(row: dict[str, Any]) -> str:
         "S2": row.get("S2", "-"),
         "L1": row.get("L1", "-"),
         "F2": row.get("F2", "-"),
+        "T1": row.get("T1", "-"),
+        "T2": row.get("T2", "-"),
         "wall": f"{row.get('wall_secs', 0):.0f} s",
         "verdict": "held" if row["ok"] else ",".join(row["failed"]) or "failed",
     }
-    return "  ".join(f"{cells[name]!s:>{width}}" for name, width in COLUMNS)
+    return "  ".join(f"{cells[name]!s:>{width}}" for name, width in columns)
 
 
 def _totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -147,5 +154,7 @@ def _totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "S2": total("S2"),
         "L1": total("L1"),
         "F2": total("F2"),
+        "T1": total("T1"),
+        "T2": total("T2"),
         "wall_secs": total("wall_secs"),
     }

@@ -31,6 +31,7 @@ from chaos_project.chaos.loop import ChaosLoop, LoopOutcome
 from chaos_project.chaos.pacing import Pacer
 from chaos_project.chaos.plan import FAILPOINT, KILL, ZOMBIE, ChaosPlan, designed_fields
 from chaos_project.chaos.report import report_lines, run_summary, summary_lines, verdict_lines
+from chaos_project.chaos.ticks import ChaosSchedules
 from chaos_project.chaos.timeline import Timeline, read_timeline
 from chaos_project.chaos.verifier import Verdict, verify
 from chaos_project.kit import queries
@@ -79,6 +80,8 @@ class ChaosOptions:
     faults: tuple[str, ...] = ()
     exec_workers: bool = False
     """Start each worker as a new ``manage.py rivet_worker`` process instead of forking it."""
+    schedules: int = 0
+    """One-second schedules fired during the chaos (T1, T2: chaos_project.chaos.ticks)."""
 
     def backlog(self) -> int:
         """Tasks ready (unclaimed) at most: by default one per handler slot of the fleet."""
@@ -131,6 +134,11 @@ class ChaosRun:
             )
         o = self.options
         self.faults.check(keep=o.keep, effect_url=o.effect_url)  # faults hook
+        if o.schedules and o.keep:
+            raise ChaosError(
+                "--schedules judges every tick task of the queue (T1, T2), so it needs the "
+                "queue emptied first; drop --keep or --schedules"
+            )
         given = "given" if o.seed is not None else "random"
         self.say(f"seed {self.seed} ({given}; repeat this run with --seed {self.seed})")
         plan = chaos_plan.make_plan(
@@ -148,13 +156,22 @@ class ChaosRun:
             self._check_effect_store(service_url)
             self._fill(plan)
             log = EventLog(log_dir / "events.jsonl")
-            outcome = self._run_fleet(plan, log, log_dir, service_url)
+            schedules = ChaosSchedules(
+                count=o.schedules,
+                queue=o.queue,
+                seed=self.seed,
+                catch_up_limit=o.drain_timeout,
+                say=self.say,
+                log=log.add,
+            )
+            outcome = self._run_fleet(plan, log, log_dir, service_url, schedules)
             unfenced = outcome.zombie_counts()["unfenced"]
             verdict = verify(
                 queue=o.queue,
                 effect_database_url=o.effect_database_url,
                 drain_note=outcome.drain_note,
                 unfenced_zombies=unfenced,
+                ticks_until=schedules.until,
             )
             self._check_effect_store(service_url, expected=verdict.figures.effects_written)
             timeline = read_timeline(log, queue=o.queue, duration=o.duration)
@@ -241,6 +258,7 @@ class ChaosRun:
             return
         with connections["default"].cursor() as cursor:
             cursor.execute(queries.QUEUE_EMPTY)
+        ChaosSchedules.remove_earlier()
         with effect_connection(self.options.effect_database_url) as effect_db:
             effect_db.execute(queries.EFFECT_EMPTY)
         self.say(
@@ -321,7 +339,14 @@ class ChaosRun:
 
     # -- breaking and draining ---------------------------------------------------------------
 
-    def _run_fleet(self, plan: ChaosPlan, log: EventLog, log_dir: Path, service_url: str):
+    def _run_fleet(
+        self,
+        plan: ChaosPlan,
+        log: EventLog,
+        log_dir: Path,
+        service_url: str,
+        schedules: ChaosSchedules,
+    ):
         o = self.options
         worker_effect_url = self.faults.worker_effect_url(service_url)  # faults hook: proxy
         env = worker_env(database_url(), EFFECT_SERVICE_URL=worker_effect_url)
@@ -351,10 +376,13 @@ class ChaosRun:
             say=self.say,
         )
         try:
+            schedules.create()
+            loop.sources.append(schedules)
             fleet.start_all()
             self.faults.start(log)  # faults hook
             loop.sources.append(self.faults)
             loop.run_chaos()
+            schedules.chaos_over()
             loop.sources.remove(self.faults)
             self.faults.stop()  # the drain runs without faults
             self.say(
@@ -362,7 +390,7 @@ class ChaosRun:
                 "released); draining with the same workers, no new events"
             )
             drain_started = loop.now()
-            loop.outcome.drain_note = loop.drain(o.drain_timeout)
+            loop.outcome.drain_note = loop.drain(o.drain_timeout, hold=schedules.holding)
             if not loop.outcome.drain_note:
                 self.say(f"drained in {loop.now() - drain_started:.1f} s")
         finally:

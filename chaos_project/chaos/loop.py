@@ -188,13 +188,14 @@ class ChaosLoop:
             self.fleet.log.add("not_carried_out", kind=event.kind, planned_at=event.at)
         self.waiting, self.due = [], []
 
-    def drain(self, timeout: float) -> str:
-        """Release the rest, wait until nothing is pending and every zombie has its verdict."""
+    def drain(self, timeout: float, hold: Callable[[], bool] = lambda: False) -> str:
+        """Release the rest, wait until nothing is pending and every zombie has its verdict
+        (and while ``hold`` says so: the schedules still fire)."""
         last_finished, last_progress, next_check = -1, self.now(), 0.0
         while True:
             now = self.now()
             outstanding = self.tick(now)
-            idle = not self.open and not self.settling
+            idle = not self.open and not self.settling and not hold()
             if self.pacer.finished_releasing and outstanding == 0 and idle:
                 self.fleet.disarm()  # armed with no task left: reported as not reached
                 return ""

@@ -31,7 +31,7 @@ def report_lines(verdict: Verdict, chaos: Mapping[str, int] | None) -> list[str]
     dead_note = f"({f.dead_worker_lost} worker lost, {f.dead_poison} poison"
     dead_note += f", {f.dead_cancelled} cancelled" if f.dead_cancelled else ""
     dead_note += f", {f.dead_other} other)" if f.dead_other else ")"
-    return [
+    lines = [
         line("tasks enqueued", f.tasks_enqueued),
         chaos_line(chaos),
         line("effects written", f.effects_written),
@@ -42,6 +42,19 @@ def report_lines(verdict: Verdict, chaos: Mapping[str, int] | None) -> list[str]
         line("dead-lettered", f.dead_lettered, dead_note),
         line("fenced acks", f.fenced_writes, proves("F2", F2_NOTE)),
     ]
+    t = verdict.ticks
+    if t is not None:
+        lines += [
+            line(
+                "schedule ticks",
+                t.tick_tasks,
+                f"({t.schedules} one-second schedules; {t.due} ticks due in "
+                f"{t.window_secs:.0f} s of chaos)",
+            ),
+            line("ticks fired twice", t.fired_twice + t.not_due, proves("T1")),
+            line("due ticks missing", t.missing, proves("T2")),
+        ]
+    return lines
 
 
 def chaos_line(chaos: Mapping[str, int] | None) -> str:
@@ -54,8 +67,14 @@ def chaos_line(chaos: Mapping[str, int] | None) -> str:
 def verdict_lines(verdict: Verdict) -> list[str]:
     """One line for a run that held, one line per violated invariant otherwise."""
     if verdict.ok:
-        return ["every invariant held: S1, S2, L1, F2, C1"]
+        return ["every invariant held: " + ", ".join(invariant_codes(verdict))]
     return [f"{v.code} FAILED: {v.message}" for v in verdict.violations]
+
+
+def invariant_codes(verdict: Verdict) -> list[str]:
+    """The invariants the verdict judged: T1 and T2 only with schedules."""
+    codes = ["S1", "S2", "L1", "F2", "C1"]
+    return codes + ["T1", "T2"] if verdict.ticks is not None else codes
 
 
 def run_summary(
@@ -88,6 +107,7 @@ def run_summary(
         "L1": f.still_pending,
         "F2": f.fenced_writes,
         "C1": f.done_cancelled,
+        **tick_summary(verdict),
         "cancels": dict(getattr(outcome, "cancels", {})),
         "figures": {
             "tasks_enqueued": f.tasks_enqueued,
@@ -102,6 +122,26 @@ def run_summary(
         },
         "faults": list(faults),
         "wall_secs": round(wall_secs, 1),
+    }
+
+
+def tick_summary(verdict: Verdict) -> dict[str, Any]:
+    """T1, T2 and the schedules' figures for the summary; nothing without schedules."""
+    t = verdict.ticks
+    if t is None:
+        return {}
+    return {
+        "T1": t.fired_twice + t.not_due,
+        "T2": t.missing,
+        "schedules": {
+            "schedules": t.schedules,
+            "tick_tasks": t.tick_tasks,
+            "due": t.due,
+            "fired_twice": t.fired_twice,
+            "not_due": t.not_due,
+            "missing": t.missing,
+            "window_secs": round(t.window_secs, 1),
+        },
     }
 
 

@@ -19,6 +19,8 @@
   - at least one fenced write was recorded. Zero fails the run: no worker ever wrote with a
     lease it had lost, so the fencing token was never tested and the other lines describe a
     system that was not under the pressure claimed.
+- T1 no tick fired twice and T2 no due tick missing, with schedules (``rivet_chaos
+  --schedules N``): see ``chaos_project.chaos.ticks``.
 
 Every figure is read from the two databases; none comes from what the harness intended.
 """
@@ -26,9 +28,11 @@ Every figure is read from the two databases; none comes from what the harness in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from django.db import connections
 
+from chaos_project.chaos.ticks import TickFigures, read_ticks
 from chaos_project.kit import queries
 from chaos_project.kit.services import effect_connection
 from rivet.values import CANCELLED_SUFFIX, HANDLER_ERROR_SUFFIX, WORKER_LOST_SUFFIX
@@ -76,6 +80,8 @@ class Violation:
 class Verdict:
     figures: Figures
     violations: tuple[Violation, ...] = field(default=())
+    ticks: TickFigures | None = None
+    """T1 and T2, when the queue has chaos schedules."""
 
     @property
     def ok(self) -> bool:
@@ -126,8 +132,15 @@ def read_figures(*, queue: str, effect_database_url: str, using: str = "default"
     )
 
 
-def judge(figures: Figures, *, drain_note: str = "", unfenced_zombies: int = 0) -> Verdict:
-    """The violations of S1, S2, L1, F2 and C1 in ``figures``, each with a message saying why."""
+def judge(
+    figures: Figures,
+    *,
+    drain_note: str = "",
+    unfenced_zombies: int = 0,
+    ticks: TickFigures | None = None,
+) -> Verdict:
+    """The violations of S1, S2, L1, F2 and C1 in ``figures`` (and T1, T2 in ``ticks``), each
+    with a message saying why."""
     found = []
     if figures.duplicate_effects:
         found.append(
@@ -189,7 +202,37 @@ def judge(figures: Figures, *, drain_note: str = "", unfenced_zombies: int = 0) 
                 "without the pressure it claims to survive",
             )
         )
-    return Verdict(figures=figures, violations=tuple(found))
+    found += tick_violations(ticks)
+    return Verdict(figures=figures, violations=tuple(found), ticks=ticks)
+
+
+def tick_violations(ticks: TickFigures | None) -> list[Violation]:
+    """T1 and T2 (none without schedules)."""
+    if ticks is None:
+        return []
+    found = []
+    if ticks.fired_twice or ticks.not_due:
+        found.append(
+            Violation(
+                "T1",
+                f"{ticks.fired_twice} tick(s) fired more than once and {ticks.not_due} task(s) "
+                "are for a tick that was never due: a schedule's tick must be one task, "
+                f"whoever enqueues it and however often{_named(ticks.t1_samples)}",
+            )
+        )
+    if ticks.missing:
+        found.append(
+            Violation(
+                "T2",
+                f"{ticks.missing} of {ticks.due} tick(s) due during the chaos have no task: a "
+                f"due tick was lost{_named(ticks.t2_samples)}",
+            )
+        )
+    return found
+
+
+def _named(samples: tuple[str, ...]) -> str:
+    return f" ({'; '.join(samples)})" if samples else ""
 
 
 def verify(
@@ -199,7 +242,10 @@ def verify(
     using: str = "default",
     drain_note: str = "",
     unfenced_zombies: int = 0,
+    ticks_until: datetime | None = None,
 ) -> Verdict:
-    """Read both databases and judge them (``unfenced_zombies``: from the run's own watch)."""
+    """Read both databases and judge them (``unfenced_zombies``: from the run's own watch;
+    ``ticks_until``: the end of the chaos, where T2's window ends)."""
     figures = read_figures(queue=queue, effect_database_url=effect_database_url, using=using)
-    return judge(figures, drain_note=drain_note, unfenced_zombies=unfenced_zombies)
+    ticks = read_ticks(queue=queue, until=ticks_until, using=using)
+    return judge(figures, drain_note=drain_note, unfenced_zombies=unfenced_zombies, ticks=ticks)

@@ -249,3 +249,11 @@ EFFECT_DELETE_KEY = """
 WITH gone AS (DELETE FROM rivet_idempotency_record WHERE key = %(key)s)
 DELETE FROM effects_effect WHERE key = %(key)s
 """
+
+#: The chaos schedules' tick tasks of a queue, by the identity each carries in its payload
+#: (schedule name, tick instant), not by its key: T1 and T2 (chaos.ticks).
+TICK_TASKS = """
+SELECT payload->>'chaos_schedule', (payload->>'scheduled_at')::timestamptz, id
+FROM rivet_task
+WHERE queue = %(queue)s AND kind = %(kind)s
+"""

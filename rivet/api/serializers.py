@@ -222,7 +222,13 @@ class TaskSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Task
-        exclude = ("cancel_requested", "trace_context", "settled_epoch", "settled_by")
+        exclude = (
+            "cancel_requested",
+            "trace_context",
+            "settled_epoch",
+            "settled_by",
+            "claim_rank",
+        )
         extra_kwargs = {
             "last_error": {"help_text": "why the current life is failing; empty once done"}
         }

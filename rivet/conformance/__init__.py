@@ -24,6 +24,7 @@ does this in tests/integration/test_conformance.py).
 """
 
 from rivet.conformance import (  # noqa: F401 - they register
+    aging,
     dead_letters,
     enqueue,
     history,

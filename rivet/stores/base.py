@@ -67,7 +67,13 @@ class Store(ABC):
     def task_claim(
         self, *, queues: Sequence[str], owner: str, limit: int, lease_ttl: float
     ) -> v.ClaimBatch:
-        """Lease up to ``limit`` runnable tasks, trying queues in the order given."""
+        """Lease up to ``limit`` runnable tasks, trying queues in the order given.
+
+        Within a queue, in claim order (priority aging): the lowest claim rank first, the time
+        the task became runnable less priority x ``RIVET['PRIORITY_AGING_SECS']`` (written when
+        it became runnable: enqueue, retry, requeue; kept through a lapsed lease), then the
+        lowest id. ``rivet.conformance.aging`` checks it.
+        """
 
     @abstractmethod
     def lease_extend(self, leases: Sequence[v.Lease], lease_ttl: float) -> v.Held:

@@ -16,7 +16,7 @@ from typing import ClassVar
 from rivet import values as v
 from rivet.errors import IdempotencyMismatch
 from rivet.stores.jsontext import json_copy
-from rivet.stores.memoryleases import MemoryLeases, doom_ending, is_doomed
+from rivet.stores.memoryleases import MemoryLeases, claim_rank, doom_ending, is_doomed
 
 
 class FakeClock:
@@ -86,6 +86,7 @@ class MemoryStore(MemoryLeases):
             last_error="",
             trace_context=json_copy(spec.trace_context),
         )
+        self._ranks[task_id] = claim_rank(visible, spec.priority)
         self._wakeup.notify_all()
         return v.EnqueueResult(task_id=task_id)
 
@@ -184,6 +185,7 @@ class MemoryStore(MemoryLeases):
                 updated_at=now,
                 cancel_requested=False,
             )
+            self._ranks[task_id] = claim_rank(now, task.priority)
             self._wakeup.notify_all()
             return True
 
@@ -216,6 +218,7 @@ class MemoryStore(MemoryLeases):
             ]
             for task_id in doomed:
                 del self._tasks[task_id]
+                self._ranks.pop(task_id, None)
             return len(doomed)
 
     # -- retention ---------------------------------------------------------------------------
@@ -237,6 +240,7 @@ class MemoryStore(MemoryLeases):
             doomed = self._old_done(older_than_secs, queue)[: max(limit, 0)]
             for task_id in doomed:
                 del self._tasks[task_id]
+                self._ranks.pop(task_id, None)
             return len(doomed)
 
     def fenced_prune(self, older_than_secs: float, limit: int, queue: str | None = None) -> int:

@@ -20,7 +20,7 @@ from typing import Any
 from django.utils import timezone
 
 from rivet import values as v
-from rivet.conf import rivet_settings
+from rivet.conf import priority_aging_secs, rivet_settings
 from rivet.stores.base import Store
 from rivet.stores.jsontext import json_copy
 
@@ -33,6 +33,14 @@ def is_doomed(task: v.TaskRecord) -> bool:
 def doom_ending(task: v.TaskRecord) -> str:
     """The error a doomed task is buried with (by a claim, or a sweep)."""
     return v.claim_burial(task.last_error, task.cancel_requested)
+
+
+def claim_rank(ready_at: datetime, priority: int) -> datetime:
+    """Where a task runnable from ``ready_at`` ranks in claim order (priority aging): ready
+    priority x PRIORITY_AGING_SECS seconds earlier, priority clamped to -100..100, as the SQL
+    stores' claim_rank."""
+    points = max(-100, min(100, priority))
+    return ready_at - timedelta(seconds=points * priority_aging_secs())
 
 
 def _errors(task: v.TaskRecord, error: str, now: datetime) -> list[dict[str, Any]]:
@@ -51,6 +59,8 @@ class MemoryLeases(Store):
         self._ids = itertools.count(1)
         self._fences: list[tuple[int, str, str, datetime]] = []  # (task_id, queue, op, at)
         self._beats: set[tuple[int, int]] = set()  # (task_id, epoch) of recorded refused heartbeats
+        # Each task's claim_rank, written when it becomes runnable (enqueue, retry, requeue).
+        self._ranks: dict[int, datetime] = {}
         self._wakeup = threading.Condition(self._lock)
 
     # -- claim and leases --------------------------------------------------------------------
@@ -97,7 +107,7 @@ class MemoryLeases(Store):
                         and t.visible_at <= now
                         and t.id not in exclude
                     ),
-                    key=lambda t: (-t.priority, t.visible_at, t.id),
+                    key=lambda t: (self._ranks.get(t.id, t.created_at), t.id),
                 )
                 for task in runnable:
                     if len(claimed) >= limit:
@@ -198,6 +208,7 @@ class MemoryLeases(Store):
             visible_at=now + timedelta(seconds=max(decision.delay, 0.0)),
             updated_at=now,
         )
+        self._ranks[task.id] = claim_rank(self._tasks[task.id].visible_at, task.priority)
         self._wakeup.notify_all()
         return v.Settled.RETRIED
 

@@ -108,7 +108,7 @@ class FlushRows:
                 met.append(row)
             else:  # a settle row, 1-based
                 applied[position - 1] = row["cancel_requested"]
-        # RETURNING has no order: claim order is priority, then time ready, then id.
+        # RETURNING has no order: claim order is claim_rank (priority aging), then id.
         met.sort(key=claim_order)
         return cls(applied=applied, met=met)
 
@@ -116,8 +116,8 @@ class FlushRows:
 def claim_order(row: dict[str, Any]) -> tuple:
     """Claim order of the rows one statement met (doomed ones, not leased, go last)."""
     if row["doomed"]:
-        return (1, 0, 0, row["id"])
-    return (0, -row["priority"], row["ready_us"], row["id"])
+        return (1, 0, row["id"])
+    return (0, row["rank_us"], row["id"])
 
 
 class PostgresStore(BulkEnqueue):

@@ -1,7 +1,10 @@
 -- The PostgresStore's queries, one named block each, loaded once by rivet.stores.sqlfile.
 -- Every timestamp is the server's now() (one value per transaction); parameters are named.
--- A claimed task is a pending task whose visible_at is in the future: rivet_task_claim_idx
--- (queue, priority desc, visible_at, id where state = 'pending') serves every claim.
+-- A claimed task is a pending task whose visible_at is in the future: rivet_task_rank_idx
+-- (queue, claim_rank, id, visible_at where state = 'pending') serves every claim, in
+-- (claim_rank, id) order. claim_rank (priority aging) is the time the task became runnable
+-- less priority x %(aging_secs)s (RIVET['PRIORITY_AGING_SECS']), priority clamped to -100..100;
+-- it is written whenever a task becomes runnable (enqueue, retry, requeue), never by a claim.
 
 -- name: enqueue
 -- Insert one task unless a key (idem_key, or a pending unique job) already has it; wake listeners.
@@ -9,14 +12,18 @@ WITH inserted AS (
     INSERT INTO rivet_task (
         queue, kind, payload, idem_key, unique_key, state, attempts, max_attempts,
         lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error,
-        trace_context
+        trace_context, claim_rank
     )
-    VALUES (
+    SELECT
         %(queue)s::text, %(kind)s::text, %(payload)s::jsonb, %(idem_key)s::text,
-        %(unique_key)s::text, 'pending', 0, %(max_attempts)s::integer, 0, NULL,
-        coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
-        %(priority)s::integer, now(), now(), '', %(trace_context)s::jsonb
-    )
+        %(unique_key)s::text, 'pending', 0, %(max_attempts)s::integer, 0, NULL, ready.at,
+        %(priority)s::integer, now(), now(), '', %(trace_context)s::jsonb,
+        ready.at - make_interval(secs => %(priority)s::integer * %(aging_secs)s::float8)
+    FROM (
+        SELECT coalesce(
+            %(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)
+        ) AS at
+    ) AS ready
     ON CONFLICT DO NOTHING
     RETURNING id, queue
 )
@@ -40,13 +47,16 @@ inserted AS (
     INSERT INTO rivet_task (
         id, queue, kind, payload, idem_key, unique_key, state, attempts, max_attempts,
         lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error,
-        trace_context
+        trace_context, claim_rank
     )
     SELECT
         b.id, b.queue, b.kind, b.payload::jsonb, b.idem_key, b.unique_key, 'pending', 0,
-        b.max_attempts, 0, NULL, coalesce(b.run_at, now() + make_interval(secs => b.delay)),
-        b.priority, now(), now(), '', b.trace_context::jsonb
+        b.max_attempts, 0, NULL, ready.at, b.priority, now(), now(), '', b.trace_context::jsonb,
+        ready.at - make_interval(secs => b.priority * %(aging_secs)s::float8)
     FROM batch AS b
+    CROSS JOIN LATERAL (
+        SELECT coalesce(b.run_at, now() + make_interval(secs => b.delay)) AS at
+    ) AS ready
     ORDER BY b.position
     ON CONFLICT DO NOTHING
     RETURNING id, queue
@@ -114,13 +124,16 @@ WITH inserted AS (
     INSERT INTO rivet_task (
         id, queue, kind, payload, idem_key, unique_key, state, attempts, max_attempts,
         lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error,
-        trace_context
+        trace_context, claim_rank
     )
     SELECT
         s.id, s.queue, s.kind, s.payload, s.idem_key, s.unique_key, 'pending', 0,
-        s.max_attempts, 0, NULL, coalesce(s.run_at, now() + make_interval(secs => s.delay)),
-        s.priority, now(), now(), '', s.trace_context
+        s.max_attempts, 0, NULL, ready.at, s.priority, now(), now(), '', s.trace_context,
+        ready.at - make_interval(secs => s.priority * %(aging_secs)s::float8)
     FROM rivet_enqueue_stage AS s
+    CROSS JOIN LATERAL (
+        SELECT coalesce(s.run_at, now() + make_interval(secs => s.delay)) AS at
+    ) AS ready
     ORDER BY s.position
     ON CONFLICT DO NOTHING
     RETURNING id, queue
@@ -205,8 +218,9 @@ SELECT id, cancel_requested FROM extended
 -- 1..n); wakes on retries.
 -- It never leases a task it settles, nor one in seen (those a flush's earlier statement settled
 -- or met). With limit 0 (or queue NULL) it only settles; with no decisions it only claims.
--- ready_us (microseconds since the epoch) orders the leased rows as the claim did; an integer
--- because parsing a timestamp per row was a visible part of a busy worker's CPU.
+-- rank_us (claim_rank in microseconds since the epoch) orders the leased rows as the claim did;
+-- an integer because parsing a timestamp per row was a visible part of a busy worker's CPU.
+-- A retry's new rank is its new visible_at less priority x aging_secs (priority aging).
 WITH decided_by_worker AS (
     SELECT *
     FROM unnest(
@@ -219,13 +233,13 @@ WITH decided_by_worker AS (
 ),
 picked AS (
     SELECT
-        id, (extract(epoch FROM visible_at) * 1000000)::bigint AS ready_us,
+        id, (extract(epoch FROM claim_rank) * 1000000)::bigint AS rank_us,
         (attempts >= max_attempts OR cancel_requested) AS doomed, lease_epoch, last_error,
         cancel_requested
     FROM rivet_task
     WHERE state = 'pending' AND queue = %(queue)s::text AND visible_at <= now()
         AND NOT (id = ANY(%(task_ids)s::bigint[])) AND NOT (id = ANY(%(seen)s::bigint[]))
-    ORDER BY priority DESC, visible_at, id
+    ORDER BY claim_rank, id
     LIMIT %(limit)s::integer
     FOR UPDATE SKIP LOCKED
 ),
@@ -241,7 +255,7 @@ leased AS (
     WHERE t.id = picked.id AND NOT picked.doomed
     RETURNING
         t.id, t.queue, t.kind, t.payload::text AS payload, t.idem_key, t.attempts,
-        t.max_attempts, t.lease_epoch, t.priority, t.cancel_requested, picked.ready_us,
+        t.max_attempts, t.lease_epoch, t.priority, t.cancel_requested, picked.rank_us,
         t.trace_context::text AS trace_context
 ),
 applied AS (
@@ -279,6 +293,12 @@ applied AS (
             WHEN d.state = 'pending' THEN now() + make_interval(secs => d.delay)
             ELSE t.visible_at
         END,
+        claim_rank = CASE
+            WHEN d.state = 'pending' THEN now() + make_interval(
+                secs => d.delay - greatest(-100, least(100, t.priority)) * %(aging_secs)s::float8
+            )
+            ELSE t.claim_rank
+        END,
         updated_at = now()
     FROM decided_by_worker AS d
     WHERE t.id = d.task_id AND t.lease_epoch = d.epoch AND t.state = 'pending'
@@ -296,12 +316,12 @@ fenced AS (
 )
 SELECT
     id, queue, kind, payload, idem_key, attempts, max_attempts, lease_epoch, priority,
-    cancel_requested, ready_us, NULL::bigint AS position, NULL::text AS woken, trace_context,
+    cancel_requested, rank_us, NULL::bigint AS position, NULL::text AS woken, trace_context,
     false AS doomed, NULL::text AS last_error
 FROM leased
 UNION ALL
 SELECT
-    id, NULL, NULL, NULL, NULL, NULL, NULL, lease_epoch, NULL, cancel_requested, ready_us, NULL,
+    id, NULL, NULL, NULL, NULL, NULL, NULL, lease_epoch, NULL, cancel_requested, rank_us, NULL,
     NULL, NULL, true, last_error
 FROM picked
 WHERE doomed
@@ -423,7 +443,10 @@ WITH revived AS (
     UPDATE rivet_task AS t
     SET
         state = 'pending', attempts = 0, last_error = '', lease_owner = NULL, visible_at = now(),
-        updated_at = now(), cancel_requested = false
+        updated_at = now(), cancel_requested = false,
+        claim_rank = now() - make_interval(
+            secs => greatest(-100, least(100, t.priority)) * %(aging_secs)s::float8
+        )
     WHERE t.id = %(task_id)s AND t.queue = %(queue)s AND t.state = 'dead'
         AND NOT EXISTS (
             SELECT 1

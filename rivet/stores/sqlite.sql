@@ -7,6 +7,10 @@
 -- 'YYYY-MM-DD HH:MM:SS[.ffffff]' in UTC). Offsets such as :ttl are modifiers like
 -- printf('%+.6f seconds', :secs). Writes run inside BEGIN IMMEDIATE (the write lock is taken
 -- first). Lists of ids come as JSON arrays, read with json_each.
+--
+-- claim_rank (priority aging) is the time a task became runnable less priority x :aging_secs
+-- (RIVET['PRIORITY_AGING_SECS']), priority clamped to -100..100, in the same text format; a
+-- claim orders by (claim_rank, id) on rivet_task_rank_idx and never writes it.
 
 -- name: begin_immediate
 -- Open a transaction that holds the write lock from its first statement.
@@ -29,14 +33,20 @@ SELECT strftime('%Y-%m-%d %H:%M:%f', 'now');
 INSERT INTO rivet_task (
     queue, kind, payload, idem_key, unique_key, state, attempts, max_attempts,
     lease_epoch, lease_owner, visible_at, priority, created_at, updated_at, last_error, result,
-    trace_context
+    trace_context, claim_rank
 )
-VALUES (
+SELECT
     :queue, :kind, :payload, :idem_key, :unique_key, 'pending', 0, :max_attempts,
-    0, NULL, COALESCE(:run_at, strftime('%Y-%m-%d %H:%M:%f', 'now', printf('%+.6f seconds', :delay))), :priority,
+    0, NULL, ready.at, :priority,
     strftime('%Y-%m-%d %H:%M:%f', 'now'), strftime('%Y-%m-%d %H:%M:%f', 'now'), '', NULL,
-    :trace_context
-)
+    :trace_context,
+    strftime('%Y-%m-%d %H:%M:%f', ready.at, printf('%+.6f seconds', -:priority * :aging_secs))
+FROM (
+    SELECT COALESCE(
+        :run_at, strftime('%Y-%m-%d %H:%M:%f', 'now', printf('%+.6f seconds', :delay))
+    ) AS at
+) AS ready
+WHERE true
 ON CONFLICT DO NOTHING
 RETURNING id;
 
@@ -57,7 +67,7 @@ SELECT id, (attempts >= max_attempts OR cancel_requested) AS doomed, lease_epoch
 FROM rivet_task
 WHERE queue = :queue AND state = 'pending' AND visible_at <= :now
   AND id NOT IN (SELECT value FROM json_each(:seen))
-ORDER BY priority DESC, visible_at, id
+ORDER BY claim_rank, id
 LIMIT :limit;
 
 -- name: claim_lease
@@ -127,6 +137,12 @@ UPDATE rivet_task SET
         WHEN :state = 'pending'
             THEN strftime('%Y-%m-%d %H:%M:%f', 'now', printf('%+.6f seconds', :delay))
         ELSE visible_at
+    END,
+    claim_rank = CASE
+        WHEN :state = 'pending' THEN strftime('%Y-%m-%d %H:%M:%f', 'now', printf(
+            '%+.6f seconds', :delay - max(-100, min(100, priority)) * :aging_secs
+        ))
+        ELSE claim_rank
     END,
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 WHERE id = :task_id AND lease_epoch = :epoch AND state = 'pending'
@@ -205,7 +221,11 @@ UPDATE rivet_task SET
     lease_owner = NULL,
     cancel_requested = 0,
     visible_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
-    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
+    claim_rank = strftime(
+        '%Y-%m-%d %H:%M:%f', 'now',
+        printf('%+.6f seconds', -max(-100, min(100, priority)) * :aging_secs)
+    )
 WHERE id = :task_id AND queue = :queue AND state = 'dead'
   AND NOT EXISTS (
       SELECT 1 FROM rivet_task AS live

@@ -26,7 +26,7 @@ class WorkerConfig:
     owner: str | None = None  # None: hostname:pid
     lease_ttl: float = 30.0
     concurrency: int = 4
-    prefetch: int | None = None  # None: RIVET['PREFETCH']
+    prefetch: int | str | None = None  # None: RIVET['PREFETCH']; "auto" or an integer
     retry_backoff: float = 1.0
     retry_backoff_cap: float = 300.0
     pool_size: int = 10

@@ -8,8 +8,9 @@ asks for as many tasks as there are free slots plus ``prefetch``: up to ``prefet
 tasks wait for a handler thread, so a flush that acks a finished task also claims the ones that
 run next, and a fast worker settles and claims many tasks per round trip. A waiting task's
 lease is heartbeated like a running one's; its job timeout counts from when a thread takes it;
-one stopped while it waits (cancelled, fenced, lease lost) is never run. ``prefetch=0``, the
-default, claims only into free slots: no task waits behind a slow handler.
+one stopped while it waits (cancelled, fenced, lease lost) is never run. ``prefetch=auto``, the
+default, sets how many by the handlers' run times (``rivet.worker.prefetch``): many for short
+tasks, none for long ones; ``prefetch=0`` claims only into free slots.
 
 The ``Worker`` is this module (its run, the events handler threads and the guard report, the
 drain, the handler threads it abandons) on ``rivet.worker.slots.Slots`` (the slots, the flush
@@ -70,6 +71,7 @@ from rivet.worker.listen import Listener
 from rivet.worker.metrics import NO_METRICS, WorkerMetrics
 from rivet.worker.options import checked
 from rivet.worker.pool import HandlerPool
+from rivet.worker.prefetch import Prefetch
 from rivet.worker.process import default_owner
 from rivet.worker.prune import Pruner
 from rivet.worker.settle import Outcome, Settler
@@ -106,8 +108,11 @@ class Worker(Slots):
         self.config = config
         self.store = store
         self.owner = config.owner or default_owner()
-        #: Claimed tasks that may wait for a handler thread.
-        self.prefetch = default_prefetch() if config.prefetch is None else config.prefetch
+        #: Claimed tasks that may wait for a handler thread: fixed, or set by run times.
+        self.prefetcher = Prefetch(
+            default_prefetch() if config.prefetch is None else config.prefetch,
+            config.concurrency,
+        )
         self.registry = registry
         self.clock = clock
         self.failpoints = failpoints or active()
@@ -166,7 +171,7 @@ class Worker(Slots):
             owner=self.owner,
             queues=",".join(self.config.queues),
             concurrency=self.config.concurrency,
-            prefetch=self.prefetch,
+            prefetch=self.prefetcher.describe(),
             lease_ttl=self.config.lease_ttl,
             pool_size=self.config.pool_size,
         )
@@ -337,6 +342,6 @@ class Worker(Slots):
             )
 
 
-def default_prefetch() -> int:
-    """RIVET['PREFETCH'] (0 unless set: claim only into free slots)."""
+def default_prefetch() -> int | str:
+    """RIVET['PREFETCH'] ("auto" unless set: by the handlers' run times)."""
     return checked("prefetch", rivet_settings.PREFETCH)

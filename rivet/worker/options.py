@@ -90,6 +90,16 @@ def integer_between(low: int, high: int | None = None) -> Callable[[Any], int]:
     return parse
 
 
+def prefetch_value(text: Any) -> int | str:
+    """``auto`` (the worker sets it by its handlers' run times) or an integer 0..MAX_PREFETCH."""
+    if isinstance(text, str) and text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return integer_between(0, MAX_PREFETCH)(text)
+    except Expected:
+        raise Expected(f"an integer from 0 to {MAX_PREFETCH}, or auto") from None
+
+
 def queue_list(text: Any) -> list[str]:
     names = [name.strip() for name in str(text).split(",") if name.strip()]
     if not names:
@@ -197,10 +207,11 @@ OPTIONS = (
         flag="--prefetch",
         env="RIVET_PREFETCH",
         setting="PREFETCH",
-        parse=integer_between(0, MAX_PREFETCH),
-        metavar="N",
+        parse=prefetch_value,
+        metavar="N|auto",
         help="claimed tasks that may wait for a free slot, so one round trip settles and "
-        "claims many (default 0: claim only into free slots)",
+        "claims many; auto (the default) sets it from the handlers' run times, 0 claims only "
+        "into free slots",
     ),
     Option(
         dest="retry_backoff",

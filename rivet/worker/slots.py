@@ -31,6 +31,7 @@ from rivet.worker.ending import Ended, Reporter
 from rivet.worker.guard import Guard
 from rivet.worker.metrics import NoMetrics
 from rivet.worker.pool import HandlerPool
+from rivet.worker.prefetch import Prefetch
 from rivet.worker.settle import Outcome, Settler
 
 #: The outcome a handler thread reports for an attempt stopped before it began: nothing ran.
@@ -43,7 +44,7 @@ class Slots:
     config: WorkerConfig
     store: Store
     owner: str
-    prefetch: int
+    prefetcher: Prefetch
     registry: JobRegistry
     clock: Callable[[], float]
     failpoints: Failpoints
@@ -74,7 +75,7 @@ class Slots:
 
     def _free_slots(self) -> int:
         """How many tasks the next claim asks for: free slots and free prefetch room."""
-        free = self.config.concurrency + self.prefetch - self._busy()
+        free = self.config.concurrency + self.prefetcher.current() - self._busy()
         if self.config.max_jobs is not None:
             free = min(free, self.config.max_jobs - self._finished() - self._unsettled())
         return max(free, 0)
@@ -207,7 +208,9 @@ class Slots:
                 with attempt.span.current():
                     outcome = Outcome(result=definition(attempt.context))
             finally:
-                self.metrics.handler_seconds(attempt.claimed, time.perf_counter() - began)
+                took = time.perf_counter() - began
+                self.metrics.handler_seconds(attempt.claimed, took)
+                self.prefetcher.observe(took)
         except BaseException as exc:  # a handler may raise anything; it is the attempt's error
             outcome = Outcome(error=exc)
         finally:

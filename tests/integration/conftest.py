@@ -31,7 +31,7 @@ SHIFTED_TIMESTAMP_SQL = {
 
 def shift_sql(vendor: str) -> str:
     shifted = SHIFTED_TIMESTAMP_SQL[vendor]
-    columns = ("visible_at", "created_at", "updated_at")
+    columns = ("visible_at", "created_at", "updated_at", "claim_rank")
     assignments = ", ".join(f"{c} = {shifted.format(column=c)}" for c in columns)
     return f"UPDATE rivet_task SET {assignments}"
 

@@ -41,3 +41,21 @@ def test_verify_with_no_server_is_one_line_that_says_start_it() -> None:
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert "no server answers at postgres://postgres@127.0.0.1:1/rivet" in done.stderr
+
+
+@pytest.mark.parametrize("count", ["-1", "x", "1.5"])
+def test_schedules_must_be_a_count(count: str) -> None:
+    done = chaos(postgres_url(), "--schedules", count)
+    assert done.returncode == 2, done.stderr
+    assert f"argument --schedules: must be an integer >= 0, got '{count}'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_schedules_refuse_keep_before_anything_is_touched() -> None:
+    done = chaos(
+        postgres_url(),
+        *("--schedules", "3", "--keep", "--effect-database-url", postgres_url()),
+    )
+    assert done.returncode == 1, done.stderr
+    assert "--schedules judges every tick task of the queue" in done.stderr
+    assert "drop --keep or --schedules" in done.stderr

@@ -171,3 +171,26 @@ def test_a_single_enqueue_outside_a_transaction_commits_at_once(store, queue) ->
     assert seen is not None and seen.state == "pending"
     again = on_other_connection(lambda: store.task_enqueue(spec(queue, idem_key=f"{queue}:now")))
     assert (again.task_id, again.duplicate) == (task_id, True)
+
+
+def test_each_row_gets_its_claim_rank(store, queue) -> None:
+    """claim_rank = visible_at - priority x PRIORITY_AGING_SECS (60 s), on both paths."""
+    from datetime import UTC, datetime
+
+    from django.db import connection
+
+    when = datetime(2030, 1, 1, tzinfo=UTC)
+    specs = [
+        spec(queue, payload={"n": 1}, priority=3),
+        spec(queue, payload={"n": 2}, priority=-100, delay=5),
+        spec(queue, payload={"n": 3}, priority=100, run_at=when),
+    ]
+    ids = [result.task_id for result in store.task_enqueue_many(specs)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT extract(epoch FROM visible_at - claim_rank)::float8 FROM rivet_task "
+            "WHERE id = ANY(%s) ORDER BY id",
+            [ids],
+        )
+        assert [row[0] for row in cursor.fetchall()] == [180.0, -6000.0, 6000.0]
+    assert store.task_get(ids[2]).visible_at == when

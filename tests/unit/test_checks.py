@@ -48,6 +48,18 @@ def test_the_errors_kept_bound_is_an_integer_from_1_to_1000(settings):
         ], bad
 
 
+def test_the_aging_step_is_none_or_seconds_up_to_ten_years(settings):
+    for good in (None, 0.5, 60, 315_576_000):
+        assert messages(settings, PRIORITY_AGING_SECS=good) == [], good
+    for bad in (0, -1, 315_576_001, "60", True):
+        found = messages(settings, PRIORITY_AGING_SECS=bad)
+        assert [error_id for error_id, _ in found] == ["rivet.E002"], bad
+        assert found[0][1] == (
+            "RIVET['PRIORITY_AGING_SECS'] must be None or a number of seconds above 0 and at "
+            f"most 315576000 (ten years), got {bad!r}"
+        )
+
+
 def test_the_memory_store_is_refused_outside_a_test_run(settings, monkeypatch):
     from django.test import utils
 

@@ -37,10 +37,10 @@ def test_a_claim_asks_for_the_free_slots_and_the_prefetch_room(store, jobs):
     assert bg.stop().acked == 10
 
 
-def test_without_prefetch_a_claim_asks_only_for_the_free_slots(store, jobs):
+def test_before_any_handler_returned_auto_claims_only_into_free_slots(store, jobs):
     release = blocking_job(jobs)
     ids = [enqueue(store, "block") for _ in range(5)]
-    assert make_worker(store, jobs, prefetch=None).prefetch == 0  # the default
+    assert make_worker(store, jobs, prefetch=None).prefetcher.describe() == "auto"  # default
     bg = Background(make_worker(store, jobs, concurrency=2, prefetch=None))
     try:
         wait_until(lambda: len(leased(store, ids)) == 2, "two tasks leased")
@@ -54,7 +54,41 @@ def test_without_prefetch_a_claim_asks_only_for_the_free_slots(store, jobs):
 
 def test_the_prefetch_setting_is_the_default(store, jobs):
     with override_settings(RIVET={"PREFETCH": 7}):
-        assert make_worker(store, jobs, prefetch=None).prefetch == 7
+        assert make_worker(store, jobs, prefetch=None).prefetcher.describe() == 7
+    with override_settings(RIVET={"PREFETCH": "auto"}):
+        assert make_worker(store, jobs, prefetch=None).prefetcher.describe() == "auto"
+
+
+def test_with_prefetch_0_a_claim_asks_only_for_the_free_slots_after_runs_too(store, jobs):
+    job("quick", registry=jobs)(lambda ctx: None)
+    for _ in range(20):
+        enqueue(store, "quick")
+    worker = make_worker(store, jobs, concurrency=2, prefetch=0, once=True)
+    worker.run()
+    assert worker.prefetcher.current() == 0
+
+
+def test_auto_prefetch_grows_with_quick_handlers_and_stays_0_with_slow_ones(store, jobs):
+    job("quick", registry=jobs)(lambda ctx: None)
+    for _ in range(20):
+        enqueue(store, "quick")
+    quick = make_worker(store, jobs, concurrency=2, prefetch="auto", once=True)
+    quick.run()
+    assert quick.prefetcher.current() == 16  # handlers of microseconds: the cap
+
+    job("slow", registry=jobs)(lambda ctx: time.sleep(0.1))
+    ids = [enqueue(store, "slow") for _ in range(4)]
+    slow = Background(make_worker(store, jobs, concurrency=1, prefetch="auto"))
+    seen = 0
+    while not all(store.task_get(i).state == "done" for i in ids):
+        held = sum(
+            1 for i in ids if store.task_get(i).state == "pending" and store.task_get(i).attempts
+        )
+        seen = max(seen, held)
+        time.sleep(0.01)
+    assert slow.worker.prefetcher.current() == 0  # 0.1 s handlers: 1 x 0.02 / 0.1 < 1
+    assert seen == 1  # never a task held waiting behind the busy slot
+    slow.stop()
 
 
 def test_a_task_cancelled_while_it_waits_is_never_run(store, jobs):

@@ -1,12 +1,14 @@
 """manage.py rivet_chaos: the chaos run (default), ``verify`` on its own, and ``bench``.
 
-    rivet_chaos [--tasks 5000] [--workers 4] [--duration-secs 60] [--seed S] [--keep] [--json P]
+    rivet_chaos [run] [--tasks 5000] [--workers 4] [--duration-secs 60] [--seed S] [--keep]
+                [--schedules N] [--json P]
     rivet_chaos campaign [--seeds 20] [--first-seed 1] [RUN OPTIONS] [--json PATH]
     rivet_chaos verify [--queue chaos] [--events PATH]
     rivet_chaos bench [--workers 1,2,4] [--concurrency 1,4,16] [--kind noop,effect] [--soak [N]]
                       [--rate R] [--json PATH] [--plot PATH] [--out bench/results.md] ...
 
-Exit 0 only when every invariant held (S1, S2, L1, F2, C1); otherwise the failed ones are named.
+Exit 0 only when every invariant held (S1, S2, L1, F2, C1; T1, T2 with --schedules); otherwise
+the failed ones are named.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from chaos_project.chaos.faults import EFFECT_RESTART, FAULTS, parse_faults
 from chaos_project.chaos.fleet import count_chaos, read_event_log
 from chaos_project.chaos.harness import ChaosOptions, ChaosRun
 from chaos_project.chaos.report import report_lines, verdict_lines
+from chaos_project.chaos.ticks import window_end
 from chaos_project.chaos.timeline import timeline_path, write_timeline
 from chaos_project.chaos.verifier import Verdict, verify
 from rivet.dberrors import explain
@@ -55,6 +58,12 @@ def _non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
     return value
+
+
+def _prefetch(text: str) -> int | str:
+    if text.strip().lower() == "auto":
+        return "auto"
+    return _non_negative_int(text)
 
 
 def _non_negative_float(text: str) -> float:
@@ -101,14 +110,18 @@ class Command(BaseCommand):
         "Break workers three ways (SIGKILL, a failpoint abort between effect and ack, SIGSTOP "
         "until another worker took its task) while they run effect tasks, then check both "
         "databases: S1 no duplicate effect, S2 no task done without its effect, L1 nothing "
-        "pending, F2 fenced writes > 0 and every zombie fenced. Subcommands: campaign (many "
-        "seeds, one table), verify (the check alone), bench (throughput and latency)."
+        "pending, F2 fenced writes > 0 and every zombie fenced; with --schedules N, T1 no tick "
+        "fired twice and T2 no due tick missing. Subcommands: run (the default), campaign "
+        "(many seeds, one table), verify (the check alone), bench (throughput and latency)."
     )
 
     def add_arguments(self, parser):
         self._effect_arguments(parser)
         self._run_arguments(parser)
         sub = parser.add_subparsers(dest="action")
+        run = sub.add_parser("run", help="one chaos run (the default; options after run)")
+        self._effect_arguments(run)
+        self._run_arguments(run)
         campaign = sub.add_parser(
             "campaign",
             help="chaos runs for consecutive seeds, one table, JSON; exit 0 if every run held",
@@ -253,10 +266,11 @@ class Command(BaseCommand):
         add(
             "--prefetch",
             dest="bench_prefetch",
-            type=_non_negative_int,
-            default=0,
-            help="each worker's --prefetch: claimed tasks that may wait for a slot; the "
-            "ceiling claims concurrency + prefetch at a time " + default,
+            type=_prefetch,
+            default="auto",
+            help="each worker's --prefetch (N or auto): claimed tasks that may wait for a slot; "
+            "auto passes no flag (the worker's default); the ceiling claims concurrency + "
+            "prefetch at a time (auto: its cap) " + default,
         )
         add(
             "--task-log-level",
@@ -343,6 +357,14 @@ class Command(BaseCommand):
             "from the harness, which restarts a worker in milliseconds instead of seconds)",
         )
         add("--queue", default="chaos", help="queue of the run (default: %(default)s)")
+        add(
+            "--schedules",
+            type=_non_negative_int,
+            default=0,
+            metavar="N",
+            help="one-second schedules fired during the chaos; adds T1 (no tick fired twice) "
+            "and T2 (no due tick missing) to the verdict (default: %(default)s)",
+        )
         add("--poison", type=int, default=2, help="tasks that always fail (default: %(default)s)")
         add(
             "--drain-timeout-secs",
@@ -445,6 +467,7 @@ class Command(BaseCommand):
 
     def _verify(self, options) -> None:
         events = read_event_log(options["events"]) if options["events"] else None
+        until = window_end(events or [])
         unfenced = sum(
             1 for r in events or [] if r["event"] == "zombie_verdict" and r["outcome"] == "unfenced"
         )
@@ -452,6 +475,7 @@ class Command(BaseCommand):
             queue=options["verify_queue"],
             effect_database_url=_effect_db(options),
             unfenced_zombies=unfenced,
+            ticks_until=until,
         )
         chaos = count_chaos(events) if events is not None else None
         for text in [*report_lines(verdict, chaos), "", *verdict_lines(verdict)]:
@@ -526,6 +550,7 @@ def _run_options(options, *, seed: int | None) -> ChaosOptions:
         backlog_tasks=options["backlog_tasks"],
         faults=options["faults"],
         exec_workers=options["exec_workers"],
+        schedules=options["schedules"],
     )
 
 

@@ -11,7 +11,8 @@ What one run measures (each part can be turned off; see docs/benchmarking.md):
 3. offered load: workers started first, then tasks offered at ``rate`` per second;
 4. soak: one backlog of ``soak`` tasks, its first and last tenth compared;
 5. the scheduler: ``schedules`` one-second schedules on idle workers, every tick's lateness
-   and the workers' CPU beside the same workers with no schedule (bench/schedules.py).
+   and the workers' CPU beside the same workers with no schedule (bench/schedules.py);
+6. the claim at ``big_claim_rows`` pending rows: its plan and cost (bench/bigclaim.py).
 
 Every throughput and latency comes from timestamps the database server wrote on the task rows:
 
@@ -43,6 +44,7 @@ from django.db import connections
 from django.db.migrations.executor import MigrationExecutor
 
 from bench import ceiling
+from bench.bigclaim import measure_big_claim
 from bench.enqueue import measure_enqueue
 from bench.report import (
     BACKLOG,
@@ -125,6 +127,8 @@ class BenchOptions:
     schedules: int = 1000
     schedule_workers: int = 4
     schedule_secs: float = 30.0
+    #: The claim at this many pending rows (bench/bigclaim.py): its plan and cost; 0: none.
+    big_claim_rows: int = 1_000_000
     ceiling: bool = True
     payload_bytes: int = 100
     lease_ttl: float = 30.0
@@ -197,6 +201,9 @@ class BenchOptions:
             f"worker(s) for {self.schedule_secs:g} s"
             if self.schedules
             else "no scheduler",
+            f"claim at {self.big_claim_rows} pending rows"
+            if self.big_claim_rows
+            else "no big-table claim",
             f"payload {self.payload_bytes} bytes, lease {self.lease_ttl:g} s, pool "
             + (f"{self.pool_size}" if self.pool_size else "concurrency + 2"),
             (
@@ -223,7 +230,7 @@ class BenchOptions:
             text += f" --soak-concurrency {self.soak_at}"
             if self.soak_vacuum_secs is not None:
                 text += f" --soak-vacuum-secs {self.soak_vacuum_secs:g}"
-        text += f" --schedules {self.schedules}"
+        text += f" --schedules {self.schedules} --big-claim-rows {self.big_claim_rows}"
         if self.schedules:
             text += f" --schedule-workers {self.schedule_workers}"
             text += f" --schedule-secs {self.schedule_secs:g}"
@@ -264,6 +271,7 @@ class Bench:
         self.soak_vacuum = 0.0
         self.soak_vacuums = 0
         self.scheduler: dict[str, Any] | None = None
+        self.big_claim: dict[str, Any] | None = None
         self.progress = _Progress(total=self._steps(), say=say)
 
     def _steps(self) -> int:
@@ -274,6 +282,7 @@ class Bench:
         steps += 1 if o.soak else 0
         steps += 1 if o.enqueue_single or o.enqueue_bulk else 0
         steps += 1 if o.schedules else 0
+        steps += 1 if o.big_claim_rows else 0
         return steps
 
     def run(self) -> str:
@@ -359,6 +368,14 @@ class Bench:
             )
         if o.schedules:
             self.scheduler = self._measure_scheduler()
+        if o.big_claim_rows:
+            self._empty(vacuum=True)
+            self.big_claim = measure_big_claim(o.big_claim_rows)
+            verdict = "; ".join(self.big_claim["problems"]) or "index scan in rank order"
+            self.progress.step(
+                f"claim at {o.big_claim_rows:,} pending rows: {verdict}, "
+                f"{self.big_claim['per_flush_ms']:.2f} ms per flush"
+            )
         return enqueue, rows
 
     def _measure_scheduler(self) -> dict[str, Any]:
@@ -714,6 +731,7 @@ class Bench:
             end_load=load(),
             busy=self.busy,
             scheduler=self.scheduler,
+            big_claim=self.big_claim,
         )
         o.out.parent.mkdir(parents=True, exist_ok=True)
         o.out.write_text(text)

@@ -27,6 +27,7 @@ def test_bench_writes_every_mode_with_ceilings_rss_and_the_plot(
         *("--rate", "200", "--rate-tasks", "100", "--soak", "300"),
         *("--enqueue-single", "50", "--enqueue-bulk", "500", "--out", str(out)),
         *("--schedules", "20", "--schedule-workers", "2", "--schedule-secs", "2"),
+        *("--big-claim-rows", "20000"),
         env=env,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -34,6 +35,8 @@ def test_bench_writes_every_mode_with_ceilings_rss_and_the_plot(
     for heading in ("## Setup", "## Targets", "## Full backlog", "## Offered load", "## Enqueue"):
         assert f"\n{heading}\n" in text
     assert "\n## Scheduler\n" in text
+    assert "\n## Claim at 20,000 pending rows\n" in text
+    assert "| claim at 20,000 pending rows | index scan in rank order | Index Scan using " in text
     assert "\n## Soak: 300 tasks\n" in text
     assert "- machine: " in text and " cores, " in text
     assert "- PostgreSQL: PostgreSQL " in text
@@ -43,7 +46,7 @@ def test_bench_writes_every_mode_with_ceilings_rss_and_the_plot(
     # on a server without autovacuum the soak gets the bench's VACUUM, and says so
     vacuums = "`VACUUM rivet_task` every 10 s" if autovacuum == "off" else "none by the bench"
     assert f"- soak vacuum: {vacuums}" in text
-    assert "[####################] 10/10 " in done.stdout  # the progress bar reached its end
+    assert "[####################] 11/11 " in done.stdout  # the progress bar reached its end
 
     rows = json.loads((tmp_path / "bench" / "results.json").read_text())["rows"]
     backlog = [r for r in rows if r["mode"] == "backlog"]
@@ -93,6 +96,8 @@ def test_a_soak_with_a_vacuum_interval_vacuums_while_it_drains(run_manage, tmp_p
             "--soak-vacuum-secs",
             "0.05",
             "--schedules",
+            "0",
+            "--big-claim-rows",
             "0",
         ),
         *("--out", str(out), "--no-plot"),

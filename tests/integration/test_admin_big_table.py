@@ -15,6 +15,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from bench.bigclaim import bulk_load
 from tests.factories import UserFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.bigtable]
@@ -54,46 +55,11 @@ FULL_COUNT = re.compile(r'^SELECT COUNT\(\*\) AS "__count" FROM "rivet_task"', r
 
 # Every index of the table: dropped for the load and built again after it (a sorted build is
 # much faster than a million inserts into each). The test's rollback restores them anyway.
-UNIQUE_CONSTRAINTS = """
-SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint
-WHERE conrelid = 'rivet_task'::regclass AND contype IN ('p', 'u')
-"""
-PLAIN_INDEXES = """
-SELECT indexname, indexdef FROM pg_indexes
-WHERE tablename = 'rivet_task' AND indexname NOT IN (
-    SELECT conname FROM pg_constraint WHERE conrelid = 'rivet_task'::regclass
-)
-"""
-
-
-def rows(cursor, sql):
-    cursor.execute(sql)
-    return cursor.fetchall()
-
-
 @pytest.fixture
 def million_tasks():
     """1 000 000 rows in this test's transaction: no WAL (unlogged), indexes built after."""
-    started = time.perf_counter()
-    with connection.cursor() as cursor:
-        cursor.execute("ALTER TABLE rivet_task SET UNLOGGED")
-        cursor.execute("SET LOCAL maintenance_work_mem = '256MB'")  # each index sort in memory
-        indexes, constraints = rows(cursor, PLAIN_INDEXES), rows(cursor, UNIQUE_CONSTRAINTS)
-        for name, _ in indexes:
-            cursor.execute(f'DROP INDEX "{name}"')
-        for name, _ in constraints:
-            cursor.execute(f'ALTER TABLE rivet_task DROP CONSTRAINT "{name}"')
-        cursor.execute(LOAD, [ROWS, ROWS])
-        loaded = time.perf_counter()
-        for name, definition in constraints:
-            cursor.execute(f'ALTER TABLE rivet_task ADD CONSTRAINT "{name}" {definition}')
-        for _, definition in indexes:
-            cursor.execute(definition)
-        cursor.execute("ANALYZE rivet_task")
-    print(
-        f"\nloaded {ROWS} task rows in {loaded - started:.1f}s, "
-        f"indexed and analyzed in {time.perf_counter() - loaded:.1f}s"
-    )
+    load, index = bulk_load(LOAD, [ROWS, ROWS])
+    print(f"\nloaded {ROWS} task rows in {load:.1f}s, indexed and analyzed in {index:.1f}s")
 
 
 #: The queries one changelist may take: the page's own, and the queue overview's, which asks the

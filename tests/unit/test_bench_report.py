@@ -237,3 +237,34 @@ def test_without_the_scheduler_part_its_targets_say_not_measured(tmp_path: Path)
     assert (
         "| scheduler: every tick once | 0 twice, 0 missing | not measured | not measured |" in text
     )
+
+
+BIG_CLAIM = {
+    "rows": 1_000_000,
+    "batch": 16,
+    "flushes": 200,
+    "load_s": 14.0,
+    "index_s": 12.0,
+    "per_flush_ms": 1.31,
+    "scan": "Index Scan using rivet_task_rank_idx",
+    "index_cond": "(((queue)::text = 'bench-big'::text) AND (visible_at <= now()))",
+    "problems": [],
+    "explain": ["Limit (actual time=0.242..0.329 rows=16 loops=1)"],
+}
+
+
+def test_the_big_claim_part_shows_its_plan_and_its_target(tmp_path: Path) -> None:
+    text = render(
+        setup=[], rows=rows(), enqueue=None, plot=None, out=tmp_path / "r.md", big_claim=BIG_CLAIM
+    )
+    assert "\n## Claim at 1,000,000 pending rows\n" in text
+    assert "| Index Scan using rivet_task_rank_idx | `(((queue)::text" in text
+    assert "| 1.31 ms | no sort, no sequential scan |" in text
+    assert "Limit (actual time=0.242..0.329 rows=16 loops=1)" in text
+    target = "| claim at 1,000,000 pending rows | index scan in rank order | Index Scan using "
+    assert target in text and "16 | met | - |" in text
+    sorted_plan = {**BIG_CLAIM, "problems": ["the claim sorts"]}
+    data = to_json(setup=[], rows=rows(), enqueue=None, big_claim=sorted_plan)
+    (big,) = [t for t in data["targets"] if t["name"].startswith("claim at")]
+    assert (big["met"], big["bottleneck"]) == (False, "the claim sorts")
+    assert data["big_claim"]["per_flush_ms"] == 1.31

@@ -254,6 +254,13 @@ class Command(BaseCommand):
             help="the scheduler's part: one-second schedules on idle workers, their ticks' "
             "lateness and the workers' CPU; 0 for none " + default,
         )
+        add(
+            "--big-claim-rows",
+            type=_non_negative_int,
+            default=1_000_000,
+            help="the claim's plan and cost at this many pending rows, loaded and rolled back; "
+            "0 for none " + default,
+        )
         add("--schedule-workers", type=_positive_int, default=4, help=default)
         add("--schedule-secs", type=_positive_float, default=30.0, help=default)
         add("--payload-bytes", type=_non_negative_int, default=100, help=default)
@@ -505,6 +512,7 @@ class Command(BaseCommand):
                 schedules=options["bench_schedules"],
                 schedule_workers=options["schedule_workers"],
                 schedule_secs=options["schedule_secs"],
+                big_claim_rows=options["big_claim_rows"],
                 payload_bytes=options["payload_bytes"],
                 lease_ttl=options["bench_ttl"],
                 pool_size=options["pool_size"],

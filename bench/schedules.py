@@ -28,7 +28,6 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
-from zoneinfo import ZoneInfo
 
 from django.db import connections
 
@@ -150,7 +149,7 @@ class Poller:
 def tick_figures(first_seen: dict[int, float], window_start: float) -> dict[str, Any]:
     """Ticks made, enqueued twice, missing (from the schedules' own history), and lateness."""
     from rivet.models import Schedule, Task
-    from rivet.schedules.cron import due_ticks
+    from rivet.schedules.operate import owed_ticks
 
     by_schedule: dict[int, list[datetime]] = {}
     late: list[float] = []
@@ -162,13 +161,7 @@ def tick_figures(first_seen: dict[int, float], window_start: float) -> dict[str,
     twice = sum(len(ticks) - len(set(ticks)) for ticks in by_schedule.values())
     missing = 0
     for schedule in Schedule.objects.filter(name__startswith=SCHEDULE_PREFIX):
-        owed = due_ticks(
-            schedule.cron,
-            ZoneInfo(schedule.timezone),
-            after=schedule.since,
-            now=schedule.last_tick_at,
-            keep=None,
-        ).ticks
+        owed = owed_ticks(schedule)
         missing += len(set(owed) - set(by_schedule.get(schedule.payload["s"], [])))
     late.sort()
 

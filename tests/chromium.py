@@ -12,7 +12,6 @@ the pictures the docs show).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +20,8 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.tools import required_tool
+
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -34,22 +34,9 @@ CHROMIUM_ARGS = [
 ]
 
 
-def _finder():
-    spec = importlib.util.spec_from_file_location(
-        "find_chromium", REPO / "scripts/find_chromium.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="session")
 def chromium_path() -> str:
-    finder = _finder()
-    path = finder.find()
-    if path is None:
-        pytest.fail(finder.HELP, pytrace=False)
-    return path
+    return required_tool("chromium")
 
 
 @pytest.fixture(scope="session")

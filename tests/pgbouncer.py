@@ -11,7 +11,6 @@ the real code (the store, Django's connections, every thread's) goes through it.
 from __future__ import annotations
 
 import getpass
-import importlib.util
 import os
 import shutil
 import socket
@@ -28,7 +27,8 @@ import pytest
 from django.conf import settings
 from django.db import connections
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.tools import required_tool
+
 START_TIMEOUT_SECS = 10.0
 #: Server connections per (database, user) pair in transaction pooling: few, so a test sees
 #: every one of them. In session pooling each client holds one for its whole session: a worker
@@ -56,15 +56,7 @@ class Bouncer:
 
 
 def find_pgbouncer() -> str:
-    spec = importlib.util.spec_from_file_location(
-        "find_pgbouncer", REPO / "scripts" / "find_pgbouncer.py"
-    )
-    finder = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(finder)
-    path = finder.find()
-    if path is None:
-        pytest.fail(finder.HELP, pytrace=False)
-    return path
+    return required_tool("pgbouncer")
 
 
 def free_port() -> int:

@@ -1,4 +1,4 @@
-"""What an operator does to schedules: list them, run one now, pause, resume.
+"""What an operator does to schedules: list them, run one now, pause, resume; and their history.
 
 The ``rivet_schedule`` command, the admin and the HTTP API all call these, so each action means
 the same wherever it is taken. Pausing and resuming work on code-declared schedules too (their
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from zoneinfo import ZoneInfo
 
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -16,13 +17,13 @@ from django.utils import timezone
 from rivet.errors import InvalidInput
 from rivet.jobs import task_spec
 from rivet.models import Task
-from rivet.schedules.cron import check_cron, check_timezone, next_tick, tick_key
+from rivet.schedules.cron import check_cron, check_timezone, due_ticks, next_tick, tick_key
 from rivet.schedules.models import Schedule
 from rivet.schedules.values import SCHEDULED_AT
 from rivet.stores.base import Store
 from rivet.values import EnqueueResult
 
-__all__ = ["find", "last_task_id", "next_run", "pause", "resume", "run_now"]
+__all__ = ["find", "last_task_id", "next_run", "owed_ticks", "pause", "resume", "run_now"]
 
 
 class ScheduleNotFound(InvalidInput):
@@ -107,3 +108,17 @@ def run_now(name: str, *, store: Store, alias: str) -> EnqueueResult:
         schedule.kind, payload, queue=schedule.queue or None, priority=schedule.priority
     )
     return store.task_enqueue(spec)
+
+
+def owed_ticks(schedule: Schedule) -> list[datetime]:
+    """Every tick the schedule owed from its ``since`` up to its watermark (``last_tick_at``):
+    its own history, which an audit holds its ticks' tasks against. Empty before its first."""
+    if schedule.last_tick_at is None:
+        return []
+    return due_ticks(
+        schedule.cron,
+        ZoneInfo(schedule.timezone),
+        after=schedule.since,
+        now=schedule.last_tick_at,
+        keep=None,
+    ).ticks

@@ -24,6 +24,17 @@ BULK_CHUNK = 10_000
 COPY_MIN_ROWS = 200
 
 
+def stage_open(text: str, *, pooled: bool) -> str:
+    """The staging table's statement: the session's (rows gone at commit), or behind a
+    transaction pooler the transaction's own (the table dropped at commit)."""
+    if not pooled:
+        return text
+    local = text.replace("ON COMMIT DELETE ROWS", "ON COMMIT DROP")
+    if local == text:
+        raise RuntimeError("postgres.sql's stage_open lost its ON COMMIT DELETE ROWS clause")
+    return local
+
+
 class BulkEnqueue(SqlStore):
     """``task_enqueue_many`` on PostgreSQL's queries (``enqueue_arrays``, ``stage_*``)."""
 
@@ -68,7 +79,7 @@ class BulkEnqueue(SqlStore):
     def _insert_staged(self, cursor: Any, specs: Sequence[TaskSpec]) -> dict[str, Any]:
         """COPY a chunk into the session's staging table, then insert it in one statement."""
         # Behind a transaction pooler the table lives for the transaction only (``pooled``).
-        cursor.execute(self.queries["stage_open_local" if self.pooled else "stage_open"])
+        cursor.execute(stage_open(self.queries["stage_open"], pooled=self.pooled))
         with cursor.copy(self.queries["stage_copy"]) as copy:
             for position, spec in enumerate(specs):
                 copy.write_row(

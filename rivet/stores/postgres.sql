@@ -75,6 +75,8 @@ SELECT
 
 -- name: stage_open
 -- Make this session's staging table for a bulk enqueue, empty (a temporary table, rows gone at commit).
+-- Behind a transaction pooler the store sends it with ON COMMIT DROP instead (bulk.py): the
+-- transaction's own table, so none stays on a server connection other clients get next.
 CREATE TEMPORARY TABLE IF NOT EXISTS rivet_enqueue_stage (
     position integer NOT NULL,
     id bigint NOT NULL DEFAULT nextval(pg_get_serial_sequence('rivet_task', 'id')),
@@ -89,25 +91,6 @@ CREATE TEMPORARY TABLE IF NOT EXISTS rivet_enqueue_stage (
     priority smallint NOT NULL,
     trace_context jsonb
 ) ON COMMIT DELETE ROWS;
-DELETE FROM rivet_enqueue_stage
-
--- name: stage_open_local
--- The staging table behind a transaction pooler: this transaction's own, dropped at its commit, so
--- no table stays on a server connection other clients get next (several chunks share it).
-CREATE TEMPORARY TABLE IF NOT EXISTS rivet_enqueue_stage (
-    position integer NOT NULL,
-    id bigint NOT NULL DEFAULT nextval(pg_get_serial_sequence('rivet_task', 'id')),
-    queue text NOT NULL,
-    kind text NOT NULL,
-    payload jsonb,
-    idem_key text,
-    unique_key text,
-    max_attempts integer NOT NULL,
-    run_at timestamptz,
-    delay float8 NOT NULL,
-    priority smallint NOT NULL,
-    trace_context jsonb
-) ON COMMIT DROP;
 DELETE FROM rivet_enqueue_stage
 
 -- name: stage_copy

@@ -14,7 +14,6 @@ installs Debian's locales-all); without it the test fails with how to get it.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import secrets
 import sqlite3
@@ -29,6 +28,7 @@ import pytest
 from chaos_project.chaos.pgcluster import Cluster
 from chaos_project.kit.services import free_port
 from tests.processes import MANAGE, child_environ
+from tests.tools import script
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.long]
 
@@ -44,18 +44,10 @@ COMMANDS = {
 SET_LOCALE = "import locale\nlocale.setlocale(locale.LC_ALL, '')\n"
 
 
-def _find_locales():
-    spec = importlib.util.spec_from_file_location("find_locales", REPO / "scripts/find_locales.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def german_server() -> Iterator[Cluster]:
     """A cluster of this module's own whose server messages are German."""
-    finder = _find_locales()
+    finder = script("find_locales")
     if finder.missing():
         pytest.fail(finder.HELP, pytrace=False)
     cluster = Cluster.create(prefix="rivet-i18n-")

@@ -11,12 +11,11 @@ from __future__ import annotations
 import signal
 import time
 from datetime import datetime
-from zoneinfo import ZoneInfo
 
 import pytest
 
 from rivet.models import Schedule, Task
-from rivet.schedules.cron import due_ticks
+from rivet.schedules.operate import owed_ticks
 from tests.acceptance.conftest import wait_for
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
@@ -57,13 +56,7 @@ def owed(schedule: Schedule) -> list[datetime]:
     """Every tick of the schedule after its creation, up to its watermark."""
     schedule.refresh_from_db()
     assert schedule.last_tick_at is not None, f"{schedule.name} never ticked"
-    return due_ticks(
-        schedule.cron,
-        ZoneInfo(schedule.timezone),
-        after=schedule.since,
-        now=schedule.last_tick_at,
-        keep=None,
-    ).ticks
+    return owed_ticks(schedule)
 
 
 def stop_all(fleet) -> None:

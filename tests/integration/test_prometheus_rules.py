@@ -8,7 +8,6 @@ the host's ``GET rivet/metrics/`` and a worker's metrics endpoint, and compared.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -24,6 +23,7 @@ from chaos_project.kit.services import free_port
 from rivet.values import Claimed
 from rivet.worker.metrics import WORKER_EVENTS, WorkerMetrics
 from tests.factories import UserFactory, task_in
+from tests.tools import required_tool
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "rivet" / "contrib" / "prometheus" / "rivet-rules.yml"
@@ -36,15 +36,7 @@ METRIC = re.compile(r"\brivet_[a-z0-9_]+\b")
 @pytest.fixture(scope="module")
 def promtool() -> str:
     """promtool's path (scripts/find_promtool.py finds it; `make test` installs it first)."""
-    spec = importlib.util.spec_from_file_location(
-        "find_promtool", REPO / "scripts" / "find_promtool.py"
-    )
-    finder = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(finder)
-    path = finder.find()
-    if path is None:
-        pytest.fail(finder.HELP, pytrace=False)
-    return path
+    return required_tool("promtool")
 
 
 def rule_exprs() -> list[str]:

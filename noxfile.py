@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import find_postgres  # noqa: E402
 
-nox.options.default_venv_backend = "venv"
+nox.options.default_venv_backend = "uv|venv"  # uv when it is installed (the dev group has it)
 nox.options.reuse_venv = "no"  # every run starts from a fresh virtualenv
 nox.options.download_python = "never"  # an interpreter comes from this machine or the cell fails
 nox.options.error_on_missing_interpreters = True

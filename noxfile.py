@@ -4,10 +4,10 @@ Each cell installs rivet with every extra, the ``test`` dependency group and one
 on one Python, then runs the suite through ``scripts/find_postgres.py``, as ``make test``
 does, on databases of its own (``<name>_py312`` beside the ``<name>`` that DATABASE_URL names),
 so cells never share one. The ``wheel`` tests (minutes of fresh virtualenvs) and the ``long``
-runs (chaos runs, the mutation row, the bench, the API fuzz, the German-speaking server, the
-claim on a million rows) run in one cell only, the one marked ``full``, and in ``make test``
-(Python 3.11 + Django 5.2); the other cells say so in their logs and leave them out, which keeps
-CI within its time.
+runs (chaos runs, the mutation row, the bench, the API fuzz, the first-hour command runs, the
+German-speaking server, the claim on a million rows) run in one cell only, the one marked
+``full``, and in ``make test`` (Python 3.11 + Django 5.2); the other cells say so in their logs
+and leave them out, which keeps CI within its time.
 
 ``nox -l`` lists the cells; ``nox -s py3.12-django6.0`` runs one; arguments after ``--`` go to
 pytest. Interpreters: ``RIVET_PYTHON_3_12=/path/to/python3.12`` names one; otherwise pyenv's

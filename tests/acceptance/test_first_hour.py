@@ -22,7 +22,7 @@ from chaos_project.kit.services import free_port
 from rivet.models import Task
 from tests.processes import MANAGE, child_environ, manage, postgres_url
 
-pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.acceptance, pytest.mark.long, pytest.mark.django_db(transaction=True)]
 
 COMMANDS = {
     "enqueue": ("rivet_enqueue", "--kind", "noop"),

@@ -22,7 +22,7 @@ from chaos_project.kit.services import free_port
 from tests.effect_service import REPO
 from tests.processes import MANAGE, child_environ, postgres_url
 
-pytestmark = [pytest.mark.acceptance]
+pytestmark = [pytest.mark.acceptance, pytest.mark.long]
 
 NON_UTF8_URL = b"postgres://postgres@127.0.0.1:5432/riv\xffet"
 

@@ -398,7 +398,7 @@ class Bench:
             f"scheduler, {o.schedules} schedules on {o.schedule_workers} workers: "
             f"{result['enqueued_twice']} twice, {result['missing']} missing, lateness p99 "
             + ("-" if p99 is None else f"{p99:.3f} s")
-            + f", {result['cpu_secs_per_1000_ticks']:.3f} CPU s per 1 000 ticks"
+            + f", {max(result['cpu_secs_per_1000_ticks'], 0.0):.3f} CPU s per 1 000 ticks"
         )
         return result
 

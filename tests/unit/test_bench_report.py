@@ -268,3 +268,11 @@ def test_the_big_claim_part_shows_its_plan_and_its_target(tmp_path: Path) -> Non
     (big,) = [t for t in data["targets"] if t["name"].startswith("claim at")]
     assert (big["met"], big["bottleneck"]) == (False, "the claim sorts")
     assert data["big_claim"]["per_flush_ms"] == 1.31
+
+
+def test_a_scheduler_cost_below_the_idle_noise_is_not_printed_negative(tmp_path: Path) -> None:
+    noisy = {**SCHEDULER, "cpu_secs_per_1000_ticks": -0.125}
+    text = render(
+        setup=[], rows=rows(), enqueue=None, plot=None, out=tmp_path / "r.md", scheduler=noisy
+    )
+    assert "| within the idle workers' noise |" in text and "-0.125" not in text

@@ -50,3 +50,16 @@ def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
         timeout=120,
         check=False,
     )
+
+
+def broken_chaos(*args: str, effect_database_url: str) -> subprocess.CompletedProcess:
+    """Run tests/broken_chaos.py (a chaos run with one guard broken on purpose) to completion."""
+    return subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("broken_chaos.py")), *args],
+        env=child_environ(postgres_url(), EFFECT_DATABASE_URL=effect_database_url),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )

@@ -8,30 +8,21 @@ either would prove nothing.
 from __future__ import annotations
 
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from tests.processes import child_environ, postgres_url
+from tests.processes import broken_chaos
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.long, pytest.mark.django_db(transaction=True)]
 
-SCRIPT = Path(__file__).resolve().parents[1] / "broken_chaos.py"
 RUN = ("--tasks", "150", "--workers", "4", "--duration-secs", "8", "--drain-timeout-secs", "30")
 
 
 def broken_run(kind: str, seed: int, effect_database_url: str) -> subprocess.CompletedProcess:
-    env = child_environ(postgres_url(), EFFECT_DATABASE_URL=effect_database_url)
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), kind, *RUN, "--seed", str(seed), "--own-effect-service"],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    return broken_chaos(
+        kind, *RUN, "--seed", str(seed), "--own-effect-service",
+        effect_database_url=effect_database_url,
+    )  # fmt: skip
 
 
 def test_an_effect_without_its_key_fails_s1(effect_database_url):

@@ -7,20 +7,16 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from rivet.models import Task
 from rivet.schedules.models import Schedule
-from tests.processes import child_environ, postgres_url
+from tests.processes import broken_chaos, child_environ, postgres_url
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.long, pytest.mark.django_db(transaction=True)]
 
-SCRIPT = Path(__file__).resolve().parents[1] / "broken_chaos.py"
 RUN = ("--tasks", "60", "--workers", "3", "--duration-secs", "6", "--schedules", "8")
 RUN += ("--drain-timeout-secs", "30", "--own-effect-service")
 
@@ -55,15 +51,8 @@ def test_a_run_with_schedules_fires_every_due_tick_once(run_manage, effect_datab
 
 
 def test_a_scheduler_that_ignores_the_tick_key_fails_t1(effect_database_url):
-    env = child_environ(postgres_url(), EFFECT_DATABASE_URL=effect_database_url)
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "tickless-unlocked", "run", *RUN, "--seed", "4"],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
+    done = broken_chaos(
+        "tickless-unlocked", "run", *RUN, "--seed", "4", effect_database_url=effect_database_url
     )
     output = done.stdout + done.stderr
     assert done.returncode != 0, output

@@ -16,7 +16,9 @@ class Task(models.Model):
     queue = models.CharField(max_length=100)
     kind = models.CharField(max_length=100)
     payload = models.JSONField(null=True, blank=True)
-    idem_key = models.CharField(max_length=200, null=True, blank=True, unique=True)
+    #: Unique among the tasks that have one (rivet_task_idem_key_uniq, a partial index: a task
+    #: without a key enters no index for it).
+    idem_key = models.CharField(max_length=200, null=True, blank=True)
     unique_key = models.CharField(max_length=200, null=True, blank=True)
     state = models.CharField(
         max_length=7, choices=TaskState.choices, default=TaskState.PENDING, db_default="pending"
@@ -63,6 +65,15 @@ class Task(models.Model):
                 condition=Q(max_attempts__gte=1), name="rivet_task_max_attempts"
             ),
             models.CheckConstraint(condition=Q(attempts__gte=0), name="rivet_task_attempts"),
+            # One task per idempotency key. A constraint, not unique=True on the field: that
+            # would add a second index on PostgreSQL (varchar_pattern_ops, for LIKE, which no
+            # query runs) and index the NULL of every task enqueued without a key. Equality
+            # lookups (find_by_idem_key, the admin's search) read this index.
+            models.UniqueConstraint(
+                fields=["idem_key"],
+                condition=Q(idem_key__isnull=False),
+                name="rivet_task_idem_key_uniq",
+            ),
             models.UniqueConstraint(
                 fields=["kind", "unique_key"],
                 condition=Q(state="pending", unique_key__isnull=False),

@@ -1,7 +1,10 @@
 """The PostgreSQL store's bulk enqueue: a batch in chunks, each inserted by one statement.
 
-A small chunk goes as one INSERT over arrays; a large one is streamed into the session's
-staging table (COPY) and inserted from there; behind a transaction pooler the staging table is
+A small chunk goes as one INSERT over arrays. A large one of plain tasks (no key, runnable at
+once at priority 0: nothing can refuse them, every other column is the table's default) is
+streamed straight into rivet_task (COPY), its ids taken from the sequence first. Any other
+large chunk is streamed into the session's staging table and inserted from there (ON CONFLICT,
+the delays and ranks computed by the server); behind a transaction pooler the staging table is
 the transaction's own (``ON COMMIT DROP``), so no table stays on a pooled server connection.
 Rows a key already had (an idempotency key used before, a unique job pending) are skipped by
 the insert and resolved after it, a chunk at once.
@@ -22,6 +25,18 @@ BULK_CHUNK = 10_000
 #: Smaller chunks go as one INSERT over arrays: no temporary table for the session to create
 #: (a web request on a fresh connection enqueueing three tasks), one round trip.
 COPY_MIN_ROWS = 200
+
+
+def _plain(spec: TaskSpec) -> bool:
+    """A task the direct COPY may write: no key to check, and its times and rank are the
+    table's defaults (runnable at once, priority 0)."""
+    return (
+        spec.idem_key is None
+        and spec.unique_key is None
+        and spec.run_at is None
+        and not spec.delay_secs
+        and not spec.priority
+    )
 
 
 def stage_open(text: str, *, pooled: bool) -> str:
@@ -52,6 +67,8 @@ class BulkEnqueue(SqlStore):
 
     def _enqueue_chunk(self, cursor: Any, specs: Sequence[TaskSpec]) -> list[EnqueueResult]:
         """Insert a chunk in one statement, then resolve the rows a key already had."""
+        if len(specs) >= COPY_MIN_ROWS and all(map(_plain, specs)):
+            return self._copy_direct(cursor, specs)
         if len(specs) >= COPY_MIN_ROWS:
             row = self._insert_staged(cursor, specs)
         else:
@@ -75,6 +92,24 @@ class BulkEnqueue(SqlStore):
             "priorities": [spec.priority for spec in specs],
             "trace_contexts": [json_text(spec.trace_context) for spec in specs],
         }
+
+    def _copy_direct(self, cursor: Any, specs: Sequence[TaskSpec]) -> list[EnqueueResult]:
+        """COPY a chunk of plain tasks straight into rivet_task: no staging, no INSERT."""
+        params = {"count": len(specs), "queues": sorted({spec.queue for spec in specs})}
+        ids = self._rows(cursor, "direct_ids", params)[0]["ids"]
+        with cursor.copy(self.queries["direct_copy"]) as copy:
+            for task_id, spec in zip(ids, specs, strict=True):
+                copy.write_row(
+                    (
+                        task_id,
+                        spec.queue,
+                        spec.kind,
+                        spec.payload_param,
+                        spec.max_attempts,
+                        json_text(spec.trace_context),
+                    )
+                )
+        return [EnqueueResult(task_id=task_id) for task_id in ids]
 
     def _insert_staged(self, cursor: Any, specs: Sequence[TaskSpec]) -> dict[str, Any]:
         """COPY a chunk into the session's staging table, then insert it in one statement."""

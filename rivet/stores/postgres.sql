@@ -133,6 +133,29 @@ SELECT
         FROM (SELECT DISTINCT queue FROM inserted) AS woken
     ) AS woken
 
+-- name: direct_ids
+-- Task ids for a chunk the store copies straight into rivet_task (no staging): count of
+-- them, in order, from the table's sequence; and the wake-up of each queue the chunk fills.
+-- A notification is sent at commit (never if the transaction rolls back), so it may be asked
+-- for before the rows are written.
+SELECT
+    (
+        SELECT array_agg(nextval(pg_get_serial_sequence('rivet_task', 'id')) ORDER BY n)
+        FROM generate_series(1, %(count)s::integer) AS n
+    ) AS ids,
+    (
+        SELECT count(pg_notify(%(channel)s::text, woken.queue))
+        FROM (SELECT DISTINCT unnest(%(queues)s::text[]) AS queue) AS woken
+    ) AS woken
+
+-- name: direct_copy
+-- Stream a chunk straight into rivet_task, ids given: only for tasks no key can refuse and
+-- that are runnable at once at priority 0 (no idem_key, no unique_key, no delay, no run_at),
+-- so nothing can conflict. Every other column takes the table's default: pending, no attempt,
+-- epoch 0, and visible_at = claim_rank = created_at = updated_at = statement_timestamp(), the
+-- server's clock at the COPY (priority 0: the rank is the ready time).
+COPY rivet_task (id, queue, kind, payload, max_attempts, trace_context) FROM STDIN
+
 -- name: find_by_idem_keys
 -- The tasks holding any of the idempotency keys, with the work each was enqueued for.
 SELECT id, idem_key, queue, kind, payload::text AS payload

@@ -64,8 +64,14 @@ def test_no_session_state_is_left_on_the_pooled_server_connections(pgbouncer_tra
         store = PostgresStore(using="default")
         assert store.pooled and not store.supports_wakeup
         store.task_enqueue(TaskSpec(queue=QUEUE, kind="noop", payload=0))
+        # Both COPY paths: plain tasks straight into rivet_task, keyed ones through the stage.
         specs = [TaskSpec(queue=QUEUE, kind="noop", payload=n) for n in range(BULK)]
         assert len(store.task_enqueue_many(specs)) == BULK
+        keyed = [
+            TaskSpec(queue=QUEUE, kind="noop", payload=n, idem_key=f"bnc-{n}") for n in range(BULK)
+        ]
+        twice = store.task_enqueue_many(keyed * 2)
+        assert [r.duplicate for r in twice] == [False] * BULK + [True] * BULK
         flushed = 0
         for _ in range(3):  # flushes: the worker's statement, several times (it was prepared)
             batch = store.task_claim(queues=[QUEUE], owner="t", limit=50, lease_ttl=30)

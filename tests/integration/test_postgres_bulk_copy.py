@@ -1,5 +1,6 @@
-"""The PostgreSQL bulk enqueue keeps the key rules on both of its paths: COPY into a staging
-table then one INSERT (chunks of COPY_MIN_ROWS or more), and one INSERT over arrays (smaller).
+"""The PostgreSQL bulk enqueue keeps the key rules on all of its paths: COPY into a staging
+table then one INSERT (chunks of COPY_MIN_ROWS or more), COPY straight into rivet_task (such
+chunks of plain tasks: no key, no delay, priority 0), and one INSERT over arrays (smaller).
 
 An identical re-enqueue under a key returns the existing task as a duplicate; different work
 under a used idempotency key is refused, and then nothing of the whole call is written, across
@@ -10,12 +11,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from contextlib import nullcontext
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 
 from rivet.errors import IdempotencyMismatch
 from rivet.stores import bulk
+from rivet.stores.bulk import BulkEnqueue
 from rivet.stores.postgres import PostgresStore
 from tests.integration.pg_kit import on_other_connection, spec
 
@@ -194,3 +197,92 @@ def test_each_row_gets_its_claim_rank(store, queue) -> None:
         )
         assert [row[0] for row in cursor.fetchall()] == [180.0, -6000.0, 6000.0]
     assert store.task_get(ids[2]).visible_at == when
+
+
+#: The row as the table holds it, every column an enqueue decides or defaults.
+ROW = """
+SELECT id, state, attempts, lease_epoch, lease_owner, priority, max_attempts, last_error,
+    errors = '[]' AS no_errors, cancel_requested, result IS NULL AS no_result,
+    trace_context IS NULL AS untraced, (payload->>'n')::integer AS n,
+    visible_at = created_at AND claim_rank = created_at AND updated_at = created_at AS one_time,
+    created_at <= now() + interval '1 second' AS from_the_server
+FROM rivet_task WHERE queue = %s ORDER BY id
+"""
+
+
+def rows(queue: str) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(ROW, [queue])
+        return cursor.fetchall()
+
+
+@pytest.fixture
+def direct(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of every chunk the store copied straight into rivet_task, in order."""
+    sizes: list[int] = []
+    copy_direct = BulkEnqueue._copy_direct
+
+    def counted(self, cursor, specs):
+        sizes.append(len(specs))
+        return copy_direct(self, cursor, specs)
+
+    monkeypatch.setattr(BulkEnqueue, "_copy_direct", counted)
+    return sizes
+
+
+def test_plain_tasks_are_written_as_the_single_enqueue_writes_them(
+    store, queue, path, direct
+) -> None:
+    single = store.task_enqueue(spec(queue, payload={"n": -1}, max_attempts=5))
+    results = store.task_enqueue_many(
+        [spec(queue, payload={"n": n}, max_attempts=5) for n in range(3)]
+    )
+    assert direct == ([3] if path == "copy" else [])
+    ids = [r.task_id for r in results]
+    assert ids == sorted(ids) and min(ids) > single.task_id
+    assert not any(r.duplicate for r in results)
+    written = rows(queue)
+    assert [row[0] for row in written] == [single.task_id, *ids]
+    assert [row[-3] for row in written] == list(range(-1, 3))
+    expected = ("pending", 0, 0, None, 0, 5, "", True, False, True, True)
+    assert {row[1:12] for row in written} == {expected}
+    assert all(row[-2] and row[-1] for row in written), written
+
+
+def test_one_task_that_is_not_plain_sends_the_chunk_through_the_stage(
+    store, queue, path, direct
+) -> None:
+    plain = [spec(queue, payload=n) for n in range(3)]
+    for odd in (
+        spec(queue, payload="later", delay=60),
+        spec(queue, payload="urgent", priority=5),
+        spec(queue, payload="keyed", idem_key=f"{queue}:k"),
+        spec(queue, kind="pg.unique", payload="one", unique_key="u"),
+    ):
+        store.task_enqueue_many([*plain, odd])
+    assert direct == []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT payload #>> '{}', visible_at - created_at, created_at - claim_rank, "
+            "idem_key, unique_key FROM rivet_task "
+            "WHERE queue = %s AND jsonb_typeof(payload) = 'string'",
+            [queue],
+        )
+        odd_rows = {row[0]: row[1:] for row in cursor.fetchall()}
+    later, urgent = odd_rows["later"], odd_rows["urgent"]
+    assert later[0].total_seconds() == pytest.approx(60) and later[1].total_seconds() < -59
+    assert urgent[0].total_seconds() == 0 and urgent[1].total_seconds() > 0
+    assert odd_rows["keyed"][2] == f"{queue}:k" and odd_rows["one"][3] == "u"
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_a_copied_chunk_wakes_listeners_when_it_commits(store, queue, direct, commit) -> None:
+    assert store.wait_for_work([queue], 0) is False  # starts listening
+    with nullcontext() if commit else pytest.raises(Rollback), transaction.atomic():
+        store.task_enqueue_many([spec(queue, payload=n) for n in range(3)])
+        store.task_enqueue_many([spec(f"{queue}-b", payload=n) for n in range(3)])
+        assert store.wait_for_work([queue], 0.3) is False, "woken before the commit"
+        if not commit:
+            raise Rollback
+    assert store.wait_for_work([queue], 60.0 if commit else 0.3) is commit
+    assert len(store.task_list(queue=queue)) == (3 if commit else 0)

@@ -313,8 +313,8 @@ def task_spec(
     ``limits`` are the settings read once by the caller (once per bulk call).
     """
     limits = limits or Limits.read()
-    unknown = sorted(set(options) - ENQUEUE_OPTIONS)
-    if unknown:
+    if not ENQUEUE_OPTIONS.issuperset(options):
+        unknown = sorted(set(options) - ENQUEUE_OPTIONS)
         raise TypeError(
             f"unknown enqueue options: {', '.join(unknown)}; "
             f"known: {', '.join(sorted(ENQUEUE_OPTIONS))}"
@@ -355,4 +355,7 @@ def _unknown_kind(kind: str) -> UnknownKind:
 
 def _first(*values: Any) -> Any:
     """The first value that is not None (a job's default of 0 is a real value)."""
-    return next((value for value in values if value is not None), None)
+    for value in values:  # a loop, not next() over a generator: called thrice per task
+        if value is not None:
+            return value
+    return None

@@ -138,7 +138,7 @@ def _item_spec(index: int, item: Mapping[str, Any] | tuple, limits: Limits) -> T
         raise InvalidInput(
             f"item {index}: expected a dict or a (kind, payload) tuple, got {type(item).__name__}"
         )
-    if item.keys() - ITEM_KEYS:
+    if not ITEM_KEYS.issuperset(item):
         unknown = sorted(item.keys() - ITEM_KEYS)
         raise InvalidInput(
             f"item {index}: unknown keys {', '.join(unknown)}; "
@@ -146,5 +146,5 @@ def _item_spec(index: int, item: Mapping[str, Any] | tuple, limits: Limits) -> T
         )
     if "kind" not in item:
         raise InvalidInput(f"item {index}: 'kind' is required")
-    options = dict(item)
-    return task_spec(options.pop("kind"), options.pop("payload", None), limits=limits, **options)
+    # The keys are task_spec's own parameters (checked above): no copy of the item needed.
+    return task_spec(limits=limits, **item)

@@ -2,26 +2,45 @@
 
 ``measure_enqueue`` is what ``rivet_chaos bench`` reports as enqueue/s. It times what a
 producer pays: ``rivet.enqueue`` one call at a time (each its own transaction, committed before
-the next call), and ``rivet.enqueue_many`` in batches, on the configured store (PostgreSQL
-in the bench). The bench queue is emptied before and after, so the figures never depend on
-what an earlier run left behind, and the run leaves nothing behind either.
+the next call), the same from several producer processes at once (``measure_producers``: each
+call still its own commit, so the server's commit rate and the machine's CPU bound it), and
+``rivet.enqueue_many`` in batches, on the configured store (PostgreSQL in the bench). One
+producer's calls are bounded by the WAL flushes the server's disk sustains, one per commit:
+``commit_rate`` measures them with PostgreSQL's ``pg_test_fsync``. The bench queue is emptied
+before and after, so the figures never depend on what an earlier run left behind, and the run
+leaves nothing behind either.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import select
+import shutil
 import statistics
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from django.db import connections
 
 from chaos_project.kit import queries
+from chaos_project.kit.pidfd import Child
 from rivet.conf import rivet_settings
 from rivet.producer import enqueue, enqueue_many, resolve_store, task_spec
 from rivet.values import TaskSpec
 
 #: Kind of the measured tasks: the bench's noop, never run here (no worker is started).
 KIND = "noop"
+
+
+#: Producer processes of the concurrent single-enqueue row (``--enqueue-producers``).
+PRODUCERS = 8
+#: Seconds for the producers to connect, or to finish, before the measurement is given up.
+PRODUCER_TIMEOUT_SECS = 120.0
 
 
 def measure_enqueue(
@@ -33,6 +52,8 @@ def measure_enqueue(
     runs: int = 1,
     payload_bytes: int = 100,
     keyed: bool = False,
+    producers: int = 0,
+    fsync: bool = False,
 ) -> dict[str, Any]:
     """Time ``single`` one-at-a-time enqueues and ``bulk`` tasks enqueued ``batch`` at a time.
 
@@ -40,18 +61,24 @@ def measure_enqueue(
     ``keyed`` gives every task an idempotency key (the dedup path). Returns
     ``{"single_per_s", "bulk_per_s", "single_store_per_s", "bulk_store_per_s", "single_secs",
     "bulk_secs", "single_runs", "bulk_runs", "single", "bulk", "batch", "payload_bytes",
-    "keyed"}``, the ``*_runs`` being every round's figure and ``*_store_per_s`` the same tasks
-    through the store's own call, validated beforehand (what the statements allow). The bench
-    queue is emptied before each measurement and after the last. A count of 0 skips that
-    measurement (its rate and seconds read 0.0).
+    "keyed", "producers", "producers_per_s", "producers_runs", "producers_client_us",
+    "producers_server_us", "commit_rate"}``, the ``*_runs`` being every round's figure and
+    ``*_store_per_s`` the same tasks through the store's own call, validated beforehand (what
+    the statements allow). ``producers`` > 0 also times ``single`` one-at-a-time enqueues
+    shared among that many processes at once (``measure_producers``); ``fsync`` measures the
+    server disk's commit rate once (``commit_rate``; None when not asked). The bench queue is
+    emptied before each measurement and after the last. A count of 0 skips that measurement
+    (its rate and seconds read 0.0).
     """
-    if min(single, bulk) < 0 or min(batch, runs) < 1 or single + bulk == 0:
+    if min(single, bulk, producers) < 0 or min(batch, runs) < 1 or single + bulk == 0:
         raise ValueError(
-            "single and bulk must be >= 0 (0: not measured) and not both 0, batch and runs"
-            f" >= 1; got single={single}, bulk={bulk}, batch={batch}, runs={runs}"
+            "single, bulk and producers must be >= 0 (0: not measured), single and bulk not "
+            "both 0, batch and runs >= 1; got "
+            f"single={single}, bulk={bulk}, producers={producers}, batch={batch}, runs={runs}"
         )
     pad = "x" * payload_bytes
     single_runs, bulk_runs, single_store, bulk_store = [], [], [], []
+    crowd: list[dict[str, Any]] = []
     try:
         for round_ in range(runs):
             tag = f"{time.time_ns()}-{round_}"
@@ -61,6 +88,9 @@ def measure_enqueue(
                 empty_queue(queue)
                 specs = _specs(single, queue, pad, keyed and f"S{tag}")
                 single_store.append(_time_store_single(specs))
+            if single and producers:
+                empty_queue(queue)
+                crowd.append(measure_producers(producers, single, queue, pad))
             if bulk:
                 empty_queue(queue)
                 bulk_runs.append(_time_bulk(bulk, batch, queue, pad, keyed and f"b{tag}"))
@@ -69,6 +99,7 @@ def measure_enqueue(
                 bulk_store.append(_time_store_bulk(specs, batch))
     finally:
         empty_queue(queue)
+    server_us = [c["server_us"] for c in crowd if c["server_us"] is not None]
     return {
         "single_per_s": _median(single_runs),
         "bulk_per_s": _median(bulk_runs),
@@ -83,7 +114,212 @@ def measure_enqueue(
         "batch": batch,
         "payload_bytes": payload_bytes,
         "keyed": keyed,
+        "producers": producers if single else 0,
+        "producers_per_s": _median([c["per_s"] for c in crowd]),
+        "producers_runs": [c["per_s"] for c in crowd],
+        "producers_client_us": _median([c["client_us"] for c in crowd]) if crowd else None,
+        "producers_server_us": _median(server_us) if server_us else None,
+        "commit_rate": commit_rate() if fsync and single else None,
     }
+
+
+def measure_producers(producers: int, tasks: int, queue: str, pad: str) -> dict[str, Any]:
+    """``tasks`` one-at-a-time ``rivet.enqueue`` calls shared among ``producers`` processes at
+    once, each with its own connection and each call its own commit, as web processes send
+    them. Returns ``{"per_s", "client_us", "server_us"}``: tasks per second from the moment all
+    are released to the last one's end (each connected and warmed up by one enqueue first), and
+    the CPU microseconds per enqueue in the producers and in their server backends (None when
+    the server is not on this machine: its processes are read from /proc).
+    """
+    shares = [tasks // producers + (1 if n < tasks % producers else 0) for n in range(producers)]
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    children: list[Child] = []
+    with tempfile.TemporaryDirectory(prefix="rivet-producers-") as folder:
+        try:
+            for n, count in enumerate(shares):
+
+                def main(count: int = count) -> int:
+                    os.close(ready_r)
+                    os.close(go_w)
+                    return _produce(count, queue, pad, ready_w, go_r)
+
+                log = Path(folder) / f"producer-{n}.log"
+                children.append(Child(env=dict(os.environ), log_path=log, main=main))
+            os.close(ready_w)
+            os.close(go_r)
+            _read_exactly(ready_r, producers, children)
+            started = time.monotonic()
+            os.write(go_w, b"g" * producers)
+            reports = [_report(child) for child in children]
+        finally:
+            for fd in (ready_r, go_w):
+                os.close(fd)
+            for child in children:
+                if child.returncode is None and child.wait(PRODUCER_TIMEOUT_SECS) is None:
+                    child.stop(5.0)
+    ended = max(report["ended"] for report in reports)
+    servers = [report["server_cpu"] for report in reports]
+    return {
+        "per_s": sum(shares) / (ended - started),
+        "client_us": sum(r["client_cpu"] for r in reports) / sum(shares) * 1e6,
+        "server_us": None if None in servers else sum(servers) / sum(shares) * 1e6,
+    }
+
+
+def _produce(count: int, queue: str, pad: str, ready: int, go: int) -> int:
+    """A producer process: connect (one enqueue), say so, wait for the start, enqueue ``count``
+    tasks one call at a time, print what it measured as one JSON line."""
+    enqueue(KIND, {"n": -1, "pad": pad}, queue=queue)
+    backend = _backend_cpu_reader()
+    os.write(ready, b"r")
+    if os.read(go, 1) != b"g":
+        return 1  # the bench gave up before the start
+    cpu, server = time.process_time(), backend()
+    for n in range(count):
+        enqueue(KIND, {"n": n, "pad": pad}, queue=queue)
+    ended = time.monotonic()
+    server_after = backend()
+    report = {
+        "ended": ended,
+        "client_cpu": time.process_time() - cpu,
+        "server_cpu": None if server is None or server_after is None else server_after - server,
+    }
+    # To the log (file descriptor 1: Child points it there), whatever sys.stdout is now.
+    os.write(1, (json.dumps(report) + "\n").encode())
+    return 0
+
+
+def _backend_cpu_reader() -> Any:
+    """A function giving the CPU seconds of this connection's server process so far, or None
+    when that process is not on this machine (or not readable)."""
+    with connections[rivet_settings.DATABASE_ALIAS].cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def read() -> float | None:
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() != "postgres":
+                return None  # a pid of a server elsewhere, or a different local process
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+
+    return read
+
+
+def _read_exactly(fd: int, count: int, children: list[Child]) -> None:
+    """Wait for ``count`` bytes on ``fd`` (each producer's ready), or give up with why."""
+    deadline = time.monotonic() + PRODUCER_TIMEOUT_SECS
+    got = 0
+    while got < count:
+        if any(child.poll() is not None for child in children):
+            died = next(child for child in children if child.returncode is not None)
+            raise RuntimeError(f"a producer exited before the start: {died.log_tail()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"the producers were not all connected after {PRODUCER_TIMEOUT_SECS} s"
+            )
+        if select.select([fd], [], [], 0.2)[0]:
+            got += len(os.read(fd, count - got))
+
+
+def _report(child: Child) -> dict[str, Any]:
+    code = child.wait(PRODUCER_TIMEOUT_SECS)
+    if code != 0:
+        raise RuntimeError(f"a producer failed (exit {code}): {child.log_tail()}")
+    return json.loads(child.log_path.read_text().strip().splitlines()[-1])
+
+
+#: pg_test_fsync's line for one sync method, under "using one 8kB write".
+FSYNC_LINE = re.compile(r"^\s*(?P<method>[a-z_]+)\s+(?P<ops>[0-9.]+) ops/sec", re.MULTILINE)
+
+
+def commit_rate() -> dict[str, Any]:
+    """The WAL flushes per second the server's disk sustains: ``pg_test_fsync``, one 8 kB write
+    synced by the server's ``wal_sync_method``, one after another, as one producer's commits
+    come. Returns ``{"per_s": float | None, "method", "note"}``; ``per_s`` is None (and
+    ``note`` says why) when pg_test_fsync could not be run.
+
+    The test file goes on the filesystem of the server's data directory when this process can
+    reach it (the server on this machine), else in the temporary folder, and the note says
+    which. A transaction's commit is one such flush; concurrent commits share one (group
+    commit), so several producers can pass this rate, one cannot.
+    """
+    with connections[rivet_settings.DATABASE_ALIAS].cursor() as cursor:
+        cursor.execute("SELECT current_setting('wal_sync_method')")
+        method = cursor.fetchone()[0]
+        try:
+            cursor.execute("SELECT current_setting('data_directory')")
+            data_dir = cursor.fetchone()[0]
+        except Exception:  # noqa: BLE001 - only superusers and pg_read_all_settings see it
+            data_dir = None
+    program = _pg_test_fsync()
+    if program is None:
+        return {"per_s": None, "method": method, "note": "pg_test_fsync not found"}
+    folder, where = _fsync_folder(data_dir)
+    with tempfile.TemporaryDirectory(prefix="rivet-fsync-", dir=folder) as scratch:
+        try:
+            done = subprocess.run(
+                [program, "-s", "1", "-f", str(Path(scratch) / "fsync.test")],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=True,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return {"per_s": None, "method": method, "note": f"pg_test_fsync failed: {exc}"}
+    rate = fsync_rate(done.stdout, method)
+    if rate is None:
+        return {"per_s": None, "method": method, "note": f"pg_test_fsync has no {method} line"}
+    return {"per_s": rate, "method": method, "note": where}
+
+
+def fsync_rate(output: str, method: str) -> float | None:
+    """Operations per second of ``method`` in pg_test_fsync's output, from its first table
+    (one 8 kB write per sync, as a commit of a small transaction); None if absent (n/a)."""
+    if "using one 8kB write" not in output:
+        return None
+    one_write = output.split("using one 8kB write", 1)[1].split("Compare", 1)[0]
+    rates = {m["method"]: float(m["ops"]) for m in FSYNC_LINE.finditer(one_write)}
+    return rates.get(method)
+
+
+def _pg_test_fsync() -> str | None:
+    found = shutil.which("pg_test_fsync")
+    if found:
+        return found
+    try:
+        bindir = subprocess.run(
+            ["pg_config", "--bindir"], capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    program = Path(bindir) / "pg_test_fsync"
+    return str(program) if os.access(program, os.X_OK) else None
+
+
+def _fsync_folder(data_dir: str | None) -> tuple[str, str]:
+    """A writable folder on the filesystem of ``data_dir``, and a note saying where it is."""
+    default = tempfile.gettempdir()
+    try:
+        device = os.stat(data_dir).st_dev if data_dir else None
+    except OSError:
+        device = None
+    if device is None:
+        return (
+            default,
+            "on the bench's temporary folder: the server's data directory is not reachable here",
+        )
+    for folder in (default, os.getcwd(), str(Path(data_dir).parent)):
+        try:
+            if os.stat(folder).st_dev == device and os.access(folder, os.W_OK):
+                return folder, "on the filesystem of the server's data directory"
+        except OSError:
+            continue
+    return default, "on the bench's temporary folder: no writable folder on the server's filesystem"
 
 
 def _specs(count: int, queue: str, pad: str, key_prefix: str | bool) -> list[TaskSpec]:

@@ -270,6 +270,13 @@ ENQUEUE_STATEMENTS = {
 }
 
 
+#: Share of the machine's cores busy with enqueues (producers and their server backends) at
+#: which a missed concurrent-producer target names the CPU rather than the commits.
+CPU_BOUND_SHARE = 0.75
+#: The concurrent-producer target: producers, and tasks per second.
+PRODUCERS_GOAL = (8, 6000)
+
+
 def _enqueue_targets(enqueue: dict[str, Any] | None) -> list[Target]:
     found = []
     for how, name, goal in (
@@ -289,7 +296,54 @@ def _enqueue_targets(enqueue: dict[str, Any] | None) -> list[Target]:
                 else _enqueue_bottleneck(how, value, store, goal),
             )
         )
-    return found
+    return found + [_producers_target(enqueue)]
+
+
+def _producers_target(enqueue: dict[str, Any] | None) -> Target:
+    """Single enqueues from several producer processes at once (each call its own commit)."""
+    producers = (enqueue or {}).get("producers") or PRODUCERS_GOAL[0]
+    name = f"enqueue, one call at a time, {producers} producers"
+    goal = PRODUCERS_GOAL[1]
+    value = (enqueue or {}).get("producers_per_s")
+    if not value:
+        return Target(name=name, goal=f">= {goal:,.0f}/s", measured="not measured", met=None)
+    met = value >= goal
+    return Target(
+        name=name,
+        goal=f">= {goal:,.0f}/s",
+        measured=f"{value:,.0f}/s",
+        met=met,
+        bottleneck="" if met else _producers_bottleneck(enqueue or {}, value),
+    )
+
+
+def _producers_bottleneck(enqueue: dict[str, Any], value: float) -> str:
+    """The machine's CPU when the producers and their backends keep most cores busy; else the
+    commits (each call waits for its WAL flush, shared by the commits that queue up)."""
+    client, server = enqueue.get("producers_client_us"), enqueue.get("producers_server_us")
+    cores = os.cpu_count() or 1
+    commits = enqueue.get("commit_rate") or {}
+    fsync = (
+        f"pg_test_fsync: {commits['per_s']:,.0f} flushes/s one at a time"
+        if commits.get("per_s")
+        else "the disk's flush rate was not measured"
+    )
+    if client is None:
+        return f"not split: no CPU figures ({fsync})"
+    if server is None:
+        return (
+            f"the producers' CPU: {client:,.0f} µs per enqueue, {client * value / 1e6:.1f} of "
+            f"{cores} cores at this rate; the server's share unknown (not on this machine); "
+            + fsync
+        )
+    busy = (client + server) * value / 1e6
+    split = (
+        f"{client:,.0f} µs of CPU per enqueue in the producer and {server:,.0f} µs in its "
+        f"server backend: {busy:.1f} of {cores} cores at this rate"
+    )
+    if busy >= CPU_BOUND_SHARE * cores:
+        return f"the machine's CPU: {split}"
+    return f"the commits (each call waits for its WAL flush; {fsync}); {split}"
 
 
 def _enqueue_bottleneck(how: str, value: float, store: float | None, goal: float) -> str:
@@ -562,15 +616,43 @@ def _enqueue_table(enqueue: dict[str, Any]) -> list[str]:
         "",
         "Noop tasks, 100-byte payload, timed by the producer around its calls. The store's own "
         "calls take the same tasks validated beforehand: what the statements allow without the "
-        "producer API around them.",
+        "producer API around them. One producer's one-call-at-a-time enqueues wait for one WAL "
+        "flush each: their ceiling is the flushes per second the server's disk sustains "
+        "(`pg_test_fsync`, one 8 kB write synced by the server's `wal_sync_method`). Producers "
+        "at once share flushes (group commit) and are bounded by the CPU instead.",
         "",
-        "| how | tasks | seconds | throughput |",
-        "|---|--:|--:|--:|",
+        "| how | tasks | seconds | throughput | ceiling |",
+        "|---|--:|--:|--:|--:|",
         f"| `rivet.enqueue`, one call at a time | {enqueue['single']} | "
-        f"{enqueue['single_secs']:.2f} | {_rate(enqueue['single_per_s'])} |",
+        f"{enqueue['single_secs']:.2f} | {_rate(enqueue['single_per_s'])} "
+        f"| {_commit_ceiling(enqueue)} |",
+        *_producers_row(enqueue),
         f"| `rivet.enqueue_many`, batches of {enqueue['batch']} | {enqueue['bulk']} | "
-        f"{enqueue['bulk_secs']:.2f} | {_rate(enqueue['bulk_per_s'])} |",
+        f"{enqueue['bulk_secs']:.2f} | {_rate(enqueue['bulk_per_s'])} | - |",
         *_store_rows(enqueue),
+    ]
+
+
+def _commit_ceiling(enqueue: dict[str, Any]) -> str:
+    """The one-producer row's ceiling: the disk's flushes per second, or why it is missing."""
+    commits = enqueue.get("commit_rate")
+    if not commits:
+        return "-"
+    if commits.get("per_s") is None:
+        return f"not measured: {commits['note']}"
+    return f"{commits['per_s']:,.0f}/s (pg_test_fsync, {commits['method']}, {commits['note']})"
+
+
+def _producers_row(enqueue: dict[str, Any]) -> list[str]:
+    """Single enqueues from several processes at once (older runs and 0 producers: none)."""
+    rate, producers = enqueue.get("producers_per_s"), enqueue.get("producers")
+    if not rate or not producers:
+        return []
+    count = enqueue["single"]
+    runs = _runs(enqueue.get("producers_runs") or ())
+    return [
+        f"| `rivet.enqueue`, one call at a time, {producers} producer processes at once "
+        f"| {count} | {count / rate:.2f} | {_rate(rate)}{runs} | - |"
     ]
 
 
@@ -583,7 +665,7 @@ def _store_rows(enqueue: dict[str, Any]) -> list[str]:
     ):
         rate = enqueue.get(f"{how}_store_per_s")
         if rate:
-            rows.append(f"| {label} | {count} | {count / rate:.2f} | {_rate(rate)} |")
+            rows.append(f"| {label} | {count} | {count / rate:.2f} | {_rate(rate)} | - |")
     return rows
 
 

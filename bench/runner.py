@@ -45,7 +45,7 @@ from django.db.migrations.executor import MigrationExecutor
 
 from bench import ceiling
 from bench.bigclaim import measure_big_claim
-from bench.enqueue import measure_enqueue
+from bench.enqueue import PRODUCERS, measure_enqueue
 from bench.report import (
     BACKLOG,
     RATE,
@@ -122,6 +122,10 @@ class BenchOptions:
     soak_vacuum_secs: float | None = None
     enqueue_single: int = 5000
     enqueue_bulk: int = 200000
+    #: The single enqueues again, shared among this many producer processes at once; 0: not.
+    enqueue_producers: int = PRODUCERS
+    #: Measure the server disk's commit rate (pg_test_fsync), the one-producer row's ceiling.
+    enqueue_fsync: bool = True
     #: The scheduler's part (bench/schedules.py): this many one-second schedules on
     #: ``schedule_workers`` idle workers for ``schedule_secs``; 0: not measured.
     schedules: int = 1000
@@ -196,7 +200,14 @@ class BenchOptions:
             f"soak {self.soak} tasks at {self.soak_workers} worker(s), concurrency {self.soak_at}"
             if self.soak
             else "no soak",
-            f"enqueue {self.enqueue_single} single, {self.enqueue_bulk} bulk",
+            f"enqueue {self.enqueue_single} single"
+            + (
+                f" (also from {self.enqueue_producers} producers at once)"
+                if self.enqueue_producers
+                else ""
+            )
+            + f", {self.enqueue_bulk} bulk"
+            + ("" if self.enqueue_fsync else ", no pg_test_fsync"),
             f"scheduler {self.schedules} one-second schedules on {self.schedule_workers} "
             f"worker(s) for {self.schedule_secs:g} s"
             if self.schedules
@@ -223,6 +234,7 @@ class BenchOptions:
             f"--rate {self.rate or 0:g} --rate-tasks {self.rate_tasks} "
             f"--rate-workers {self.rate_workers} --rate-concurrency {self.rate_concurrency} "
             f"--enqueue-single {self.enqueue_single} --enqueue-bulk {self.enqueue_bulk} "
+            f"--enqueue-producers {self.enqueue_producers} "
             f"--payload-bytes {self.payload_bytes} --lease-ttl-secs {self.lease_ttl:g}"
         )
         if self.soak:
@@ -240,6 +252,7 @@ class BenchOptions:
             text += f" --prefetch {self.prefetch}"
         if self.task_log_level != "info":
             text += f" --task-log-level {self.task_log_level}"
+        text += "" if self.enqueue_fsync else " --no-fsync"
         return text + ("" if self.ceiling else " --no-ceiling")
 
 
@@ -329,10 +342,16 @@ class Bench:
         enqueue = None
         if o.enqueue_single or o.enqueue_bulk:
             enqueue = measure_enqueue(
-                single=o.enqueue_single, bulk=o.enqueue_bulk, batch=INSERT_BATCH, queue=o.queue
+                single=o.enqueue_single,
+                bulk=o.enqueue_bulk,
+                batch=INSERT_BATCH,
+                queue=o.queue,
+                producers=o.enqueue_producers,
+                fsync=o.enqueue_fsync,
             )
             self.progress.step(
                 f"enqueue: {enqueue['single_per_s']:,.0f}/s single, "
+                f"{enqueue['producers_per_s']:,.0f}/s from {enqueue['producers']} producers, "
                 f"{enqueue['bulk_per_s']:,.0f}/s bulk"
             )
         rows: list[Row] = []

@@ -38,6 +38,11 @@ def test_bench_writes_every_mode_with_ceilings_rss_and_the_plot(
     assert "\n## Claim at 20,000 pending rows\n" in text
     assert "| claim at 20,000 pending rows | index scan in rank order | Index Scan using " in text
     assert "\n## Soak: 300 tasks\n" in text
+    # The single enqueues again from 8 producers at once, and one producer's commit ceiling.
+    assert "| `rivet.enqueue`, one call at a time, 8 producer processes at once | 50 |" in text
+    single = re.search(r"\| `rivet.enqueue`, one call at a time \| 50 \|.*\| (.*) \|\n", text)
+    assert single and re.match(r"[\d,]+/s \(pg_test_fsync, |not measured: ", single[1]), text
+    assert "| enqueue, one call at a time, 8 producers | >= 6,000/s |" in text
     assert "- machine: " in text and " cores, " in text
     assert "- PostgreSQL: PostgreSQL " in text
     with connection.cursor() as cursor:

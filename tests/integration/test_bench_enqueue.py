@@ -2,7 +2,8 @@
 
 import pytest
 
-from bench.enqueue import measure_enqueue
+from bench import enqueue as enqueue_bench
+from bench.enqueue import fsync_rate, measure_enqueue, measure_producers
 from rivet.models import Task
 
 
@@ -33,3 +34,70 @@ def test_measure_enqueue_skips_a_count_of_zero() -> None:
     assert figures["single_per_s"] == 0.0 and figures["single_secs"] == 0.0
     assert figures["single_store_per_s"] == 0.0 and figures["bulk_store_per_s"] > 0
     assert figures["bulk_per_s"] > 0 and figures["bulk_secs"] > 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_producers_share_the_single_enqueues_and_leave_nothing_behind() -> None:
+    Task.objects.create(queue="eb-other", kind="noop")
+    figures = measure_enqueue(single=10, bulk=0, queue="eb-bench", runs=2, producers=3)
+    assert figures["producers"] == 3 and len(figures["producers_runs"]) == 2
+    assert figures["producers_per_s"] > 0 and figures["producers_client_us"] > 0
+    # None when the server is not on this machine; CPU is counted in clock ticks (10 ms).
+    server = figures["producers_server_us"]
+    assert server is None or server >= 0
+    assert figures["commit_rate"] is None  # fsync not asked for
+    assert list(Task.objects.values_list("queue", flat=True)) == ["eb-other"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_producer_process_enqueues_every_task_it_was_given() -> None:
+    figures = measure_producers(1, 7, "eb-bench", "x")
+    assert figures["per_s"] > 0
+    # Its 7, and the one it connected with (outside the timing).
+    assert Task.objects.filter(queue="eb-bench").count() == 8
+    Task.objects.filter(queue="eb-bench").delete()
+
+
+def test_measure_enqueue_refuses_negative_producers() -> None:
+    with pytest.raises(ValueError, match="producers=-1"):
+        measure_enqueue(producers=-1)
+
+
+PG_TEST_FSYNC = """\
+5 seconds per test
+O_DIRECT supported on this platform for open_datasync and open_sync.
+
+Compare file sync methods using one 8kB write:
+(in wal_sync_method preference order, except fdatasync is Linux's default)
+        open_datasync                      7007.450 ops/sec     143 usecs/op
+        fdatasync                          5936.813 ops/sec     168 usecs/op
+        fsync                              8281.843 ops/sec     121 usecs/op
+        fsync_writethrough                              n/a
+        open_sync                          9894.411 ops/sec     101 usecs/op
+
+Compare file sync methods using two 8kB writes:
+(in wal_sync_method preference order, except fdatasync is Linux's default)
+        open_datasync                      4324.840 ops/sec     231 usecs/op
+        fdatasync                          7206.053 ops/sec     139 usecs/op
+"""
+
+
+def test_the_commit_rate_is_read_for_the_servers_sync_method_from_one_write() -> None:
+    assert fsync_rate(PG_TEST_FSYNC, "fdatasync") == 5936.813
+    assert fsync_rate(PG_TEST_FSYNC, "open_sync") == 9894.411
+    assert fsync_rate(PG_TEST_FSYNC, "fsync_writethrough") is None
+    assert fsync_rate("pg_test_fsync: could not open output file", "fdatasync") is None
+
+
+@pytest.mark.django_db
+def test_without_pg_test_fsync_the_commit_rate_says_why(monkeypatch) -> None:
+    monkeypatch.setattr(enqueue_bench, "_pg_test_fsync", lambda: None)
+    found = enqueue_bench.commit_rate()
+    assert found["per_s"] is None and found["note"] == "pg_test_fsync not found"
+    assert found["method"] in {
+        "fdatasync",
+        "fsync",
+        "open_datasync",
+        "open_sync",
+        "fsync_writethrough",
+    }

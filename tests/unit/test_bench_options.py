@@ -88,12 +88,27 @@ def test_the_defaults_cover_the_issue_table() -> None:
         (("--kind", "noop,sleep"), "must be kinds from noop,effect"),
         (("--rate", "-1"), "must be a number >= 0, got '-1'"),
         (("--enqueue-bulk", "x"), "must be an integer >= 0, got 'x'"),
+        (("--enqueue-producers", "-2"), "must be an integer >= 0, got '-2'"),
     ],
 )
 def test_a_bad_list_is_refused_with_what_was_expected(args, message) -> None:
     with pytest.raises(CommandError) as caught:
         parse(*args)
     assert message in str(caught.value)
+
+
+def test_the_concurrent_producers_and_the_fsync_run_by_default_and_can_be_turned_off() -> None:
+    options = parse()
+    assert options.enqueue_producers == 8 and options.no_fsync is False
+    assert BenchOptions().enqueue_producers == 8 and BenchOptions().enqueue_fsync is True
+    assert "--enqueue-producers 8" in BenchOptions().command()
+    assert "--no-fsync" not in BenchOptions().command()
+    options = parse("--enqueue-producers", "3", "--no-fsync")
+    assert options.enqueue_producers == 3 and options.no_fsync is True
+    off = BenchOptions(enqueue_producers=0, enqueue_fsync=False)
+    assert "--enqueue-producers 0" in off.command() and off.command().endswith(" --no-fsync")
+    assert "producers at once" not in off.describe() and "no pg_test_fsync" in off.describe()
+    assert "enqueue 5000 single (also from 8 producers at once)" in BenchOptions().describe()
 
 
 def test_an_unknown_kind_in_the_options_is_refused() -> None:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 from bench.report import (
     Row,
+    Target,
     Window,
     duration,
     median_row,
@@ -276,3 +279,58 @@ def test_a_scheduler_cost_below_the_idle_noise_is_not_printed_negative(tmp_path:
         setup=[], rows=rows(), enqueue=None, plot=None, out=tmp_path / "r.md", scheduler=noisy
     )
     assert "| within the idle workers' noise |" in text and "-0.125" not in text
+
+
+PRODUCERS = {
+    "producers": 8,
+    "producers_per_s": 4000.0,
+    "producers_runs": [3900.0, 4000.0, 4100.0],
+    "producers_client_us": 250.0,
+    "producers_server_us": 150.0,
+    "commit_rate": {"per_s": 5900.0, "method": "fdatasync", "note": "on the server's disk"},
+}
+
+
+def producers_target(**figures: Any) -> Target:
+    found = {t.name: t for t in targets(rows(), {**ENQUEUE, **PRODUCERS, **figures})}
+    return found["enqueue, one call at a time, 8 producers"]
+
+
+def test_the_producers_target_names_the_cpu_or_the_commits(monkeypatch) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    cpu = producers_target()
+    assert (cpu.goal, cpu.measured, cpu.met) == (">= 6,000/s", "4,000/s", False)
+    # (250 + 150) µs x 4 000/s = 1.6 cores of 2: most of the machine.
+    assert cpu.bottleneck == (
+        "the machine's CPU: 250 µs of CPU per enqueue in the producer and 150 µs in its server "
+        "backend: 1.6 of 2 cores at this rate"
+    )
+    waits = producers_target(producers_client_us=50.0, producers_server_us=50.0)
+    assert waits.bottleneck.startswith(
+        "the commits (each call waits for its WAL flush; pg_test_fsync: 5,900 flushes/s one at "
+        "a time); 50 µs"
+    )
+    remote = producers_target(producers_server_us=None, commit_rate=None)
+    assert "the server's share unknown" in remote.bottleneck
+    assert remote.bottleneck.endswith("the disk's flush rate was not measured")
+    assert producers_target(producers_per_s=6500.0).met is True
+    assert producers_target(producers_per_s=0.0).measured == "not measured"
+
+
+def test_the_enqueue_table_gives_the_producers_row_and_the_commit_ceiling(tmp_path: Path) -> None:
+    figures = {**ENQUEUE, **PRODUCERS}
+    text = render(setup=[], rows=rows(), enqueue=figures, plot=None, out=tmp_path / "r.md")
+    table = text.split("## Enqueue")[1].split("##")[0]
+    assert (
+        "| `rivet.enqueue`, one call at a time | 5000 | 1.60 | 3,125/s | 5,900/s (pg_test_fsync, "
+        "fdatasync, on the server's disk) |" in table
+    )
+    assert (
+        "| `rivet.enqueue`, one call at a time, 8 producer processes at once | 5000 | 1.25 | "
+        "4,000/s (3,900, 4,000, 4,100) | - |" in table
+    )
+    failed = {**figures, "commit_rate": {"per_s": None, "method": "fdatasync", "note": "gone"}}
+    text = render(setup=[], rows=rows(), enqueue=failed, plot=None, out=tmp_path / "f.md")
+    assert "| 3,125/s | not measured: gone |" in text
+    older = render(setup=[], rows=rows(), enqueue=ENQUEUE, plot=None, out=tmp_path / "o.md")
+    assert "producer processes" not in older and "| 3,125/s | - |" in older

@@ -23,7 +23,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
-from bench.runner import KINDS, SOAK_DEFAULT, Bench, BenchOptions
+from bench.runner import KINDS, PRODUCERS, SOAK_DEFAULT, Bench, BenchOptions
 from chaos_project.chaos.campaign import Campaign
 from chaos_project.chaos.faults import EFFECT_RESTART, FAULTS, parse_faults
 from chaos_project.chaos.fleet import count_chaos, read_event_log
@@ -239,6 +239,19 @@ class Command(BaseCommand):
             type=_non_negative_int,
             default=5000,
             help="one-at-a-time enqueues timed, 0 for none " + default,
+        )
+        add(
+            "--enqueue-producers",
+            type=_non_negative_int,
+            default=PRODUCERS,
+            help="the --enqueue-single enqueues again, shared among this many producer "
+            "processes at once (each call its own commit), 0 for none " + default,
+        )
+        add(
+            "--no-fsync",
+            action="store_true",
+            help="do not run pg_test_fsync (the commit rate, the one-producer row's ceiling; "
+            "it takes about 15 s) (default: run it)",
         )
         add(
             "--enqueue-bulk",
@@ -509,6 +522,8 @@ class Command(BaseCommand):
                 soak_vacuum_secs=options["soak_vacuum_secs"],
                 enqueue_single=options["enqueue_single"],
                 enqueue_bulk=options["enqueue_bulk"],
+                enqueue_producers=options["enqueue_producers"],
+                enqueue_fsync=not options["no_fsync"],
                 schedules=options["bench_schedules"],
                 schedule_workers=options["schedule_workers"],
                 schedule_secs=options["schedule_secs"],

@@ -319,7 +319,8 @@ def _producers_target(enqueue: dict[str, Any] | None) -> Target:
 
 def _producers_bottleneck(enqueue: dict[str, Any], value: float) -> str:
     """The machine's CPU when the producers and their backends keep most cores busy; else the
-    commits (each call waits for its WAL flush, shared by the commits that queue up)."""
+    commits: each enqueue's NOTIFY holds PostgreSQL's notification lock through its commit, so
+    the producers' commits are flushed one after another, not together."""
     client, server = enqueue.get("producers_client_us"), enqueue.get("producers_server_us")
     cores = os.cpu_count() or 1
     commits = enqueue.get("commit_rate") or {}
@@ -343,7 +344,10 @@ def _producers_bottleneck(enqueue: dict[str, Any], value: float) -> str:
     )
     if busy >= CPU_BOUND_SHARE * cores:
         return f"the machine's CPU: {split}"
-    return f"the commits (each call waits for its WAL flush; {fsync}); {split}"
+    return (
+        "the commits, flushed one at a time (each enqueue's NOTIFY holds the server's "
+        f"notification lock until its commit is on disk; {fsync}); {split}"
+    )
 
 
 def _enqueue_bottleneck(how: str, value: float, store: float | None, goal: float) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from contextlib import nullcontext
+from dataclasses import replace
 
 import pytest
 from django.db import connection, transaction
@@ -286,3 +287,11 @@ def test_a_copied_chunk_wakes_listeners_when_it_commits(store, queue, direct, co
             raise Rollback
     assert store.wait_for_work([queue], 60.0 if commit else 0.3) is commit
     assert len(store.task_list(queue=queue)) == (3 if commit else 0)
+
+
+def test_a_trace_context_survives_every_path(store, queue, path, direct) -> None:
+    context = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    traced = [replace(spec(queue, payload=n), trace_context=context) for n in range(3)]
+    results = store.task_enqueue_many(traced)
+    assert direct == ([3] if path == "copy" else [])
+    assert [store.task_get(r.task_id).trace_context for r in results] == [context] * 3

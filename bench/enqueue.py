@@ -132,8 +132,11 @@ def measure_producers(producers: int, tasks: int, queue: str, pad: str) -> dict[
     the server is not on this machine: its processes are read from /proc).
     """
     shares = [tasks // producers + (1 if n < tasks % producers else 0) for n in range(producers)]
+    # Two pipes: each producer writes a byte on "ready" once connected; the bench writes one
+    # byte per producer on "go" to release them all at once (or closes it: they give up).
     ready_r, ready_w = os.pipe()
     go_r, go_w = os.pipe()
+    open_fds = {ready_r, ready_w, go_r, go_w}
     children: list[Child] = []
     with tempfile.TemporaryDirectory(prefix="rivet-producers-") as folder:
         try:
@@ -146,14 +149,15 @@ def measure_producers(producers: int, tasks: int, queue: str, pad: str) -> dict[
 
                 log = Path(folder) / f"producer-{n}.log"
                 children.append(Child(env=dict(os.environ), log_path=log, main=main))
-            os.close(ready_w)
-            os.close(go_r)
+            for fd in (ready_w, go_r):  # the children's ends
+                os.close(fd)
+                open_fds.discard(fd)
             _read_exactly(ready_r, producers, children)
             started = time.monotonic()
             os.write(go_w, b"g" * producers)
             reports = [_report(child) for child in children]
         finally:
-            for fd in (ready_r, go_w):
+            for fd in open_fds:
                 os.close(fd)
             for child in children:
                 if child.returncode is None and child.wait(PRODUCER_TIMEOUT_SECS) is None:

@@ -101,3 +101,14 @@ def test_without_pg_test_fsync_the_commit_rate_says_why(monkeypatch) -> None:
         "open_sync",
         "fsync_writethrough",
     }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_producer_that_dies_before_the_start_fails_the_measurement(monkeypatch) -> None:
+    def broken(count, queue, pad, ready, go):
+        raise RuntimeError("no database here")
+
+    monkeypatch.setattr(enqueue_bench, "_produce", broken)
+    with pytest.raises(RuntimeError, match="a producer exited before the start"):
+        measure_producers(2, 4, "eb-bench", "x")
+    assert not Task.objects.filter(queue="eb-bench").exists()

@@ -175,7 +175,12 @@ WITH held AS (
     UPDATE rivet_task AS t
     SET visible_at = now() + make_interval(secs => %(ttl)s), updated_at = now()
     FROM held
-    WHERE t.id = held.task_id AND t.lease_epoch = held.epoch AND t.state = 'pending'
+    -- (state = 'pending') IS TRUE, not state = 'pending': the same guard (state is never NULL),
+    -- in a form no partial index's predicate follows from, so each row is found by the primary
+    -- key. On stale statistics (the table analyzed empty) the planner took
+    -- rivet_task_rank_idx, whose predicate the plain form proves, for the id lookup: a walk of
+    -- the claim index per row.
+    WHERE t.id = held.task_id AND t.lease_epoch = held.epoch AND (t.state = 'pending') IS TRUE
     RETURNING t.id, t.cancel_requested
 ), refused AS (
     INSERT INTO rivet_fenced_write (task_id, queue, op, owner, epoch, created_at)
@@ -284,7 +289,8 @@ applied AS (
         END,
         updated_at = now()
     FROM decided_by_worker AS d
-    WHERE t.id = d.task_id AND t.lease_epoch = d.epoch AND t.state = 'pending'
+    -- The state guard as lease_extend writes it: a settled row is found by the primary key only.
+    WHERE t.id = d.task_id AND t.lease_epoch = d.epoch AND (t.state = 'pending') IS TRUE
         AND d.state IS NOT NULL
     RETURNING t.id, d.position, t.cancel_requested AS cancelled, t.state, t.queue, d.delay
 ),

@@ -327,6 +327,22 @@ FROM applied
 -- each execution. The plan does not depend on the values: the LIMIT is written in the text.
 SET plan_cache_mode = force_generic_plan
 
+-- name: claim_unsorted
+-- Inside the transaction of a settle_claim statement that claims, before it: no plan that
+-- sorts, for this transaction only (set_config's is_local), and the setting it replaced. The
+-- claim must read rivet_task_rank_idx in (claim_rank, id) order. Its other plan, every pending
+-- row of the queue read through another index (rivet_task_queue_state_idx, smaller) and then
+-- sorted, is what the planner picks when its estimates say the queue holds a row or two: on
+-- the statistics of a table analyzed while empty, then filled, that is a read and sort of the
+-- whole backlog at every flush. No shape of the statement rules it out (any index on queue or
+-- state serves the claim's conditions, and at a one-row estimate the shorter index plus a
+-- sort costs less); with sorting off, the index read in order is the only plan left.
+SELECT current_setting('enable_sort') AS was, set_config('enable_sort', 'off', true) AS now
+
+-- name: claim_sorted_again
+-- After that statement inside a caller's transaction: the setting claim_unsorted replaced.
+SELECT set_config('enable_sort', %(was)s::text, true)
+
 -- name: autovacuum_setting
 -- Whether the server's autovacuum runs (a worker warns at start when it does not).
 SHOW autovacuum

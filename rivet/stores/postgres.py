@@ -357,9 +357,10 @@ class PostgresStore(BulkEnqueue):
         too, since it never outlives the transaction.
         """
         if in_transaction:
-            (was, _) = pg.execute(self.queries["claim_unsorted"]).fetchone()
+            replaced = pg.execute(self.queries["claim_unsorted"]).fetchone()
+            assert replaced is not None  # one row: the setting before, the setting now
             yield
-            pg.execute(self.queries["claim_sorted_again"], {"was": was})
+            pg.execute(self.queries["claim_sorted_again"], {"was": replaced[0]})
             return
         pg.execute("BEGIN; " + self.queries["claim_unsorted"])
         try:

@@ -327,11 +327,7 @@ class PostgresStore(BulkEnqueue):
                     raw.execute(self.queries["generic_plans"])
                     _GENERIC_PLANS.add(pg)
                 try:
-                    with (
-                        self._unsorted(pg, connection.in_atomic_block)
-                        if unsorted
-                        else nullcontext()
-                    ):
+                    with self._unsorted(pg) if unsorted else nullcontext():
                         raw.execute(sql_text, values, prepare=prepare)
                 except psycopg.Error as exc:
                     if prepare and lost_prepared(exc):
@@ -347,16 +343,17 @@ class PostgresStore(BulkEnqueue):
             return raw.fetchall() if raw.description else []
 
     @contextmanager
-    def _unsorted(self, pg: psycopg.Connection, in_transaction: bool) -> Iterator[None]:
+    def _unsorted(self, pg: psycopg.Connection) -> Iterator[None]:
         """Sorting off (claim_unsorted) for the statement run inside, and for nothing else.
 
-        Inside a transaction (the caller's, or the savepoint of a flush in one) the setting
-        is put back after the statement; after an error the savepoint's rollback puts it back.
-        Outside one, the statement gets a transaction of its own (BEGIN and the setting in one
-        round trip, then COMMIT), where the setting ends with it: behind a transaction pooler
-        too, since it never outlives the transaction.
+        Inside a transaction (the caller's, or the savepoint of a flush in one; whatever opened
+        it) the setting is put back after the statement; after an error the savepoint's
+        rollback puts it back. Outside one, the statement gets a transaction of its own (BEGIN
+        and the setting in one round trip, then COMMIT), where the setting ends with it: behind
+        a transaction pooler too, since it never outlives the transaction.
         """
-        if in_transaction:
+        idle = pg.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        if not (pg.autocommit and idle):  # in a transaction, or psycopg opens one (Django's)
             replaced = pg.execute(self.queries["claim_unsorted"]).fetchone()
             assert replaced is not None  # one row: the setting before, the setting now
             yield

@@ -348,9 +348,10 @@ class PostgresStore(BulkEnqueue):
 
         Inside a transaction (the caller's, or the savepoint of a flush in one; whatever opened
         it) the setting is put back after the statement; after an error the savepoint's
-        rollback puts it back. Outside one, the statement gets a transaction of its own (BEGIN
-        and the setting in one round trip, then COMMIT), where the setting ends with it: behind
-        a transaction pooler too, since it never outlives the transaction.
+        rollback puts it back. Outside one, the statement gets a transaction of its own (BEGIN,
+        the setting, the statement and COMMIT sent as one pipeline: one round trip, where libpq
+        has pipelines), where the setting ends with it: behind a transaction pooler too, since
+        it never outlives the transaction.
         """
         idle = pg.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         if not (pg.autocommit and idle):  # in a transaction, or psycopg opens one (Django's)
@@ -359,14 +360,22 @@ class PostgresStore(BulkEnqueue):
             yield
             pg.execute(self.queries["claim_sorted_again"], {"was": replaced[0]})
             return
-        pg.execute("BEGIN; " + self.queries["claim_unsorted"])
         try:
-            yield
+            if psycopg.Pipeline.is_supported():  # all four sent at once: one round trip
+                with pg.pipeline():
+                    pg.execute("BEGIN")
+                    pg.execute(self.queries["claim_unsorted"])
+                    yield
+                    pg.execute("COMMIT")
+            else:
+                pg.execute("BEGIN; " + self.queries["claim_unsorted"])
+                yield
+                pg.execute("COMMIT")
         except BaseException:
-            with suppress(psycopg.Error):
-                pg.execute("ROLLBACK")
+            if pg.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                with suppress(psycopg.Error):
+                    pg.execute("ROLLBACK")
             raise
-        pg.execute("COMMIT")
 
     def _detected_pooler(self, exc: psycopg.Error) -> None:
         """A prepared statement was lost or clashed: a transaction pooler sits between."""

@@ -105,16 +105,20 @@ def nodes(plan: dict) -> Iterator[dict]:
 
 
 def claim_plan(store: Any, batch: int, queue: str = BIG_QUEUE) -> tuple[dict, list[str]]:
-    """The settle-and-claim statement's plan (JSON) and its EXPLAIN ANALYZE lines."""
+    """The settle-and-claim statement's plan (JSON) and its EXPLAIN ANALYZE lines, planned as
+    the store plans it (sorting off for the statement: claim_unsorted); inside a transaction."""
     from rivet.stores.postgres import settle_claim_text
 
     text = settle_claim_text(batch)
     with connection.cursor() as cursor:
+        cursor.execute(store.queries["claim_unsorted"])
+        (was, _) = cursor.fetchone()
         cursor.execute("EXPLAIN (FORMAT JSON) " + text, _claim_params(store, queue))
         (plan,) = cursor.fetchone()
         plan = json.loads(plan) if isinstance(plan, str) else plan
         cursor.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + text, _claim_params(store, queue))
         analyzed = [row[0] for row in cursor.fetchall()]
+        cursor.execute(store.queries["claim_sorted_again"], {"was": was})
     return plan[0]["Plan"], analyzed
 
 

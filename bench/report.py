@@ -22,6 +22,7 @@ import django
 from django.db import connections
 
 from bench.schedules import scheduler_table, scheduler_targets
+from bench.stale import stale_table, stale_targets
 from chaos_project.kit import queries
 
 TITLE = "# rivet benchmark results"
@@ -127,6 +128,7 @@ def targets(
     enqueue: dict[str, Any] | None,
     scheduler: dict[str, Any] | None = None,
     big_claim: dict[str, Any] | None = None,
+    stale: dict[str, Any] | None = None,
 ) -> list[Target]:
     """Every target with this run's figure, a verdict, and the likely bottleneck."""
     backlog = [r for r in rows if r.mode == BACKLOG and r.kind == "noop"]
@@ -175,7 +177,8 @@ def targets(
             ),
         )
     )
-    return found + scheduler_targets(scheduler) + [_big_claim_target(big_claim)]
+    found += scheduler_targets(scheduler) + [_big_claim_target(big_claim)]
+    return found + stale_targets(stale)
 
 
 def _big_claim_target(big: dict[str, Any] | None) -> Target:
@@ -453,6 +456,7 @@ def render(
     busy: float | None = None,
     scheduler: dict[str, Any] | None = None,
     big_claim: dict[str, Any] | None = None,
+    stale: dict[str, Any] | None = None,
 ) -> str:
     """The whole results file; ``busy`` is the load average at the start when it was too high."""
     lines = [TITLE, "", INTRO, ""]
@@ -467,7 +471,7 @@ def render(
     lines += [f"- {label}: {value}" for label, value in setup]
     if end_load:
         lines.append(f"- load average at the end: {end_load}")
-    lines += ["", *_targets_table(targets(rows, enqueue, scheduler, big_claim))]
+    lines += ["", *_targets_table(targets(rows, enqueue, scheduler, big_claim, stale))]
     backlog = [r for r in rows if r.mode == BACKLOG]
     if backlog:
         lines += ["", *_backlog_table(backlog)]
@@ -482,6 +486,8 @@ def render(
         lines += ["", *scheduler_table(scheduler)]
     if big_claim:
         lines += ["", *_big_claim_table(big_claim)]
+    if stale:
+        lines += ["", *stale_table(stale)]
     if plot is not None:
         relative = os.path.relpath(plot, out.parent)
         lines += ["", "## Plot", "", f"![throughput by concurrency and latency]({relative})"]
@@ -727,9 +733,10 @@ def to_json(
     busy: float | None = None,
     scheduler: dict[str, Any] | None = None,
     big_claim: dict[str, Any] | None = None,
+    stale: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """``{"rows": [...], "enqueue": {...}, "scheduler": {...}, "targets": [...], "setup": {...},
-    "busy_load": ..}``.
+    """``{"rows": [...], "enqueue": {...}, "scheduler": {...}, "big_claim": {...},
+    "stale_stats": {...}, "targets": [...], "setup": {...}, "busy_load": ..}``.
 
     ``busy_load`` is the load average at the start when it exceeded the cores (else null).
     """
@@ -739,6 +746,7 @@ def to_json(
         "enqueue": enqueue,
         "scheduler": scheduler,
         "big_claim": big_claim,
+        "stale_stats": stale,
         "targets": [
             {
                 "name": t.name,
@@ -747,7 +755,7 @@ def to_json(
                 "met": t.met,
                 "bottleneck": t.bottleneck,
             }
-            for t in targets(rows, enqueue, scheduler, big_claim)
+            for t in targets(rows, enqueue, scheduler, big_claim, stale)
         ],
         "setup": dict(setup),
     }

@@ -12,7 +12,9 @@ What one run measures (each part can be turned off; see docs/benchmarking.md):
 4. soak: one backlog of ``soak`` tasks, its first and last tenth compared;
 5. the scheduler: ``schedules`` one-second schedules on idle workers, every tick's lateness
    and the workers' CPU beside the same workers with no schedule (bench/schedules.py);
-6. the claim at ``big_claim_rows`` pending rows: its plan and cost (bench/bigclaim.py).
+6. the claim at ``big_claim_rows`` pending rows: its plan and cost (bench/bigclaim.py);
+7. a backlog of ``stale_stats_rows`` drained on the statistics of an empty table, beside the
+   same after an ANALYZE (bench/stale.py).
 
 Every throughput and latency comes from timestamps the database server wrote on the task rows:
 
@@ -62,6 +64,7 @@ from bench.report import (
     with_ceiling,
 )
 from bench.schedules import measure_scheduler
+from bench.stale import RELTUPLES, stale_result
 from chaos_project.kit import queries
 from chaos_project.kit.pidfd import Child, require_pidfd
 from chaos_project.kit.progress import progress
@@ -133,6 +136,9 @@ class BenchOptions:
     schedule_secs: float = 30.0
     #: The claim at this many pending rows (bench/bigclaim.py): its plan and cost; 0: none.
     big_claim_rows: int = 1_000_000
+    #: A backlog of this many tasks drained on the statistics of an empty table, then on fresh
+    #: ones (bench/stale.py); 0: not measured.
+    stale_stats_rows: int = 200_000
     ceiling: bool = True
     payload_bytes: int = 100
     lease_ttl: float = 30.0
@@ -215,6 +221,10 @@ class BenchOptions:
             f"claim at {self.big_claim_rows} pending rows"
             if self.big_claim_rows
             else "no big-table claim",
+            f"{self.stale_stats_rows} tasks on stale statistics at one worker, concurrency "
+            f"{max(self.concurrency)}"
+            if self.stale_stats_rows
+            else "no stale-statistics backlog",
             f"payload {self.payload_bytes} bytes, lease {self.lease_ttl:g} s, pool "
             + (f"{self.pool_size}" if self.pool_size else "concurrency + 2"),
             (
@@ -243,6 +253,7 @@ class BenchOptions:
             if self.soak_vacuum_secs is not None:
                 text += f" --soak-vacuum-secs {self.soak_vacuum_secs:g}"
         text += f" --schedules {self.schedules} --big-claim-rows {self.big_claim_rows}"
+        text += f" --stale-stats-rows {self.stale_stats_rows}"
         if self.schedules:
             text += f" --schedule-workers {self.schedule_workers}"
             text += f" --schedule-secs {self.schedule_secs:g}"
@@ -285,6 +296,7 @@ class Bench:
         self.soak_vacuums = 0
         self.scheduler: dict[str, Any] | None = None
         self.big_claim: dict[str, Any] | None = None
+        self.stale: dict[str, Any] | None = None
         self.progress = _Progress(total=self._steps(), say=say)
 
     def _steps(self) -> int:
@@ -296,6 +308,7 @@ class Bench:
         steps += 1 if o.enqueue_single or o.enqueue_bulk else 0
         steps += 1 if o.schedules else 0
         steps += 1 if o.big_claim_rows else 0
+        steps += 2 if o.stale_stats_rows else 0
         return steps
 
     def run(self) -> str:
@@ -395,7 +408,46 @@ class Bench:
                 f"claim at {o.big_claim_rows:,} pending rows: {verdict}, "
                 f"{self.big_claim['per_flush_ms']:.2f} ms per flush"
             )
+        if o.stale_stats_rows:
+            self.stale = self._measure_stale()
         return enqueue, rows
+
+    def _measure_stale(self) -> dict[str, Any]:
+        """A backlog drained on the statistics of an empty table, then on fresh statistics.
+
+        Each drain starts from the bench queue emptied and ``VACUUM (ANALYZE)`` (statistics
+        of an empty table); the stale one inserts its backlog with no ANALYZE after, the other
+        ANALYZEs it as every other measurement does. One worker at the largest concurrency.
+        """
+        o = self.options
+        rows, concurrency = o.stale_stats_rows, max(o.concurrency)
+        drains: dict[str, dict[str, Any]] = {}
+        for key, analyze in (("stale", False), ("analyzed", True)):
+            self._empty(vacuum=True)
+            self._insert(self._workload("noop", rows), analyze=analyze)
+            with connections["default"].cursor() as cursor:
+                cursor.execute(RELTUPLES)
+                (reltuples,) = cursor.fetchone()
+            workers = self._start("noop", 1, concurrency)
+            try:
+                self._wait_drained(workers, rows, f"{key} statistics 1x{concurrency}")
+            finally:
+                for worker in workers:
+                    worker.stop(STOP_TIMEOUT_SECS)
+            row = self._figures(BACKLOG, "noop", 1, concurrency, None, None)
+            drains[key] = {
+                "reltuples": reltuples,
+                "tasks": row.tasks,
+                "per_s": row.throughput,
+                "service_p50_ms": row.service[0] * 1000,
+                "service_p99_ms": row.service[2] * 1000,
+            }
+            self.progress.step(
+                f"{rows:,} tasks on {key} statistics (reltuples {reltuples:,}): "
+                f"{row.throughput:,.0f}/s"
+            )
+        self._empty(vacuum=True)
+        return stale_result(rows, concurrency, drains["stale"], drains["analyzed"])
 
     def _measure_scheduler(self) -> dict[str, Any]:
         o = self.options
@@ -538,15 +590,15 @@ class Bench:
         pad = "x" * self.options.payload_bytes
         return [{"kind": kind, "payload": {"pad": pad}, "queue": self.options.queue}] * tasks
 
-    def _insert(self, items: list[dict]) -> None:
+    def _insert(self, items: list[dict], *, analyze: bool = True) -> None:
         for first in range(0, len(items), INSERT_BATCH):
             enqueue_many(items[first : first + INSERT_BATCH], using="default")
-        # The workers' statements are planned from the table's statistics. Left as they were
-        # before the insert (autovacuum is off on some servers, and slow to start on all), the
-        # planner finds a settled row by id through the partial claim index instead of the
-        # primary key: measured at 14 ms a row, and a 500 000-task soak at ~80 task/s.
-        with connections["default"].cursor() as cursor:
-            cursor.execute(queries.BENCH_ANALYZE)
+        # Statistics for the table as the workers will find it: what a measurement of rivet at
+        # its steady state assumes (a server's autovacuum analyzes a table that grew). The
+        # worker's plans no longer depend on it (the stale-statistics part drains without).
+        if analyze:
+            with connections["default"].cursor() as cursor:
+                cursor.execute(queries.BENCH_ANALYZE)
 
     def _empty(self, *, vacuum: bool = False) -> None:
         """Delete the queue's tasks; with ``vacuum``, also reclaim them (and every earlier
@@ -751,6 +803,7 @@ class Bench:
             busy=self.busy,
             scheduler=self.scheduler,
             big_claim=self.big_claim,
+            stale=self.stale,
         )
         o.out.parent.mkdir(parents=True, exist_ok=True)
         o.out.write_text(text)
@@ -763,6 +816,8 @@ class Bench:
                     enqueue=enqueue,
                     busy=self.busy,
                     scheduler=self.scheduler,
+                    big_claim=self.big_claim,
+                    stale=self.stale,
                 ),
                 indent=1,
             )

@@ -16,7 +16,7 @@ import logging
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -273,7 +273,8 @@ class PostgresStore(BulkEnqueue):
         }
         params.update(pick or NO_CLAIM)
         text = settle_claim_text(params["limit"])
-        return FlushRows.of(self._bound_rows(cursor, text, params, generic=True))
+        claims = params["queue"] is not None and params["limit"] > 0
+        return FlushRows.of(self._bound_rows(cursor, text, params, generic=True, unsorted=claims))
 
     def _rows(self, cursor: Any, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         if query in PREPARED_QUERIES:
@@ -281,7 +282,12 @@ class PostgresStore(BulkEnqueue):
         return super()._rows(cursor, query, params)
 
     def _bound_rows(
-        self, cursor: Any, sql_text: str, params: dict[str, Any], generic: bool = False
+        self,
+        cursor: Any,
+        sql_text: str,
+        params: dict[str, Any],
+        generic: bool = False,
+        unsorted: bool = False,
     ) -> list[dict]:
         """Run ``sql_text`` with its parameters sent apart from the text (server-side binding),
         as a prepared statement unless a transaction pooler sits between (``pooled``: PgBouncer
@@ -296,6 +302,10 @@ class PostgresStore(BulkEnqueue):
         tracing tools use), the broken-transaction check, and the error wrapper that marks the
         connection for a check after an error. Every parameter of these statements carries its
         own cast, so sending them typed changes no meaning.
+
+        With ``unsorted`` (a statement that claims), the statement is planned and run with
+        sorting off for its transaction only (``_unsorted``): the claim's plan is the claim
+        index read in order, whatever the table's statistics say.
         """
         connection = connections[self.using]
         pg = cursor.cursor.connection
@@ -317,7 +327,8 @@ class PostgresStore(BulkEnqueue):
                     raw.execute(self.queries["generic_plans"])
                     _GENERIC_PLANS.add(pg)
                 try:
-                    raw.execute(sql_text, values, prepare=prepare)
+                    with self._unsorted(pg) if unsorted else nullcontext():
+                        raw.execute(sql_text, values, prepare=prepare)
                 except psycopg.Error as exc:
                     if prepare and lost_prepared(exc):
                         self._detected_pooler(exc)
@@ -330,6 +341,41 @@ class PostgresStore(BulkEnqueue):
             context = {"connection": connection, "cursor": cursor}
             executor(sql_text, {**self._common_params(), **params}, False, context)
             return raw.fetchall() if raw.description else []
+
+    @contextmanager
+    def _unsorted(self, pg: psycopg.Connection) -> Iterator[None]:
+        """Sorting off (claim_unsorted) for the statement run inside, and for nothing else.
+
+        Inside a transaction (the caller's, or the savepoint of a flush in one; whatever opened
+        it) the setting is put back after the statement; after an error the savepoint's
+        rollback puts it back. Outside one, the statement gets a transaction of its own (BEGIN,
+        the setting, the statement and COMMIT sent as one pipeline: one round trip, where libpq
+        has pipelines), where the setting ends with it: behind a transaction pooler too, since
+        it never outlives the transaction.
+        """
+        idle = pg.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        if not (pg.autocommit and idle):  # in a transaction, or psycopg opens one (Django's)
+            replaced = pg.execute(self.queries["claim_unsorted"]).fetchone()
+            assert replaced is not None  # one row: the setting before, the setting now
+            yield
+            pg.execute(self.queries["claim_sorted_again"], {"was": replaced[0]})
+            return
+        try:
+            if psycopg.Pipeline.is_supported():  # all four sent at once: one round trip
+                with pg.pipeline():
+                    pg.execute("BEGIN")
+                    pg.execute(self.queries["claim_unsorted"])
+                    yield
+                    pg.execute("COMMIT")
+            else:
+                pg.execute("BEGIN; " + self.queries["claim_unsorted"])
+                yield
+                pg.execute("COMMIT")
+        except BaseException:
+            if pg.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                with suppress(psycopg.Error):
+                    pg.execute("ROLLBACK")
+            raise
 
     def _detected_pooler(self, exc: psycopg.Error) -> None:
         """A prepared statement was lost or clashed: a transaction pooler sits between."""

@@ -198,7 +198,12 @@ WITH held AS (
     UPDATE rivet_task AS t
     SET visible_at = now() + make_interval(secs => %(ttl)s), updated_at = now()
     FROM held
-    WHERE t.id = held.task_id AND t.lease_epoch = held.epoch AND t.state = 'pending'
+    -- (state = 'pending') IS TRUE, not state = 'pending': the same guard (state is never NULL),
+    -- in a form no partial index's predicate follows from, so each row is found by the primary
+    -- key. On stale statistics (the table analyzed empty) the planner took
+    -- rivet_task_rank_idx, whose predicate the plain form proves, for the id lookup: a walk of
+    -- the claim index per row.
+    WHERE t.id = held.task_id AND t.lease_epoch = held.epoch AND (t.state = 'pending') IS TRUE
     RETURNING t.id, t.cancel_requested
 ), refused AS (
     INSERT INTO rivet_fenced_write (task_id, queue, op, owner, epoch, created_at)
@@ -307,7 +312,8 @@ applied AS (
         END,
         updated_at = now()
     FROM decided_by_worker AS d
-    WHERE t.id = d.task_id AND t.lease_epoch = d.epoch AND t.state = 'pending'
+    -- The state guard as lease_extend writes it: a settled row is found by the primary key only.
+    WHERE t.id = d.task_id AND t.lease_epoch = d.epoch AND (t.state = 'pending') IS TRUE
         AND d.state IS NOT NULL
     RETURNING t.id, d.position, t.cancel_requested AS cancelled, t.state, t.queue, d.delay
 ),
@@ -343,6 +349,22 @@ FROM applied
 -- settle_claim's, one per LIMIT) keep the plan made for them instead of being planned again at
 -- each execution. The plan does not depend on the values: the LIMIT is written in the text.
 SET plan_cache_mode = force_generic_plan
+
+-- name: claim_unsorted
+-- Inside the transaction of a settle_claim statement that claims, before it: no plan that
+-- sorts, for this transaction only (set_config's is_local), and the setting it replaced. The
+-- claim must read rivet_task_rank_idx in (claim_rank, id) order. Its other plan, every pending
+-- row of the queue read through another index (rivet_task_queue_state_idx, smaller) and then
+-- sorted, is what the planner picks when its estimates say the queue holds a row or two: on
+-- the statistics of a table analyzed while empty, then filled, that is a read and sort of the
+-- whole backlog at every flush. No shape of the statement rules it out (any index on queue or
+-- state serves the claim's conditions, and at a one-row estimate the shorter index plus a
+-- sort costs less); with sorting off, the index read in order is the only plan left.
+SELECT current_setting('enable_sort') AS was, set_config('enable_sort', 'off', true) AS now
+
+-- name: claim_sorted_again
+-- After that statement inside a caller's transaction: the setting claim_unsorted replaced.
+SELECT set_config('enable_sort', %(was)s::text, true)
 
 -- name: autovacuum_setting
 -- Whether the server's autovacuum runs (a worker warns at start when it does not).

@@ -27,7 +27,7 @@ def test_bench_writes_every_mode_with_ceilings_rss_and_the_plot(
         *("--rate", "200", "--rate-tasks", "100", "--soak", "300"),
         *("--enqueue-single", "50", "--enqueue-bulk", "500", "--out", str(out)),
         *("--schedules", "20", "--schedule-workers", "2", "--schedule-secs", "2"),
-        *("--big-claim-rows", "20000"),
+        *("--big-claim-rows", "20000", "--stale-stats-rows", "2000"),
         env=env,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -51,7 +51,7 @@ def test_bench_writes_every_mode_with_ceilings_rss_and_the_plot(
     # on a server without autovacuum the soak gets the bench's VACUUM, and says so
     vacuums = "`VACUUM rivet_task` every 10 s" if autovacuum == "off" else "none by the bench"
     assert f"- soak vacuum: {vacuums}" in text
-    assert "[####################] 11/11 " in done.stdout  # the progress bar reached its end
+    assert "[####################] 13/13 " in done.stdout  # the progress bar reached its end
 
     rows = json.loads((tmp_path / "bench" / "results.json").read_text())["rows"]
     backlog = [r for r in rows if r["mode"] == "backlog"]
@@ -83,6 +83,15 @@ def test_bench_writes_every_mode_with_ceilings_rss_and_the_plot(
         cursor.execute("SELECT count(*) FROM rivet_schedule WHERE name LIKE 'bench-schedule-%%'")
         assert cursor.fetchone()[0] == 0
 
+    # The stale-statistics part: both drains, the first on the statistics of an empty table.
+    stale = json.loads((tmp_path / "bench" / "results.json").read_text())["stale_stats"]
+    assert (stale["rows"], stale["concurrency"]) == (2000, 2)
+    assert stale["stale"]["reltuples"] < 2000 <= stale["analyzed"]["reltuples"]
+    assert stale["stale"]["tasks"] == stale["analyzed"]["tasks"] == 2000
+    assert stale["ratio"] > 0
+    assert "\n## Backlog on stale statistics: 2,000 tasks\n" in text
+    assert "| stale statistics backlog (2,000) | >= 0.8 of the analyzed run | " in text
+
     assert (tmp_path / "bench" / "throughput.png").read_bytes().startswith(b"\x89PNG")
 
 
@@ -103,6 +112,8 @@ def test_a_soak_with_a_vacuum_interval_vacuums_while_it_drains(run_manage, tmp_p
             "--schedules",
             "0",
             "--big-claim-rows",
+            "0",
+            "--stale-stats-rows",
             "0",
         ),
         *("--out", str(out), "--no-plot"),

@@ -35,7 +35,9 @@ class Mutation:
     """The guard removed, as the docs' table says it."""
 
 
-PG_SETTLE_WHERE = "WHERE t.id = d.task_id AND t.lease_epoch = d.epoch AND t.state = 'pending'"
+PG_SETTLE_WHERE = (
+    "WHERE t.id = d.task_id AND t.lease_epoch = d.epoch AND (t.state = 'pending') IS TRUE"
+)
 SQLITE_SETTLE_WHERE = "WHERE id = :task_id AND lease_epoch = :epoch AND state = 'pending'"
 
 
@@ -81,7 +83,7 @@ MUTATIONS: dict[str, Mutation] = {
             store="postgres",
             query="settle_claim",
             guard=PG_SETTLE_WHERE,
-            replacement=PG_SETTLE_WHERE.replace(" AND t.state = 'pending'", ""),
+            replacement=PG_SETTLE_WHERE.replace(" AND (t.state = 'pending') IS TRUE", ""),
             what="settle_claim: the state guard (a decision applied to a finished task)",
         ),
         Mutation(

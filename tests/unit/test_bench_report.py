@@ -18,6 +18,7 @@ from bench.report import (
     to_json,
     with_ceiling,
 )
+from bench.stale import stale_result
 
 ENQUEUE = {
     "single": 5000,
@@ -335,3 +336,35 @@ def test_the_enqueue_table_gives_the_producers_row_and_the_commit_ceiling(tmp_pa
     assert "| 3,125/s | not measured: gone |" in text
     older = render(setup=[], rows=rows(), enqueue=ENQUEUE, plot=None, out=tmp_path / "o.md")
     assert "producer processes" not in older and "| 3,125/s | - |" in older
+
+
+def _drain(reltuples: int, per_s: float) -> dict:
+    return {
+        "reltuples": reltuples,
+        "tasks": 200_000,
+        "per_s": per_s,
+        "service_p50_ms": 4.0,
+        "service_p99_ms": 9.5,
+    }
+
+
+def test_the_stale_statistics_part_shows_both_drains_and_its_target(tmp_path: Path) -> None:
+    stale = stale_result(200_000, 16, _drain(0, 3_300.0), _drain(200_000, 3_500.0))
+    text = render(
+        setup=[], rows=rows(), enqueue=None, plot=None, out=tmp_path / "r.md", stale=stale
+    )
+    assert "\n## Backlog on stale statistics: 200,000 tasks\n" in text
+    assert "| analyzed empty (stale) | 0 | 200,000 | 3,300/s | 4.0 / 9.5 ms |" in text
+    assert "| analyzed full | 200,000 | 200,000 | 3,500/s | 4.0 / 9.5 ms |" in text
+    target = "| stale statistics backlog (200,000) | >= 0.8 of the analyzed run | 0.94 "
+    assert target in text and "(3,300/s against 3,500/s) | met | - |" in text
+    slow = stale_result(200_000, 16, _drain(0, 80.0), _drain(200_000, 3_500.0))
+    data = to_json(setup=[], rows=rows(), enqueue=None, stale=slow)
+    (found,) = [t for t in data["targets"] if t["name"].startswith("stale statistics")]
+    assert found["met"] is False and "stale estimates" in found["bottleneck"]
+    assert data["stale_stats"]["ratio"] == 80.0 / 3_500.0
+
+
+def test_the_stale_statistics_target_is_not_measured_without_the_part() -> None:
+    (found,) = [t for t in targets(rows(), None) if t.name.startswith("stale statistics")]
+    assert (found.name, found.met) == ("stale statistics backlog (200,000)", None)

@@ -274,6 +274,13 @@ class Command(BaseCommand):
             help="the claim's plan and cost at this many pending rows, loaded and rolled back; "
             "0 for none " + default,
         )
+        add(
+            "--stale-stats-rows",
+            type=_non_negative_int,
+            default=200_000,
+            help="a backlog of this many tasks drained on the statistics of an empty table, "
+            "beside the same after an ANALYZE; 0 for none " + default,
+        )
         add("--schedule-workers", type=_positive_int, default=4, help=default)
         add("--schedule-secs", type=_positive_float, default=30.0, help=default)
         add("--payload-bytes", type=_non_negative_int, default=100, help=default)
@@ -528,6 +535,7 @@ class Command(BaseCommand):
                 schedule_workers=options["schedule_workers"],
                 schedule_secs=options["schedule_secs"],
                 big_claim_rows=options["big_claim_rows"],
+                stale_stats_rows=options["stale_stats_rows"],
                 payload_bytes=options["payload_bytes"],
                 lease_ttl=options["bench_ttl"],
                 pool_size=options["pool_size"],

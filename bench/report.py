@@ -133,11 +133,11 @@ def targets(
     """Every target with this run's figure, a verdict, and the likely bottleneck."""
     backlog = [r for r in rows if r.mode == BACKLOG and r.kind == "noop"]
     found: list[Target] = []
-    for concurrency, goal in ((1, 1100), (4, 3000), (16, 8000)):
+    for concurrency, goal in ((1, 1100), (4, 6000), (16, 8000)):
         row = _find(backlog, workers=1, concurrency=concurrency)
         found.append(_throughput_target(f"one worker, c={concurrency}", goal, row))
     best = max(backlog, key=lambda r: r.throughput, default=None)
-    target = _throughput_target("best configuration", 12000, best)
+    target = _throughput_target("best configuration", 15000, best)
     if best is not None:
         target = replace(
             target, measured=f"{target.measured} ({best.workers} x c={best.concurrency})"

@@ -67,6 +67,8 @@ class Row:
     last: Window | None = None
     #: end to end of every task of the last run, for the plot (offered load only)
     latencies: tuple[float, ...] = ()
+    #: effect rows: CPU milliseconds per task (bench.cpu.per_task_ms) of the last run
+    cpu_ms: dict[str, float] | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -133,11 +135,11 @@ def targets(
     """Every target with this run's figure, a verdict, and the likely bottleneck."""
     backlog = [r for r in rows if r.mode == BACKLOG and r.kind == "noop"]
     found: list[Target] = []
-    for concurrency, goal in ((1, 1100), (4, 3000), (16, 8000)):
+    for concurrency, goal in ((1, 1100), (4, 6000), (16, 8000)):
         row = _find(backlog, workers=1, concurrency=concurrency)
         found.append(_throughput_target(f"one worker, c={concurrency}", goal, row))
     best = max(backlog, key=lambda r: r.throughput, default=None)
-    target = _throughput_target("best configuration", 12000, best)
+    target = _throughput_target("best configuration", 15000, best)
     if best is not None:
         target = replace(
             target, measured=f"{target.measured} ({best.workers} x c={best.concurrency})"
@@ -225,13 +227,24 @@ def _throughput_bottleneck(row: Row, goal: float) -> str:
             f"the claim and ack statements: their bare loop reaches only {row.ceiling:,.0f}/s here"
         )
     if row.kind == "effect":
-        return (
+        text = (
             f"the effect service's round trip: {row.ratio:.0%} of the queue's ceiling "
             f"({row.ceiling:,.0f}/s); claim to ack p50 {duration(row.service[0])}"
         )
+        return text + (f"; {cpu_text(row.cpu_ms)}" if row.cpu_ms else "")
     return (
         f"the worker: {row.ratio:.0%} of its ceiling ({row.ceiling:,.0f}/s); the rest is the "
         "worker's own work per task"
+    )
+
+
+def cpu_text(cpu: dict[str, float]) -> str:
+    """An effect row's CPU per task, and the rate the machine's cores allow at that cost."""
+    return (
+        f"the machine's CPU: {cpu['machine']:.2f} ms a task (effect service "
+        f"{cpu.get('service', 0.0):.2f}, workers {cpu.get('workers', 0.0):.2f}, PostgreSQL "
+        f"{cpu.get('postgres', 0.0):.2f}, the rest {cpu['rest']:.2f}), so these cores allow at "
+        f"most {cpu['bound']:,.0f}/s"
     )
 
 
@@ -709,6 +722,8 @@ def row_json(row: Row) -> dict[str, Any]:
         "redelivered": row.redelivered,
         "rate": row.rate,
     }
+    if row.cpu_ms is not None:
+        data["cpu_ms_per_task"] = {name: round(value, 3) for name, value in row.cpu_ms.items()}
     if row.first is not None and row.last is not None:
         data["soak"] = {
             name: {

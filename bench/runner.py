@@ -45,7 +45,7 @@ from django.core.management import call_command
 from django.db import connections
 from django.db.migrations.executor import MigrationExecutor
 
-from bench import ceiling
+from bench import ceiling, cpu
 from bench.bigclaim import measure_big_claim
 from bench.enqueue import PRODUCERS, measure_enqueue
 from bench.report import (
@@ -291,6 +291,7 @@ class Bench:
         self.say = say
         self.log_dir = Path(".")
         self.effect_url = ""
+        self.effect_pid = 0
         self.busy: float | None = None
         self.soak_vacuum = 0.0
         self.soak_vacuums = 0
@@ -513,8 +514,13 @@ class Bench:
         if kind == "effect":
             self._empty_effects()
         items = self._workload(kind, tasks)
+        cpu_before = None
         if rate is None:
             self._insert(items)
+            if kind == "effect":
+                cpu_before = cpu.snapshot(
+                    {"service": [self.effect_pid], "postgres": cpu.postgres_pids()}
+                )
             workers = self._start(kind, count, concurrency)
         else:
             workers = self._start(kind, count, concurrency)
@@ -529,10 +535,20 @@ class Bench:
                 vacuum_every=self.soak_vacuum if mode == SOAK else 0.0,
             )
             rss = max((peak_rss_mb(w.pid) or 0.0) for w in workers) or None
+            if cpu_before is not None:
+                cpu_after = cpu.snapshot(
+                    {
+                        "service": [self.effect_pid],
+                        "workers": [w.pid for w in workers],
+                        "postgres": cpu.postgres_pids(),
+                    }
+                )
         finally:
             for worker in workers:
                 worker.stop(STOP_TIMEOUT_SECS)
         row = self._figures(mode, kind, count, concurrency, rss, rate)
+        if cpu_before is not None and row.tasks:  # cpu_after was taken with it
+            row = replace(row, cpu_ms=cpu.per_task_ms(cpu_before, cpu_after, row.tasks))
         if mode == SOAK:
             row = self._soak_windows(row)
         return row
@@ -628,12 +644,12 @@ class Bench:
             service.start(timeout=60.0)
         except RuntimeError as exc:
             raise BenchError(f"could not start the effect service: {exc}") from exc
-        self.effect_url = service.url
+        self.effect_url, self.effect_pid = service.url, service.pid or 0
         try:
             yield
         finally:
             service.stop()
-            self.effect_url = ""
+            self.effect_url, self.effect_pid = "", 0
 
     def _start(self, kind: str, count: int, concurrency: int) -> list[Child]:
         extra = {"EFFECT_SERVICE_URL": self.effect_url} if kind == "effect" else {}

@@ -41,6 +41,19 @@ def error_at(at: datetime) -> str:
     return at.astimezone(UTC).isoformat(timespec="microseconds")
 
 
+#: Priorities are -100..100 (rivet.validation); a row written by other means is clamped.
+PRIORITY_BOUND = 100
+
+
+def rank_offset_secs(priority: int, aging_secs: float) -> float:
+    """Priority aging: how many seconds a task's claim rank lies from the time it became
+    runnable (negative: it ranks as if ready that much earlier). A claim orders by the rank, so
+    a task of priority p passes tasks of priority p - k that became ready less than
+    k x ``aging_secs`` seconds before it. The rule of the memory and SQLite stores;
+    PostgreSQL's ``rivet_claim_rank`` function (migration 0015) is the same on the server."""
+    return -max(-PRIORITY_BOUND, min(PRIORITY_BOUND, priority)) * aging_secs
+
+
 def history_entry(attempt: int, at: datetime, error: str) -> dict[str, Any]:
     """One entry of a task's errors list: the attempt, when it ended (``error_at``), why."""
     return {"attempt": attempt, "at": error_at(at), "error": error}

@@ -39,6 +39,15 @@ def require_pidfd() -> None:
         )
 
 
+#: _own_session: every child runs in a session (and process group) of its own. The harness
+#: stops workers with SIGSTOP on purpose (zombies, pauses); a stopped process whose process
+#: group becomes orphaned gets SIGHUP and SIGCONT from the kernel, which happens to the
+#: harness's own group when its parent (a shell started with nohup, a CI step) exits mid-run:
+#: paused workers would resume before the harness means them to. A group of its own, in a
+#: session of its own, is never orphaned that way. The harness stops its children itself on
+#: every way out (Fleet.stop_all), so a terminal's Ctrl-C need not reach them.
+
+
 def _no_core_dumps() -> None:
     # A failpoint aborts with SIGABRT; a core file per abort would land in the repository.
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -76,6 +85,7 @@ def _run_forked(main: Callable[[], int], log_path: Path) -> None:
     """The child's side of a fork: output to ``log_path``, run ``main``, exit with its code."""
     code = 70
     try:
+        os.setsid()  # see _own_session
         out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(out, 1)
         os.dup2(out, 2)
@@ -125,6 +135,7 @@ class Child:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     preexec_fn=_no_core_dumps,
+                    start_new_session=True,  # see _own_session
                 )
         self._pidfd: int | None = os.pidfd_open(self.process.pid)
 

@@ -241,6 +241,26 @@ def _insert_sql(connection) -> str:
     return sql
 
 
+#: The answer's update of the dedup row by database vendor, built once. A statement of its own
+#: rather than ``Model.save(update_fields=...)``: the row is the decorator's, no signal or
+#: override of the model's save is expected on it, and the save path cost more than the request's
+#: own writes.
+_UPDATE_SQL: dict[str, str] = {}
+
+
+def _update_sql(connection) -> str:
+    """The update that stores a dedup row's answer, by the row's id."""
+    quote = connection.ops.quote_name
+    fields = ["response_status", "response_content_type", "response_body"]
+    assignments = ", ".join(f"{quote(_column(name))} = %s" for name in fields)
+    sql = (
+        f"UPDATE {quote(IdempotencyRecord._meta.db_table)} SET {assignments} "
+        f"WHERE {quote(_column('id'))} = %s"
+    )
+    _UPDATE_SQL[connection.vendor] = sql
+    return sql
+
+
 def _column(name: str) -> str:
     field = IdempotencyRecord._meta.get_field(name)
     if not isinstance(field, Field) or field.column is None:
@@ -258,10 +278,12 @@ def _store(record: IdempotencyRecord, response: HttpResponseBase, db: str) -> No
     record.response_status = response.status_code
     record.response_content_type = content_type
     record.response_body = body.decode(getattr(response, "charset", None) or "utf-8")
-    record.save(
-        using=db,
-        update_fields=["response_status", "response_content_type", "response_body"],
-    )
+    connection = connections[db]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _UPDATE_SQL.get(connection.vendor) or _update_sql(connection),
+            [record.response_status, content_type, record.response_body, record.pk],
+        )
 
 
 def _answer(record: IdempotencyRecord, *, replay: bool) -> HttpResponse:

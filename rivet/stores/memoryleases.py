@@ -36,11 +36,8 @@ def doom_ending(task: v.TaskRecord) -> str:
 
 
 def claim_rank(ready_at: datetime, priority: int) -> datetime:
-    """Where a task runnable from ``ready_at`` ranks in claim order (priority aging): ready
-    priority x PRIORITY_AGING_SECS seconds earlier, priority clamped to -100..100, as the SQL
-    stores' claim_rank."""
-    points = max(-100, min(100, priority))
-    return ready_at - timedelta(seconds=points * priority_aging_secs())
+    """Where a task runnable from ``ready_at`` ranks in claim order (priority aging)."""
+    return ready_at + timedelta(seconds=v.rank_offset_secs(priority, priority_aging_secs()))
 
 
 def _errors(task: v.TaskRecord, error: str, now: datetime) -> list[dict[str, Any]]:

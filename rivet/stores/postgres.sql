@@ -2,9 +2,9 @@
 -- Every timestamp is the server's now() (one value per transaction); parameters are named.
 -- A claimed task is a pending task whose visible_at is in the future: rivet_task_rank_idx
 -- (queue, claim_rank, id, visible_at where state = 'pending') serves every claim, in
--- (claim_rank, id) order. claim_rank (priority aging) is the time the task became runnable
--- less priority x %(aging_secs)s (RIVET['PRIORITY_AGING_SECS']), priority clamped to -100..100;
--- it is written whenever a task becomes runnable (enqueue, retry, requeue), never by a claim.
+-- (claim_rank, id) order. claim_rank (priority aging) is rivet_claim_rank(ready time, priority,
+-- %(aging_secs)s), the SQL function migration 0015 defines (the one place PostgreSQL holds the
+-- rule); it is written whenever a task becomes runnable (enqueue, retry, requeue), never by a claim.
 
 -- name: enqueue
 -- Insert one task unless a key (idem_key, or a pending unique job) already has it; wake listeners.
@@ -18,7 +18,7 @@ WITH inserted AS (
         %(queue)s::text, %(kind)s::text, %(payload)s::jsonb, %(idem_key)s::text,
         %(unique_key)s::text, 'pending', 0, %(max_attempts)s::integer, 0, NULL, ready.at,
         %(priority)s::integer, now(), now(), '', %(trace_context)s::jsonb,
-        ready.at - make_interval(secs => %(priority)s::integer * %(aging_secs)s::float8)
+        rivet_claim_rank(ready.at, %(priority)s::integer, %(aging_secs)s::float8)
     FROM (
         SELECT coalesce(
             %(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)
@@ -52,7 +52,7 @@ inserted AS (
     SELECT
         b.id, b.queue, b.kind, b.payload::jsonb, b.idem_key, b.unique_key, 'pending', 0,
         b.max_attempts, 0, NULL, ready.at, b.priority, now(), now(), '', b.trace_context::jsonb,
-        ready.at - make_interval(secs => b.priority * %(aging_secs)s::float8)
+        rivet_claim_rank(ready.at, b.priority, %(aging_secs)s::float8)
     FROM batch AS b
     CROSS JOIN LATERAL (
         SELECT coalesce(b.run_at, now() + make_interval(secs => b.delay)) AS at
@@ -112,7 +112,7 @@ WITH inserted AS (
     SELECT
         s.id, s.queue, s.kind, s.payload, s.idem_key, s.unique_key, 'pending', 0,
         s.max_attempts, 0, NULL, ready.at, s.priority, now(), now(), '', s.trace_context,
-        ready.at - make_interval(secs => s.priority * %(aging_secs)s::float8)
+        rivet_claim_rank(ready.at, s.priority, %(aging_secs)s::float8)
     FROM rivet_enqueue_stage AS s
     CROSS JOIN LATERAL (
         SELECT coalesce(s.run_at, now() + make_interval(secs => s.delay)) AS at
@@ -305,8 +305,8 @@ applied AS (
             ELSE t.visible_at
         END,
         claim_rank = CASE
-            WHEN d.state = 'pending' THEN now() + make_interval(
-                secs => d.delay - greatest(-100, least(100, t.priority)) * %(aging_secs)s::float8
+            WHEN d.state = 'pending' THEN rivet_claim_rank(
+                now() + make_interval(secs => d.delay), t.priority, %(aging_secs)s::float8
             )
             ELSE t.claim_rank
         END,
@@ -472,9 +472,7 @@ WITH revived AS (
     SET
         state = 'pending', attempts = 0, last_error = '', lease_owner = NULL, visible_at = now(),
         updated_at = now(), cancel_requested = false,
-        claim_rank = now() - make_interval(
-            secs => greatest(-100, least(100, t.priority)) * %(aging_secs)s::float8
-        )
+        claim_rank = rivet_claim_rank(now(), t.priority, %(aging_secs)s::float8)
     WHERE t.id = %(task_id)s AND t.queue = %(queue)s AND t.state = 'dead'
         AND NOT EXISTS (
             SELECT 1

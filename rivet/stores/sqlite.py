@@ -35,12 +35,22 @@ from rivet.errors import RivetConfigError, StoreError
 from rivet.stores.sql import SqlStore
 from rivet.stores.sqlfile import load_queries
 from rivet.stores.sqlrows import BURIAL_OP
-from rivet.values import Lease
+from rivet.values import Lease, rank_offset_secs
 
 #: transaction_mode values under which Django's atomic() already takes the write lock first.
 LOCKING_MODES = frozenset({"IMMEDIATE", "EXCLUSIVE"})
 QUERIES_PATH = Path(__file__).with_name("sqlite.sql")
 QUERIES = load_queries(QUERIES_PATH)
+
+
+def _with_functions(wrapper: Any) -> sqlite3.Connection:
+    """Django's open SQLite connection for an alias, with the SQL functions sqlite.sql calls
+    registered on it (once per connection: a reconnect gets them again)."""
+    raw = wrapper.connection
+    if getattr(wrapper, "_rivet_functions_on", None) is not raw:
+        raw.create_function("rivet_rank_offset", 2, rank_offset_secs, deterministic=True)
+        wrapper._rivet_functions_on = raw
+    return raw
 
 
 def _sql_time(moment: datetime) -> str:
@@ -145,7 +155,7 @@ class SqliteStore(SqlStore):
         """A cursor for one read statement, in the caller's transaction if there is one."""
         connection = connections[self.using]
         connection.ensure_connection()
-        cursor = connection.connection.cursor()
+        cursor = _with_functions(connection).cursor()
         try:
             yield cursor
         finally:

@@ -8,9 +8,11 @@
 -- printf('%+.6f seconds', :secs). Writes run inside BEGIN IMMEDIATE (the write lock is taken
 -- first). Lists of ids come as JSON arrays, read with json_each.
 --
--- claim_rank (priority aging) is the time a task became runnable less priority x :aging_secs
--- (RIVET['PRIORITY_AGING_SECS']), priority clamped to -100..100, in the same text format; a
--- claim orders by (claim_rank, id) on rivet_task_rank_idx and never writes it.
+-- claim_rank (priority aging) is the time a task became runnable moved by
+-- rivet_rank_offset(priority, :aging_secs) seconds, in the same text format: a function
+-- SqliteStore registers on each connection it uses, rivet.values.rank_offset_secs (the rule's
+-- one Python owner, which the memory store uses too). A claim orders by
+-- (claim_rank, id) on rivet_task_rank_idx and never writes it.
 
 -- name: begin_immediate
 -- Open a transaction that holds the write lock from its first statement.
@@ -40,7 +42,10 @@ SELECT
     0, NULL, ready.at, :priority,
     strftime('%Y-%m-%d %H:%M:%f', 'now'), strftime('%Y-%m-%d %H:%M:%f', 'now'), '', NULL,
     :trace_context,
-    strftime('%Y-%m-%d %H:%M:%f', ready.at, printf('%+.6f seconds', -:priority * :aging_secs))
+    strftime(
+        '%Y-%m-%d %H:%M:%f', ready.at,
+        printf('%+.6f seconds', rivet_rank_offset(:priority, :aging_secs))
+    )
 FROM (
     SELECT COALESCE(
         :run_at, strftime('%Y-%m-%d %H:%M:%f', 'now', printf('%+.6f seconds', :delay))
@@ -140,7 +145,7 @@ UPDATE rivet_task SET
     END,
     claim_rank = CASE
         WHEN :state = 'pending' THEN strftime('%Y-%m-%d %H:%M:%f', 'now', printf(
-            '%+.6f seconds', :delay - max(-100, min(100, priority)) * :aging_secs
+            '%+.6f seconds', :delay + rivet_rank_offset(priority, :aging_secs)
         ))
         ELSE claim_rank
     END,
@@ -224,7 +229,7 @@ UPDATE rivet_task SET
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
     claim_rank = strftime(
         '%Y-%m-%d %H:%M:%f', 'now',
-        printf('%+.6f seconds', -max(-100, min(100, priority)) * :aging_secs)
+        printf('%+.6f seconds', rivet_rank_offset(priority, :aging_secs))
     )
 WHERE id = :task_id AND queue = :queue AND state = 'dead'
   AND NOT EXISTS (

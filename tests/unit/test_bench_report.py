@@ -51,9 +51,9 @@ def row(workers: int, concurrency: int, throughput: float, **extra) -> Row:
 def rows() -> list[Row]:
     return [
         row(1, 1, 1200.0, ceiling=1500.0),
-        row(1, 4, 2000.0, ceiling=5000.0),
+        row(1, 4, 2000.0, ceiling=8000.0),
         row(1, 16, 5000.0, ceiling=6000.0, rss_mb=151.0),
-        row(2, 16, 13000.0, ceiling=20000.0),
+        row(2, 16, 16000.0, ceiling=20000.0),
         row(1, 4, 900.0, kind="effect", ceiling=5000.0),
         row(
             1,
@@ -97,7 +97,7 @@ def test_each_target_gets_its_verdict_from_the_rows() -> None:
 def test_a_missed_throughput_names_the_worker_or_the_statements_from_the_ceiling() -> None:
     found = verdicts()
     met, bottleneck = found["one worker, c=4"]
-    assert met is False and bottleneck.startswith("the worker: 40% of its ceiling (5,000/s)")
+    assert met is False and bottleneck.startswith("the worker: 25% of its ceiling (8,000/s)")
     met, bottleneck = found["one worker, c=16"]
     assert met is False and "bare loop reaches only 6,000/s" in bottleneck
     met, bottleneck = found["effect tasks through the effect service"]
@@ -175,8 +175,8 @@ def test_the_report_has_the_setup_targets_every_table_and_the_plot(tmp_path: Pat
         assert f"\n{heading}\n" in text
     assert "\n## Soak: 500,000 tasks\n" in text and "\n## Enqueue\n" in text
     assert "- machine: test, 2 cores" in text
-    assert "| one worker, c=4 | >= 3,000/s | 2,000/s | **missed** | the worker: 40%" in text
-    assert "| noop | 1 | 4 | 5000 | 2,000/s | 5,000/s | 40% |" in text
+    assert "| one worker, c=4 | >= 6,000/s | 2,000/s | **missed** | the worker: 25%" in text
+    assert "| noop | 1 | 4 | 5000 | 2,000/s | 8,000/s | 25% |" in text
     assert "| last 10 % | 50000 | 3,500/s |" in text
     assert "Last tenth against the first: 70% of its throughput." in text
     assert "![throughput by concurrency and latency](throughput.png)" in text

@@ -1,0 +1,83 @@
+"""Where the CPU of a drain goes: the whole machine, and the processes the bench started.
+
+A snapshot reads the machine's busy time from ``/proc/stat`` (every state but idle and iowait)
+and each named process's own user + system time from ``/proc/PID/stat``; two snapshots around a
+drain divide into milliseconds of CPU per task. PostgreSQL is the processes named ``postgres``
+(a backend that exits inside the window takes its time with it: the bench's connections live
+through a drain); what the machine spent beyond the named processes is whatever else ran, small
+on a quiet machine. The machine's cores over its CPU per task bound the rate: no configuration
+of these processes on this machine goes faster, whatever the concurrency.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_secs(stat: Path = Path("/proc/stat")) -> float:
+    """CPU seconds every core together has been busy since boot (all but idle and iowait)."""
+    values = [int(x) for x in stat.read_text().splitlines()[0].split()[1:]]
+    # user nice system idle iowait irq softirq steal (guest time is inside user already)
+    busy = sum(values[:8]) - values[3] - values[4]
+    return busy / TICKS
+
+
+def process_secs(pid: int) -> float | None:
+    """User + system CPU seconds of a live process; None once it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[1].split()  # the command name may hold spaces
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def postgres_pids(proc: Path = Path("/proc")) -> list[int]:
+    """Every process named ``postgres`` on this machine: the server and its backends."""
+    pids = []
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == "postgres":
+                    pids.append(int(entry.name))
+            except OSError:
+                continue  # gone meanwhile
+    return pids
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    machine: float
+    processes: Mapping[str, float] = field(default_factory=dict)
+
+
+def snapshot(groups: Mapping[str, list[int]]) -> Snapshot:
+    """The machine's busy seconds and each group's summed process seconds, now."""
+    return Snapshot(
+        machine=machine_busy_secs(),
+        processes={
+            name: sum(process_secs(pid) or 0.0 for pid in pids) for name, pids in groups.items()
+        },
+    )
+
+
+def per_task_ms(before: Snapshot, after: Snapshot, tasks: int) -> dict[str, float]:
+    """Milliseconds of CPU per task: ``machine``, each group, ``rest`` (the machine less the
+    groups), and ``bound``, the tasks per second the machine's cores allow at that cost.
+
+    A group missing from ``before`` counts from zero (processes started inside the window)."""
+    if tasks <= 0:
+        raise ValueError(f"tasks must be above 0, got {tasks}")
+    machine = (after.machine - before.machine) * 1000 / tasks
+    groups = {
+        name: (secs - before.processes.get(name, 0.0)) * 1000 / tasks
+        for name, secs in after.processes.items()
+    }
+    result = {"machine": machine, **groups, "rest": max(0.0, machine - sum(groups.values()))}
+    result["bound"] = (os.cpu_count() or 1) * 1000 / machine if machine > 0 else 0.0
+    return result

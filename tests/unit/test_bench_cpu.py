@@ -1,0 +1,55 @@
+"""bench.cpu: CPU per task from two snapshots, and the rate the cores allow."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from bench.cpu import (
+    Snapshot,
+    per_task_ms,
+    process_secs,
+    snapshot,
+)
+from bench.report import cpu_text
+
+
+def test_per_task_splits_the_machine_into_the_groups_and_the_rest():
+    before = Snapshot(machine=100.0, processes={"service": 10.0})
+    after = Snapshot(machine=106.0, processes={"service": 12.0, "workers": 1.5})
+    cpu = per_task_ms(before, after, tasks=2000)
+    assert cpu["machine"] == pytest.approx(3.0)
+    assert cpu["service"] == pytest.approx(1.0)
+    assert cpu["workers"] == pytest.approx(0.75)  # started inside the window: from zero
+    assert cpu["rest"] == pytest.approx(1.25)
+    assert cpu["bound"] == pytest.approx((os.cpu_count() or 1) * 1000 / 3.0)
+
+
+def test_no_tasks_is_refused():
+    with pytest.raises(ValueError, match="tasks must be above 0"):
+        per_task_ms(Snapshot(machine=0.0), Snapshot(machine=1.0), tasks=0)
+
+
+def test_this_process_burning_cpu_shows_in_its_own_and_the_machine_time():
+    before = snapshot({"me": [os.getpid()]})
+    start = process_secs(os.getpid()) or 0.0
+    while (process_secs(os.getpid()) or 0.0) - start < 0.2:
+        sum(range(10_000))
+    after = snapshot({"me": [os.getpid()]})
+    spent = after.processes["me"] - before.processes["me"]
+    assert spent >= 0.2
+    assert after.machine - before.machine >= spent - 0.02  # the clock tick's rounding
+
+
+def test_a_gone_process_reads_as_none():
+    assert process_secs(2**22 + 12345) is None
+
+
+def test_the_bottleneck_text_names_each_share_and_the_bound():
+    cpu = {"machine": 2.5, "service": 1.4, "workers": 0.6, "postgres": 0.4, "rest": 0.1}
+    text = cpu_text({**cpu, "bound": 800.0})
+    assert text == (
+        "the machine's CPU: 2.50 ms a task (effect service 1.40, workers 0.60, PostgreSQL 0.40, "
+        "the rest 0.10), so these cores allow at most 800/s"
+    )

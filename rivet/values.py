@@ -50,7 +50,7 @@ def rank_offset_secs(priority: int, aging_secs: float) -> float:
     runnable (negative: it ranks as if ready that much earlier). A claim orders by the rank, so
     a task of priority p passes tasks of priority p - k that became ready less than
     k x ``aging_secs`` seconds before it. The rule of the memory and SQLite stores;
-    PostgreSQL's ``rivet_claim_rank`` function (migration 0015) is the same on the server."""
+    PostgreSQL's ``rivet_claim_rank`` function (migration 0016) is the same on the server."""
     return -max(-PRIORITY_BOUND, min(PRIORITY_BOUND, priority)) * aging_secs
 
 

@@ -1,6 +1,6 @@
 """Priority aging's rule has one owner per language, and the two agree.
 
-PostgreSQL writes claim_rank with the SQL function ``rivet_claim_rank`` (migration 0015); the
+PostgreSQL writes claim_rank with the SQL function ``rivet_claim_rank`` (migration 0016); the
 memory and SQLite stores with ``rivet.values.rank_offset_secs`` (SQLite through the
 ``rivet_rank_offset`` function the store registers on each connection it uses). The
 conformance suite's aging checks compare the claim order the stores give; these compare the

@@ -34,7 +34,7 @@ def drop(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("rivet", "0014_task_claim_rank"),
+        ("rivet", "0015_task_idem_key_partial_unique"),
     ]
 
     operations = [migrations.RunPython(create, drop)]

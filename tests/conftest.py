@@ -11,6 +11,7 @@ and tests/acceptance, not here.
 """
 
 import os
+from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -124,3 +125,23 @@ def registered_kinds():
     yield register
     for name in added:
         registry.unregister(name)
+
+
+@pytest.fixture(autouse=True)
+def _worker_session_settings_end_with_the_test() -> Iterator[None]:
+    """A flush on a direct connection outside a transaction sets sorting off for the session,
+    as a worker's loop connection keeps it; the suite's connections outlive each test, so the
+    setting is taken back after the test that caused it, and the next test plans as usual."""
+    yield
+    from django.db import connections
+
+    from rivet.stores import postgres
+
+    for wrapper in connections.all(initialized_only=True):
+        pg = wrapper.connection
+        if pg is None or pg not in postgres._UNSORTED_SESSIONS:
+            continue
+        postgres._UNSORTED_SESSIONS.discard(pg)
+        idle = pg.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        if not pg.closed and pg.autocommit and idle:
+            pg.execute("RESET enable_sort")

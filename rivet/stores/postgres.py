@@ -58,6 +58,8 @@ PREPARED_QUERIES = frozenset({"enqueue"})
 ONLY_WHEN_ASKED = 2**31 - 1
 #: The connections whose session has plan_cache_mode = force_generic_plan (they ran a flush).
 _GENERIC_PLANS: weakref.WeakSet[Any] = weakref.WeakSet()
+#: The direct (not pooled) connections whose session has sorting off (claim_unsorted_session).
+_UNSORTED_SESSIONS: weakref.WeakSet[Any] = weakref.WeakSet()
 #: What a prepared statement meets behind a transaction pooler: gone from the server connection
 #: this transaction got (26000), or another client's of the same name there (42P05).
 LOST_PREPARED = (psycopg.errors.InvalidSqlStatementName, psycopg.errors.DuplicatePreparedStatement)
@@ -344,16 +346,25 @@ class PostgresStore(BulkEnqueue):
 
     @contextmanager
     def _unsorted(self, pg: psycopg.Connection) -> Iterator[None]:
-        """Sorting off (claim_unsorted) for the statement run inside, and for nothing else.
+        """Sorting off (claim_unsorted) for the statement run inside.
 
+        A worker's flush on a direct connection (autocommit, no transaction open): its session
+        gets the setting once, committed at once, as it gets plan_cache_mode: nothing more is
+        sent per flush, and the worker's loop connection runs rivet's own statements only.
         Inside a transaction (the caller's, or the savepoint of a flush in one; whatever opened
         it) the setting is put back after the statement; after an error the savepoint's
-        rollback puts it back. Outside one, the statement gets a transaction of its own (BEGIN,
-        the setting, the statement and COMMIT sent as one pipeline: one round trip, where libpq
-        has pipelines), where the setting ends with it: behind a transaction pooler too, since
-        it never outlives the transaction.
+        rollback puts it back. Behind a transaction pooler, outside a transaction, the
+        statement gets a transaction of its own (BEGIN, the setting, the statement and COMMIT
+        sent as one pipeline: one round trip, where libpq has pipelines), where the setting ends
+        with it, so it never reaches the server connection's next client.
         """
         idle = pg.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        if not self.pooled and pg.autocommit and idle:
+            if pg not in _UNSORTED_SESSIONS:
+                pg.execute(self.queries["claim_unsorted_session"])
+                _UNSORTED_SESSIONS.add(pg)
+            yield
+            return
         if not (pg.autocommit and idle):  # in a transaction, or psycopg opens one (Django's)
             replaced = pg.execute(self.queries["claim_unsorted"]).fetchone()
             assert replaced is not None  # one row: the setting before, the setting now

@@ -362,6 +362,12 @@ SET plan_cache_mode = force_generic_plan
 -- sort costs less); with sorting off, the index read in order is the only plan left.
 SELECT current_setting('enable_sort') AS was, set_config('enable_sort', 'off', true) AS now
 
+-- name: claim_unsorted_session
+-- Once per direct (not pooled) worker connection, outside a transaction: claim_unsorted's
+-- setting for the session, so a flush sends nothing more for it. Never behind a transaction
+-- pooler, where a session setting would stay on a server connection other clients get next.
+SELECT set_config('enable_sort', 'off', false)
+
 -- name: claim_sorted_again
 -- After that statement inside a caller's transaction: the setting claim_unsorted replaced.
 SELECT set_config('enable_sort', %(was)s::text, true)

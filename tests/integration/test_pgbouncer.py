@@ -30,6 +30,7 @@ BULK = 250
 
 SESSION_STATE = """
 SELECT current_setting('plan_cache_mode') AS plan_cache_mode,
+       current_setting('enable_sort') AS enable_sort,
        (SELECT count(*) FROM pg_prepared_statements) AS prepared,
        (SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema()) AS temp_tables,
        (SELECT count(*) FROM pg_listening_channels()) AS listening,
@@ -81,7 +82,13 @@ def test_no_session_state_is_left_on_the_pooled_server_connections(pgbouncer_tra
     seen = every_server_connection(pgbouncer_transaction, dbname)
     assert len({row["pid"] for row in seen}) == POOL_SIZE
     for row in seen:
-        assert row == {**row, "plan_cache_mode": "auto", "prepared": 0, "temp_tables": 0}
+        assert row == {
+            **row,
+            "plan_cache_mode": "auto",
+            "enable_sort": "on",
+            "prepared": 0,
+            "temp_tables": 0,
+        }
         assert row["listening"] == 0
 
 
@@ -124,7 +131,13 @@ def test_the_http_api_and_the_admin_through_transaction_pooling(pgbouncer_transa
         assert page.status_code == 200
         assert str(one.json()["id"]).encode() in page.content
     for row in every_server_connection(pgbouncer_transaction, dbname):
-        assert row == {**row, "plan_cache_mode": "auto", "prepared": 0, "temp_tables": 0}
+        assert row == {
+            **row,
+            "plan_cache_mode": "auto",
+            "enable_sort": "on",
+            "prepared": 0,
+            "temp_tables": 0,
+        }
 
 
 def test_a_transaction_pooler_the_alias_does_not_name_is_detected(pgbouncer_transaction, caplog):

@@ -237,7 +237,7 @@ class Cluster:
         pid = self.postmaster_pid()
         if pid is None or not pid_alive(pid):
             raise ClusterError(f"no postmaster is running in {self.data}")
-        targets = [pid, *_children(pid)]
+        targets = [pid, *children(pid)]
         fds = []
         for target in targets:
             with contextlib.suppress(OSError):
@@ -347,7 +347,7 @@ def remove_stale_clusters(
             Cluster(root, bindir=bindir, owner=owner, say=say).remove()
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
     """The pids whose parent is ``pid`` (read from /proc)."""
     found = []
     for stat in glob.glob("/proc/[0-9]*/stat"):

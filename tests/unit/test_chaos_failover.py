@@ -105,9 +105,7 @@ def test_the_kill_is_seeded_inside_its_window() -> None:
         assert 15.0 * WINDOW[0] <= kill_time(seed, 15.0) <= 15.0 * WINDOW[1]
 
 
-SNAPSHOT = Snapshot(
-    keys=frozenset({"k1", "k2"}), done=frozenset({1}), epochs={1: 2, 2: 1}, fenced=0
-)
+SNAPSHOT = Snapshot(keys=frozenset({"k1", "k2"}), done=frozenset({1}), epochs={1: 2, 2: 1})
 
 
 def test_losses_are_what_clients_were_told_and_the_standby_lacks() -> None:

@@ -3,18 +3,29 @@
 - The pair: a row committed on the primary is on the standby after the primary's postmaster
   and every server process it started were SIGKILLed; the promoted standby takes writes, and the
   multi-host URL finds it without being told.
+- An asynchronous standby whose WAL sender is stopped misses commits that returned; after the
+  kill and the promotion the failover's counting names exactly those (enqueues lost, an ack
+  and a claim rolled back), read from the real standby.
 - A short chaos run with ``--faults failover`` holds every invariant, and its report names the
   failover, its stall and its losses (none, with a synchronous standby).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 
 import psycopg
 import pytest
 
-from chaos_project.chaos.failover import STANDBY_NAME, multi_host_url, wait_streaming
+from chaos_project.chaos.failover import (
+    STANDBY_NAME,
+    losses,
+    multi_host_url,
+    read_snapshot,
+    wait_streaming,
+)
 from chaos_project.chaos.pgcluster import Cluster, pid_alive
 from chaos_project.chaos.queuecluster import CLUSTER_PREFIX, wait_until_answers
 from tests.processes import child_environ, postgres_url
@@ -57,6 +68,62 @@ def test_a_synchronous_standby_keeps_a_commit_through_a_sigkill_and_takes_over()
             standby.remove()
         primary.remove()
     assert not primary.root.exists()
+
+
+#: The columns of rivet_task the failover's snapshot reads, and nothing else.
+TASKS = """
+CREATE TABLE rivet_task (id int PRIMARY KEY, idem_key text, queue text, state text,
+                         lease_epoch int NOT NULL DEFAULT 0)
+"""
+
+
+def test_an_asynchronous_standby_loses_what_it_had_not_received_and_the_count_names_it():
+    primary = Cluster.create(prefix=CLUSTER_PREFIX, options=PAIR)
+    standby = None
+    try:
+        with psycopg.connect(primary.url("postgres"), autocommit=True) as conn:
+            conn.execute("CREATE DATABASE q")
+        with psycopg.connect(primary.url("q"), autocommit=True) as conn:
+            conn.execute(TASKS)
+            for n in range(1, 4):
+                conn.execute(
+                    "INSERT INTO rivet_task VALUES (%s, %s, 'chaos', 'pending', 1)", (n, f"k{n}")
+                )
+        standby = Cluster.standby_of(
+            primary, prefix=CLUSTER_PREFIX, name=STANDBY_NAME, options=PAIR
+        )
+        assert wait_streaming(primary, "async") == "streaming, async"
+        with psycopg.connect(primary.url("postgres"), autocommit=True) as conn:
+            (sender,) = conn.execute("SELECT pid FROM pg_stat_replication").fetchone()
+        # The WAL sender stopped: every commit from here returns on the primary alone.
+        sender_fd = os.pidfd_open(sender)
+        try:
+            signal.pidfd_send_signal(sender_fd, signal.SIGSTOP)
+        finally:
+            os.close(sender_fd)
+        with psycopg.connect(primary.url("q"), autocommit=True) as conn:
+            conn.execute("INSERT INTO rivet_task VALUES (4, 'k4', 'chaos', 'pending', 0)")
+            conn.execute("UPDATE rivet_task SET state = 'done' WHERE id = 1")  # an ack
+            conn.execute("UPDATE rivet_task SET lease_epoch = 2 WHERE id = 2")  # a claim
+
+        primary.crash()  # the stopped sender too: SIGKILL ends a stopped process
+
+        snapshot = read_snapshot(standby, "q", "chaos")
+        lost = losses(
+            snapshot,
+            enqueued=["k1", "k2", "k3", "k4"],
+            acked=[1],
+            claimed={1: 1, 2: 2, 3: 1},
+        )
+        assert (lost.enqueues, lost.acks, lost.claims) == (["k4"], [1], [2])
+        standby.promote()
+        with psycopg.connect(standby.url("q"), autocommit=True) as conn:
+            rows = conn.execute("SELECT id, state, lease_epoch FROM rivet_task ORDER BY id")
+            assert rows.fetchall() == [(1, "pending", 1), (2, "pending", 1), (3, "pending", 1)]
+    finally:
+        if standby is not None:
+            standby.remove()
+        primary.remove()
 
 
 @pytest.mark.django_db(transaction=True)

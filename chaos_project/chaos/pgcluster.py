@@ -19,6 +19,7 @@ import contextlib
 import glob
 import os
 import pwd
+import select
 import shlex
 import shutil
 import signal
@@ -34,6 +35,7 @@ SERVER_OPTIONS = (
 )
 PORT_ATTEMPTS = 3
 START_TIMEOUT_SECS = 60
+CRASH_TIMEOUT_SECS = 10
 
 
 class ClusterError(Exception):
@@ -231,9 +233,10 @@ class Cluster:
 
     def crash(self) -> dict[str, int | None]:
         """SIGKILL the postmaster and every server process it started, at once, as a host that
-        dies would end them: nothing is shut down, flushed or sent after it. Returns the
-        postmaster's pid and how many of its processes were signalled (through pidfds opened
-        before the first signal, so a pid reused meanwhile is never hit)."""
+        dies would end them: nothing is shut down, flushed or sent after it. Returns once the
+        postmaster has exited, with its pid and how many of its processes were signalled
+        (through pidfds opened before the first signal, so a pid reused meanwhile is never
+        hit)."""
         pid = self.postmaster_pid()
         if pid is None or not pid_alive(pid):
             raise ClusterError(f"no postmaster is running in {self.data}")
@@ -248,6 +251,8 @@ class Cluster:
                 with contextlib.suppress(ProcessLookupError):
                     signal.pidfd_send_signal(fd, signal.SIGKILL)
                     signalled += 1
+            if fds:  # a pidfd turns readable once its process has exited
+                select.select(fds[:1], [], [], CRASH_TIMEOUT_SECS)
         finally:
             for fd in fds:
                 os.close(fd)

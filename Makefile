@@ -41,6 +41,8 @@ $(STAMP): pyproject.toml
 # and unit-tests the Prometheus rules rivet ships.
 # scripts/find_pgbouncer.py does the same for pgbouncer (Debian's pgbouncer): the PgBouncer
 # tests start it in front of the test server, in transaction and in session pooling.
+# scripts/find_patroni.py does the same for patroni and etcd (Debian's patroni and etcd-server):
+# the Patroni failover test runs a two-node synchronous cluster with them.
 # scripts/find_locales.py makes sure de_DE.UTF-8 exists (installing Debian's locales-all when
 # root with apt-get, else stopping with how to get it): the non-English-server test needs it.
 # scripts/find_postgres.py chooses the server (DATABASE_URL, .env, Docker, or a throwaway
@@ -54,6 +56,7 @@ test: venv
 	$(VPY) scripts/find_promtool.py >/dev/null
 	$(VPY) scripts/find_locales.py >/dev/null
 	$(VPY) scripts/find_pgbouncer.py >/dev/null
+	$(VPY) scripts/find_patroni.py >/dev/null
 	$(VPY) scripts/find_postgres.py run -- $(VPY) -m pytest $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory lint
 	$(VPY) scripts/build_docs.py

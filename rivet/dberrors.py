@@ -48,12 +48,17 @@ def where(alias: str) -> str:
     if db.get("ENGINE", "").endswith("sqlite3"):
         return f"sqlite:///{name}"
     user = db.get("USER") or ""
-    host = db.get("HOST") or "localhost"
-    port = db.get("PORT") or 5432
+    # Several hosts (a primary and its standbys: libpq's multi-host form) pair with one port
+    # each, or share the one port given.
+    hosts = str(db.get("HOST") or "localhost").split(",")
+    ports = str(db.get("PORT") or 5432).split(",")
+    if len(ports) != len(hosts):
+        ports = ports[:1] * len(hosts)
+    nodes = ",".join(f"{host}:{port}" for host, port in zip(hosts, ports, strict=True))
     hidden = ":…" if db.get("PASSWORD") else ""
     login = f"{user}{hidden}@" if user else ""
     suffix = " (password hidden)" if hidden else ""
-    return f"postgres://{login}{host}:{port}/{name}{suffix}"
+    return f"postgres://{login}{nodes}/{name}{suffix}"
 
 
 def _chain(exc: BaseException) -> list[BaseException]:

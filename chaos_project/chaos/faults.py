@@ -8,6 +8,11 @@
 - ``effect-net``: the workers reach the effect service through a seeded faulty proxy
   (``proxy``) that delays, drops and resets connections, including after the request reached
   the service and before its answer reached the worker.
+- ``failover`` / ``failover-async``: the queue database runs on a primary and a synchronous
+  (``failover``) or asynchronous (``failover-async``) streaming standby of the harness's own;
+  once, the primary is SIGKILLed and the standby promoted, and everyone finds it through a
+  multi-host connection string (``failover``). Not part of ``all``: they and ``db-restart`` each
+  put the queue on a cluster of their own, so they cannot be combined.
 
 Each fault is a ``Fault``: the chaos loop calls ``start`` when the chaos begins, ``tick`` about
 every 50 ms, ``stop`` when the chaos is over (the drain runs without faults), and each fault
@@ -24,23 +29,39 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import replace
 from typing import Any, Protocol
 
 from django.db import connections
 
+from chaos_project.chaos.failover import (
+    FAILOVER,
+    FAILOVER_ASYNC,
+    MODES,
+    Failover,
+    FailoverError,
+    kill_time,
+    queue_on_pair,
+)
 from chaos_project.chaos.fleet import EventLog
 from chaos_project.chaos.pgcluster import Cluster, ClusterError
 from chaos_project.chaos.proxy import DELAY, DROP, RESET, FaultyProxy, NetFaultRates
 from chaos_project.chaos.queuecluster import queue_on_cluster, wait_until_answers
 from chaos_project.chaos.report import line
+from chaos_project.chaos.verifier import Verdict, Violation
 from chaos_project.kit.pidfd import describe_exit
 from rivet.errors import RivetError
 
 DB_RESTART = "db-restart"
 EFFECT_RESTART = "effect-restart"
 EFFECT_NET = "effect-net"
-FAULTS = (DB_RESTART, EFFECT_RESTART, EFFECT_NET)
+FAULTS = (DB_RESTART, EFFECT_RESTART, EFFECT_NET, FAILOVER, FAILOVER_ASYNC)
 ALL = "all"
+#: What ``all`` names: every fault that runs beside every other one. The failovers put the
+#: queue on a pair of clusters of their own, as db-restart puts it on one: one of them at a time.
+ALL_FAULTS = (DB_RESTART, EFFECT_RESTART, EFFECT_NET)
+#: Faults that move the queue database to clusters of the harness's own: at most one a run.
+OWN_QUEUE_CLUSTER = (DB_RESTART, FAILOVER, FAILOVER_ASYNC)
 
 #: Mean seconds between two restarts of one kind; a run has at least one of each enabled kind.
 MEAN_GAP_SECS = {DB_RESTART: 6.0, EFFECT_RESTART: 10.0}
@@ -55,17 +76,23 @@ class FaultError(RivetError):
 
 
 def parse_faults(text: str) -> frozenset[str]:
-    """``db-restart,effect-net`` or ``all`` as a set of names; ValueError names the valid ones."""
+    """``db-restart,effect-net`` or ``all`` as a set of names; ValueError names the valid ones,
+    or the two that cannot be combined."""
     names = [part.strip() for part in text.split(",") if part.strip()]
-    if ALL in names:
-        return frozenset(FAULTS)
-    unknown = [name for name in names if name not in FAULTS]
+    unknown = [name for name in names if name not in (*FAULTS, ALL)]
     if unknown or not names:
         raise ValueError(
             f"unknown fault(s) {', '.join(map(repr, unknown)) or repr(text)}; valid: "
-            f"{', '.join(FAULTS)}, or {ALL} for every one (comma-separated)"
+            f"{', '.join(FAULTS)}, or {ALL} for {', '.join(ALL_FAULTS)} (comma-separated)"
         )
-    return frozenset(names)
+    chosen = {name for name in names if name != ALL} | (set(ALL_FAULTS) if ALL in names else set())
+    own = [name for name in OWN_QUEUE_CLUSTER if name in chosen]
+    if len(own) > 1:
+        raise ValueError(
+            f"{' and '.join(own)} cannot be combined: each runs the queue database on clusters "
+            "of its own (all includes db-restart); choose one"
+        )
+    return frozenset(chosen)
 
 
 def fault_times(rng: random.Random, duration: float, mean_gap: float) -> list[float]:
@@ -280,7 +307,13 @@ class FaultSet:
         seed: int,
         duration: float,
         say: Callable[[str], None] = print,
+        queue: str = "chaos",
+        enqueued: Callable[[], Iterable[str]] = tuple,
     ) -> None:
+        """``queue`` and ``enqueued`` (the keys whose enqueue returned so far) are what the
+        failover counts its losses against."""
+        self.queue = queue
+        self.enqueued = enqueued
         self.names = frozenset(names)
         unknown = self.names - set(FAULTS)
         if unknown:
@@ -295,11 +328,12 @@ class FaultSet:
 
     def check(self, *, keep: bool, effect_url: str | None) -> None:
         """Refuse options a fault cannot work with, before anything is touched."""
-        if DB_RESTART in self.names and keep:
-            raise FaultError(
-                "--keep keeps the queue database's rows, but db-restart runs the queue on a new "
-                "throwaway cluster; drop --keep or the db-restart fault"
-            )
+        for name in OWN_QUEUE_CLUSTER:
+            if name in self.names and keep:
+                raise FaultError(
+                    f"--keep keeps the queue database's rows, but {name} runs the queue on new "
+                    f"throwaway clusters; drop --keep or the {name} fault"
+                )
         if EFFECT_RESTART in self.names and effect_url:
             raise FaultError(
                 "effect-restart SIGKILLs and restarts an effect service the harness started "
@@ -321,6 +355,24 @@ class FaultSet:
                 times = fault_times(self.rng(DB_RESTART), self.duration, MEAN_GAP_SECS[DB_RESTART])
                 self.faults[DB_RESTART] = DbRestart(cluster, times)
                 self.say(f"db-restart: fast restarts of that cluster planned at {_secs(times)}")
+            for name in (FAILOVER, FAILOVER_ASYNC):
+                if name not in self.names:
+                    continue
+                try:
+                    pair = stack.enter_context(
+                        queue_on_pair(self.say, synchronous=name == FAILOVER)
+                    )
+                except (ClusterError, FailoverError) as exc:
+                    raise FaultError(
+                        f"{name} needs a primary and a standby of its own: {exc}"
+                    ) from exc
+                at = kill_time(self.seed, self.duration)
+                self.faults[name] = Failover(pair, at=at, queue=self.queue, enqueued=self.enqueued)
+                self.say(
+                    f"{name}: SIGKILL of the primary (postmaster and every server process), "
+                    f"then promotion of the {MODES[name]} standby, planned at "
+                    f"{_secs([at])}"
+                )
             if EFFECT_RESTART in self.names:
                 times = fault_times(
                     self.rng(EFFECT_RESTART), self.duration, MEAN_GAP_SECS[EFFECT_RESTART]
@@ -377,6 +429,54 @@ class FaultSet:
     def counts(self) -> dict[str, int]:
         return {name: fault.count() for name, fault in self.faults.items()}
 
+    def failover(self) -> Failover | None:
+        for name in (FAILOVER, FAILOVER_ASYNC):
+            if name in self.faults:
+                return self.faults[name]
+        return None
+
+    def after_run(self, log_dir: Any) -> None:
+        """The workers are stopped and their logs complete: count the failover's losses."""
+        failover = self.failover()
+        if failover is not None:
+            failover.judge(log_dir)
+
+    def judge(self, verdict: Verdict) -> Verdict:
+        """The verdict with the failover's part: a synchronous standby must lose nothing
+        acknowledged (L1); an asynchronous one's losses are reported, and the F2 checks that a
+        rolled-back write defeats (a claim's epoch handed out again) are not judged."""
+        failover = self.failover()
+        if failover is None or failover.loss is None:
+            return verdict
+        loss = failover.loss
+        if failover.name == FAILOVER:
+            found = list(verdict.violations)
+            if loss.total():
+                found.append(
+                    Violation(
+                        "L1",
+                        f"the synchronous standby lacks writes acknowledged before the failover: "
+                        f"{len(loss.enqueues)} enqueue(s) lost ({_few(loss.enqueues)}), "
+                        f"{len(loss.acks)} ack(s) rolled back ({_few(loss.acks)}), "
+                        f"{len(loss.claims)} claim(s) rolled back ({_few(loss.claims)})",
+                    )
+                )
+            return replace(verdict, violations=tuple(found))
+        if not loss.total():
+            return verdict
+        kept, waived = [], []
+        for v in verdict.violations:
+            (waived if v.code == "F2" and v.part in ("stale", "per task") else kept).append(v)
+        failover.waived = [f"{v.code}: {v.message}" for v in waived]
+        return replace(verdict, violations=tuple(kept))
+
+    def summary(self) -> dict[str, Any]:
+        """The failover's figures for the run's JSON; nothing without it."""
+        failover = self.failover()
+        if failover is None:
+            return {}
+        return {"failover": failover.summary()}
+
     def report_lines(self, records: list[dict[str, Any]]) -> list[str]:
         """The report's lines on faults; none when no fault was enabled."""
         if not self.faults:
@@ -387,6 +487,9 @@ class FaultSet:
         if EFFECT_NET in self.faults:
             net = self.faults[EFFECT_NET]
             lines.append(line("effect-net faults", net.count(), f"({net.detail()})"))
+        failover = self.failover()
+        if failover is not None:
+            lines += failover.report_lines()
         lines.append(
             line(
                 "worker restarts",
@@ -407,6 +510,10 @@ def supervised_restarts(records: list[dict[str, Any]]) -> int:
         and after["event"] == "start"
         and after["slot"] == r["slot"]
     )
+
+
+def _few(items: list[Any]) -> str:
+    return ", ".join(map(str, items[:5])) + (" ..." if len(items) > 5 else "") or "none"
 
 
 def _secs(times: list[float]) -> str:

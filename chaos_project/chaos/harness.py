@@ -119,9 +119,17 @@ class ChaosRun:
         self.say = say
         self.seed = options.seed if options.seed is not None else chaos_plan.new_seed()
         self.planned: dict[str, int] = {}
+        self.enqueued: list[str] = []
+        """Keys of the tasks enqueued so far, each once its enqueue returned (the producer's
+        side: what a failover must not lose)."""
         # -- faults hook: the opt-in faults (--faults); with none, every hook does nothing --
         self.faults = FaultSet(
-            options.faults, seed=self.seed, duration=options.duration, say=self.say
+            options.faults,
+            seed=self.seed,
+            duration=options.duration,
+            say=self.say,
+            queue=options.queue,
+            enqueued=lambda: tuple(self.enqueued),
         )
 
     def run(self) -> ChaosResult:
@@ -165,6 +173,7 @@ class ChaosRun:
                 log=log.add,
             )
             outcome = self._run_fleet(plan, log, log_dir, service_url, schedules)
+            self.faults.after_run(log_dir)  # faults hook: the failover's losses
             unfenced = outcome.zombie_counts()["unfenced"]
             verdict = verify(
                 queue=o.queue,
@@ -173,6 +182,7 @@ class ChaosRun:
                 unfenced_zombies=unfenced,
                 ticks_until=schedules.until,
             )
+            verdict = self.faults.judge(verdict)  # faults hook: the failover's part of L1, F2
             self._check_effect_store(service_url, expected=verdict.figures.effects_written)
             timeline = read_timeline(log, queue=o.queue, duration=o.duration)
         self.planned = plan.counts()
@@ -300,6 +310,7 @@ class ChaosRun:
         ]
         if poison:
             enqueue_many(poison, using="default")
+            self.enqueued += [item["idem_key"] for item in poison]
         self.say(
             f"enqueued {o.poison} poison task(s) ({POISON_KIND}, always fails); {o.tasks} "
             f"{EFFECT_KIND} tasks on queue {o.queue!r} (keys chaos-{self.seed}-N) follow as "
@@ -325,7 +336,9 @@ class ChaosRun:
                 }
             )
         for start in range(0, len(items), ENQUEUE_CHUNK):
-            enqueue_many(items[start : start + ENQUEUE_CHUNK], using="default")
+            chunk = items[start : start + ENQUEUE_CHUNK]
+            enqueue_many(chunk, using="default")
+            self.enqueued += [item["idem_key"] for item in chunk]
 
     def _refuse_taken_keys(self, keys: list[str]) -> None:
         with connections["default"].cursor() as cursor:
@@ -424,6 +437,7 @@ class ChaosRun:
             faults=self.options.faults,
             planned=self.planned,
         )
+        summary.update(self.faults.summary())
         lines = report_lines(verdict, chaos) + self.faults.report_lines(log.records)
         self.say("")
         for text in [*summary_lines(summary), "", *lines, "", *verdict_lines(verdict)]:

@@ -1,8 +1,9 @@
 """A throwaway PostgreSQL cluster of one's own: initdb, pg_ctl start / restart / stop, removal.
 
 Standard library only: ``scripts/find_postgres.py`` (the tests' server when nothing else
-answers) and the chaos harness's ``db-restart`` fault (a queue database it may restart without
-touching anyone else's server) both use it.
+answers), the chaos harness's ``db-restart`` fault (a queue database it may restart without
+touching anyone else's server) and its ``failover`` fault (a primary and a streaming standby made
+with ``pg_basebackup -R``; the primary is SIGKILLed and the standby promoted) all use it.
 
 The cluster lives in a new folder ``<parent>/<prefix>XXXX`` (``data/``, ``postgres.log``, the
 Unix socket, and ``owner.pid``: the process that made it), listens on a free port on 127.0.0.1
@@ -18,6 +19,7 @@ import contextlib
 import glob
 import os
 import pwd
+import select
 import shlex
 import shutil
 import signal
@@ -33,6 +35,7 @@ SERVER_OPTIONS = (
 )
 PORT_ATTEMPTS = 3
 START_TIMEOUT_SECS = 60
+CRASH_TIMEOUT_SECS = 10
 
 
 class ClusterError(Exception):
@@ -127,6 +130,8 @@ class Cluster:
         self.data = root / "data"
         self.log = root / "postgres.log"
         self.port: int | None = None
+        self.options = ""
+        """Server options (``-c name=value ...``) beside SERVER_OPTIONS, for every start."""
 
     @classmethod
     def create(
@@ -136,8 +141,64 @@ class Cluster:
         parent: str | None = None,
         os_user: str = "postgres",
         say: Callable[[str], None] = lambda _: None,
+        options: str = "",
     ) -> Cluster:
-        """initdb a new cluster under ``parent`` and start it on a free port."""
+        """initdb a new cluster under ``parent`` and start it on a free port (``options``:
+        server options beside SERVER_OPTIONS, a later ``-c`` of the same name winning)."""
+        cluster = cls._new(prefix, parent, os_user, say, options)
+        try:
+            cluster._initdb()
+            cluster._start()
+        except BaseException:
+            cluster.remove()
+            raise
+        return cluster
+
+    @classmethod
+    def standby_of(
+        cls,
+        primary: Cluster,
+        *,
+        prefix: str,
+        name: str,
+        parent: str | None = None,
+        os_user: str = "postgres",
+        say: Callable[[str], None] = lambda _: None,
+        options: str = "",
+    ) -> Cluster:
+        """A streaming standby of ``primary``: ``pg_basebackup -R`` into a new folder (the
+        replication slot ``name``, created by the copy), started on a free port with
+        ``cluster_name`` ``name``, which its WAL receiver reports as its application_name (what
+        the primary's ``synchronous_standby_names`` matches)."""
+        options = f"-c cluster_name={name} -c hot_standby=on {options}".strip()
+        standby = cls._new(prefix, parent, os_user, say, options)
+        try:
+            who = f" as OS user {standby.owner.pw_name!r}" if standby.owner else ""
+            say(
+                f"copying the primary (127.0.0.1:{primary.port}) with "
+                f"{standby.bindir}/pg_basebackup -R{who} into {standby.root}"
+            )
+            standby._run(
+                [str(standby.bindir / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(primary.port),
+                 "-U", "postgres", "-D", str(standby.data), "-R", "-X", "stream", "-C", "-S", name,
+                 "-c", "fast", "--no-sync"],
+                "pg_basebackup",
+            )  # fmt: skip
+            standby._start()
+        except BaseException:
+            standby.remove()
+            raise
+        return standby
+
+    @classmethod
+    def _new(
+        cls,
+        prefix: str,
+        parent: str | None,
+        os_user: str,
+        say: Callable[[str], None],
+        options: str,
+    ) -> Cluster:
         bindir, owner = pg_bindir(), cluster_owner(os_user)
         parent = parent or default_parent()
         remove_stale_clusters(prefix, parent, bindir=bindir, owner=owner, say=say)
@@ -146,12 +207,7 @@ class Cluster:
         if owner is not None:
             os.chown(root, owner.pw_uid, owner.pw_gid)
         cluster = cls(root, bindir=bindir, owner=owner, say=say)
-        try:
-            cluster._initdb()
-            cluster._start()
-        except BaseException:
-            cluster.remove()
-            raise
+        cluster.options = options
         return cluster
 
     def url(self, dbname: str) -> str:
@@ -169,6 +225,38 @@ class Cluster:
         with the same options; returns once the new postmaster accepts connections."""
         wait = ("-w", "-t", str(START_TIMEOUT_SECS))
         self._pg_ctl("-l", str(self.log), "-m", mode, *wait, "restart")
+
+    def promote(self) -> None:
+        """A standby leaves recovery and takes writes; returns once it has (``pg_ctl promote
+        -w``)."""
+        self._pg_ctl("-w", "-t", str(START_TIMEOUT_SECS), "promote")
+
+    def crash(self) -> dict[str, int | None]:
+        """SIGKILL the postmaster and every server process it started, at once, as a host that
+        dies would end them: nothing is shut down, flushed or sent after it. Returns once the
+        postmaster has exited, with its pid and how many of its processes were signalled
+        (through pidfds opened before the first signal, so a pid reused meanwhile is never
+        hit)."""
+        pid = self.postmaster_pid()
+        if pid is None or not pid_alive(pid):
+            raise ClusterError(f"no postmaster is running in {self.data}")
+        targets = [pid, *children(pid)]
+        fds = []
+        for target in targets:
+            with contextlib.suppress(OSError):
+                fds.append(os.pidfd_open(target))
+        signalled = 0
+        try:
+            for fd in fds:  # the postmaster first: it restarts no child once it is gone
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+                    signalled += 1
+            if fds:  # a pidfd turns readable once its process has exited
+                select.select(fds[:1], [], [], CRASH_TIMEOUT_SECS)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return {"postmaster": pid, "processes": signalled}
 
     def stop(self) -> None:
         """Stop the server (fast, then immediate); a postmaster that will not stop is killed."""
@@ -211,6 +299,7 @@ class Cluster:
             options = (
                 f"-c listen_addresses=127.0.0.1 -p {port} -k {shlex.quote(str(self.root))} "
                 + SERVER_OPTIONS
+                + (f" {self.options}" if self.options else "")
             )
             try:
                 self._pg_ctl("-l", str(self.log), "-w", "-t", str(START_TIMEOUT_SECS),
@@ -261,6 +350,17 @@ def remove_stale_clusters(
         if owner_pid != os.getpid() and not pid_alive(owner_pid):
             say(f"removing a stale throwaway cluster {root} (its run, pid {owner_pid}, is gone)")
             Cluster(root, bindir=bindir, owner=owner, say=say).remove()
+
+
+def children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (read from /proc)."""
+    found = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = Path(stat).read_text().rpartition(")")[2].split()
+            if int(fields[1]) == pid:
+                found.append(int(stat.split("/")[2]))
+    return found
 
 
 def _kill_postmaster(pid: int, data: Path) -> None:

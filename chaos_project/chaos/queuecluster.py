@@ -34,7 +34,7 @@ def queue_on_cluster(say: Callable[[str], None]) -> Iterator[Cluster]:
     cluster = Cluster.create(prefix=CLUSTER_PREFIX, say=say)
     saved = {key: db.get(key) for key in ("HOST", "PORT", "USER", "PASSWORD")}
     try:
-        _create_database(cluster, db["NAME"])
+        create_database(cluster, db["NAME"])
         connection.close()
         db.update(HOST="127.0.0.1", PORT=str(cluster.port), USER="postgres", PASSWORD="")
         call_command("migrate", database="default", verbosity=0, interactive=False)
@@ -49,7 +49,7 @@ def queue_on_cluster(say: Callable[[str], None]) -> Iterator[Cluster]:
         cluster.remove()
 
 
-def _create_database(cluster: Cluster, name: str) -> None:
+def create_database(cluster: Cluster, name: str) -> None:
     with psycopg.connect(cluster.url("postgres"), autocommit=True, connect_timeout=10) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 

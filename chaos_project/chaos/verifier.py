@@ -74,6 +74,8 @@ class Figures:
 class Violation:
     code: str
     message: str
+    part: str = ""
+    """Which check of the invariant (F2: ``stale``, ``per task`` or ``none``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -181,6 +183,7 @@ def judge(
                 f"{figures.stale_settled} finished task(s) were finished by a write naming "
                 "another epoch or owner than the task held: a stale write went through the "
                 "fence (" + "; ".join(figures.stale_samples) + ")",
+                part="stale",
             )
         )
     if unfenced_zombies:
@@ -191,6 +194,7 @@ def judge(
                 "tasks, and for at least one of those tasks no refused write of theirs was "
                 "recorded: a stale write went through the fence, or the woken worker never "
                 "wrote",
+                part="per task",
             )
         )
     elif figures.fenced_writes == 0:
@@ -200,6 +204,7 @@ def judge(
                 "no fenced write was recorded: no worker ever wrote with a lease it had lost, "
                 "so the fencing token was never tested and the lines above describe a run "
                 "without the pressure it claims to survive",
+                part="none",
             )
         )
     found += tick_violations(ticks)

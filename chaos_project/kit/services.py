@@ -50,13 +50,32 @@ def database_url(alias: str = "default") -> str:
     user = urllib.parse.quote(db.get("USER") or "", safe="")
     if db.get("PASSWORD"):
         user += ":" + urllib.parse.quote(db["PASSWORD"], safe="")
-    host = db.get("HOST") or "127.0.0.1"
-    port = db.get("PORT") or 5432
-    url = f"postgres://{user}@{host}:{port}/{urllib.parse.quote(db['NAME'], safe='')}"
+    hosts = host_list(db.get("HOST") or "127.0.0.1", db.get("PORT") or 5432)
+    url = f"postgres://{user}@{hosts}/{urllib.parse.quote(db['NAME'], safe='')}"
+    query = {}
     # Behind a transaction pooler the alias says so (docs/pgbouncer.md); its children must too.
-    return url + (
-        "?disable_server_side_cursors=True" if db.get("DISABLE_SERVER_SIDE_CURSORS") else ""
-    )
+    if db.get("DISABLE_SERVER_SIDE_CURSORS"):
+        query["disable_server_side_cursors"] = "True"
+    # With several hosts (a primary and its standbys), which one to keep (docs/failover.md).
+    attrs = (db.get("OPTIONS") or {}).get("target_session_attrs")
+    if attrs:
+        query["target_session_attrs"] = attrs
+    return url + ("?" + urllib.parse.urlencode(query) if query else "")
+
+
+def host_list(host: str, port: str | int) -> str:
+    """``HOST`` and ``PORT`` of a DATABASES entry as a URL's ``h1:p1,h2:p2``: libpq's multi-host
+    form (comma-separated hosts, and one port for all or one port per host)."""
+    hosts = [h.strip() for h in str(host).split(",")]
+    ports = [p.strip() for p in str(port).split(",")]
+    if len(ports) == 1:
+        ports *= len(hosts)
+    if len(ports) != len(hosts):
+        raise RivetConfigError(
+            f"the database has {len(hosts)} host(s) ({host}) but {len(ports)} ports ({port}): "
+            "give one port for all, or one per host"
+        )
+    return ",".join(f"{h}:{p}" if p else h for h, p in zip(hosts, ports, strict=True))
 
 
 def worker_env(queue_database_url: str, **extra: str) -> dict[str, str]:

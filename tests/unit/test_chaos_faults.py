@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from chaos_project.chaos.faults import (
+    ALL_FAULTS,
     FAULTS,
     WINDOW,
     EffectRestart,
@@ -22,10 +23,12 @@ from chaos_project.chaos.fleet import EventLog
 from chaos_project.chaos.proxy import NetFaultRates, Reader, read_answer, read_message
 
 
-def test_fault_names_parse_and_all_means_every_one() -> None:
+def test_fault_names_parse_and_all_means_every_one_that_combines() -> None:
     assert parse_faults("db-restart") == {"db-restart"}
     assert parse_faults(" effect-net , db-restart ") == {"effect-net", "db-restart"}
-    assert parse_faults("all") == set(FAULTS) == {"db-restart", "effect-restart", "effect-net"}
+    assert parse_faults("all") == set(ALL_FAULTS) == {"db-restart", "effect-restart", "effect-net"}
+    assert parse_faults("failover,effect-net") == {"failover", "effect-net"}
+    assert set(FAULTS) == set(ALL_FAULTS) | {"failover", "failover-async"}
 
 
 @pytest.mark.parametrize(
@@ -37,7 +40,9 @@ def test_a_bad_fault_name_is_refused_with_the_valid_ones(text: str, named: str) 
         parse_faults(text)
     message = str(raised.value)
     assert named in message
-    assert "valid: db-restart, effect-restart, effect-net, or all" in message
+    assert "valid: db-restart, effect-restart, effect-net, failover, failover-async, or all" in (
+        message
+    )
 
 
 def test_fault_times_are_seeded_inside_the_window_and_at_least_one() -> None:

@@ -157,3 +157,21 @@ def test_the_words_no_such_table_under_another_code_are_no_missing_table(sqlite_
 def test_a_postgres_missing_table_is_read_from_its_sqlstate():
     assert missing_table(wrapped(psycopg.errors.UndefinedTable("Relation »x« existiert nicht")))
     assert not missing_table(wrapped(psycopg.errors.UndefinedColumn('relation "x" does not exist')))
+
+
+def test_where_names_every_host_of_a_multi_host_alias_with_its_port(monkeypatch) -> None:
+    handler = ConnectionHandler(
+        {
+            "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+            "one": {"ENGINE": "django.db.backends.postgresql", "NAME": "q", "HOST": "db",
+                    "PORT": "5433", "USER": "app", "PASSWORD": "secret"},
+            "two": {"ENGINE": "django.db.backends.postgresql", "NAME": "q",
+                    "HOST": "10.0.0.1,10.0.0.2", "PORT": "5432,5433", "USER": "app"},
+            "shared": {"ENGINE": "django.db.backends.postgresql", "NAME": "q",
+                       "HOST": "a,b", "PORT": "", "USER": ""},
+        }
+    )  # fmt: skip
+    monkeypatch.setattr(dberrors, "connections", handler)
+    assert dberrors.where("one") == "postgres://app:…@db:5433/q (password hidden)"
+    assert dberrors.where("two") == "postgres://app@10.0.0.1:5432,10.0.0.2:5433/q"
+    assert dberrors.where("shared") == "postgres://a:5432,b:5432/q"

@@ -25,7 +25,7 @@ from django.db import DatabaseError
 
 from bench.runner import KINDS, PRODUCERS, SOAK_DEFAULT, Bench, BenchOptions
 from chaos_project.chaos.campaign import Campaign
-from chaos_project.chaos.faults import EFFECT_RESTART, FAULTS, parse_faults
+from chaos_project.chaos.faults import ALL_FAULTS, EFFECT_RESTART, FAULTS, parse_faults
 from chaos_project.chaos.fleet import count_chaos, read_event_log
 from chaos_project.chaos.harness import ChaosOptions, ChaosRun
 from chaos_project.chaos.report import report_lines, verdict_lines
@@ -409,8 +409,12 @@ class Command(BaseCommand):
             type=_faults,
             default=(),
             metavar="NAME[,NAME]",
-            help=f"opt-in faults: {', '.join(FAULTS)}, comma-separated, or all (default: none); "
-            "see docs/chaos.md, Faults",
+            help=f"opt-in faults: {', '.join(FAULTS)}, comma-separated, or all for "
+            f"{', '.join(ALL_FAULTS)} (default: none). failover runs the queue database on a "
+            "primary and a synchronous standby, SIGKILLs the primary once and promotes the "
+            "standby (nothing acknowledged may be lost); failover-async does so with an "
+            "asynchronous standby and counts what it lost; either excludes db-restart. See "
+            "docs/chaos.md, Faults",
         )
         add(
             "--json",

@@ -67,6 +67,9 @@ MATRIX = (Cell("3.11", "5.2"), Cell("3.12", "6.0"), Cell("3.13", "6.1", full=Tru
 FULL_CELL = next(cell for cell in MATRIX if cell.full)
 #: The markers only the full cell (and ``make test``) runs.
 FULL_ONLY = ("wheel", "long")
+#: The markers only ``make test`` runs: tests of PostgreSQL's own arrangement (a primary and its
+#: standby killed and promoted, a Patroni pair), which no Python or Django version changes.
+MAKE_TEST_ONLY = ("topology",)
 
 _PROBE = "import ensurepip, sys; print('%d.%d' % sys.version_info[:2])"
 
@@ -191,12 +194,18 @@ def run_cell(session: nox.Session, cell: Cell) -> None:
         )
     session.log(f"{cell.name}: Python {python_version}, Django {django_version}")
     selection: list[str] = []
-    if not cell.full and not session.posargs:
-        selection = ["-m", " and ".join(f"not {marker}" for marker in FULL_ONLY)]
+    if not session.posargs:
+        left_out = MAKE_TEST_ONLY if cell.full else FULL_ONLY + MAKE_TEST_ONLY
+        selection = ["-m", " and ".join(f"not {marker}" for marker in left_out)]
         session.log(
-            f"{cell.name}: the wheel and long tests (-m 'wheel or long') are left out here; "
-            f"they run in the {FULL_CELL.name} cell and in `make test`"
+            f"{cell.name}: the topology tests (-m topology: a standby's failover, Patroni) are "
+            "left out here; they run in `make test`"
         )
+        if not cell.full:
+            session.log(
+                f"{cell.name}: the wheel and long tests (-m 'wheel or long') are left out here; "
+                f"they run in the {FULL_CELL.name} cell and in `make test`"
+            )
     session.run(
         python, "scripts/find_postgres.py", "run", "--", python, "-m", "pytest", *selection,
         *session.posargs, env=cell_environment(cell),
@@ -212,7 +221,11 @@ def register(cell: Cell) -> None:
             session.error(missing_python_message(cell, looked))
         run_cell(session, cell)
 
-    scope = "The whole suite" if cell.full else "The suite but the wheel and long tests"
+    scope = (
+        "The suite but the topology tests"
+        if cell.full
+        else "The suite but the wheel, long and topology tests"
+    )
     test_cell.__doc__ = f"{scope} on Python {cell.python} + Django {cell.django}."
 
 

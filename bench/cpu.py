@@ -53,31 +53,34 @@ def postgres_pids(proc: Path = Path("/proc")) -> list[int]:
 @dataclass(frozen=True)
 class Snapshot:
     machine: float
-    processes: Mapping[str, float] = field(default_factory=dict)
+    #: group name -> {pid: CPU seconds} of the group's processes alive then
+    processes: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
 
 
 def snapshot(groups: Mapping[str, list[int]]) -> Snapshot:
-    """The machine's busy seconds and each group's summed process seconds, now."""
-    return Snapshot(
-        machine=machine_busy_secs(),
-        processes={
-            name: sum(process_secs(pid) or 0.0 for pid in pids) for name, pids in groups.items()
-        },
-    )
+    """The machine's busy seconds and each group's processes' seconds, now."""
+    processes: dict[str, dict[int, float]] = {}
+    for name, pids in groups.items():
+        alive = {pid: process_secs(pid) for pid in pids}
+        processes[name] = {pid: secs for pid, secs in alive.items() if secs is not None}
+    return Snapshot(machine=machine_busy_secs(), processes=processes)
 
 
 def per_task_ms(before: Snapshot, after: Snapshot, tasks: int) -> dict[str, float]:
     """Milliseconds of CPU per task: ``machine``, each group, ``rest`` (the machine less the
     groups), and ``bound``, the tasks per second the machine's cores allow at that cost.
 
-    A group missing from ``before`` counts from zero (processes started inside the window)."""
+    A group's time is its processes' time between the snapshots: a process that started in
+    between counts from zero, one that ended in between is not counted (its last seconds are
+    lost: the bench keeps its processes alive through a drain)."""
     if tasks <= 0:
         raise ValueError(f"tasks must be above 0, got {tasks}")
     machine = (after.machine - before.machine) * 1000 / tasks
-    groups = {
-        name: (secs - before.processes.get(name, 0.0)) * 1000 / tasks
-        for name, secs in after.processes.items()
-    }
+    groups = {}
+    for name, pids in after.processes.items():
+        earlier = before.processes.get(name, {})
+        spent = sum(secs - earlier.get(pid, 0.0) for pid, secs in pids.items())
+        groups[name] = spent * 1000 / tasks
     result = {"machine": machine, **groups, "rest": max(0.0, machine - sum(groups.values()))}
     result["bound"] = (os.cpu_count() or 1) * 1000 / machine if machine > 0 else 0.0
     return result

@@ -514,14 +514,15 @@ class Bench:
         if kind == "effect":
             self._empty_effects()
         items = self._workload(kind, tasks)
-        cpu_before = None
+        cpu_before, done_before = None, 0
         if rate is None:
             self._insert(items)
-            if kind == "effect":
-                cpu_before = cpu.snapshot(
-                    {"service": [self.effect_pid], "postgres": cpu.postgres_pids()}
-                )
             workers = self._start(kind, count, concurrency)
+            if kind == "effect":
+                # From the workers' start on: their interpreter's start-up is not a task's cost.
+                self._wait_ready(workers)
+                cpu_before = self._cpu_snapshot(workers)
+                done_before = tasks - self._pending()
         else:
             workers = self._start(kind, count, concurrency)
             self._wait_ready(workers)
@@ -536,22 +537,26 @@ class Bench:
             )
             rss = max((peak_rss_mb(w.pid) or 0.0) for w in workers) or None
             if cpu_before is not None:
-                cpu_after = cpu.snapshot(
-                    {
-                        "service": [self.effect_pid],
-                        "workers": [w.pid for w in workers],
-                        "postgres": cpu.postgres_pids(),
-                    }
-                )
+                cpu_after = self._cpu_snapshot(workers)
         finally:
             for worker in workers:
                 worker.stop(STOP_TIMEOUT_SECS)
         row = self._figures(mode, kind, count, concurrency, rss, rate)
-        if cpu_before is not None and row.tasks:  # cpu_after was taken with it
-            row = replace(row, cpu_ms=cpu.per_task_ms(cpu_before, cpu_after, row.tasks))
+        if cpu_before is not None and row.tasks > done_before:  # cpu_after was taken with it
+            cpu_ms = cpu.per_task_ms(cpu_before, cpu_after, row.tasks - done_before)
+            row = replace(row, cpu_ms=cpu_ms)
         if mode == SOAK:
             row = self._soak_windows(row)
         return row
+
+    def _cpu_snapshot(self, workers: list[Child]) -> cpu.Snapshot:
+        return cpu.snapshot(
+            {
+                "service": [self.effect_pid],
+                "workers": [w.pid for w in workers],
+                "postgres": cpu.postgres_pids(),
+            }
+        )
 
     def _soak_vacuum_every(self) -> float:
         """Seconds between the soak's VACUUMs (0: none), from the option or the server."""

@@ -30,7 +30,7 @@ from chaos_project.chaos.pgcluster import Cluster, pid_alive
 from chaos_project.chaos.queuecluster import CLUSTER_PREFIX, wait_until_answers
 from tests.processes import child_environ, postgres_url
 
-pytestmark = [pytest.mark.acceptance, pytest.mark.long]
+pytestmark = [pytest.mark.acceptance, pytest.mark.long, pytest.mark.topology]
 
 PAIR = "-c synchronous_commit=on"
 

@@ -18,7 +18,7 @@ import pytest
 from tests.processes import child_environ, manage
 from tests.tools import required_tool, script
 
-pytestmark = [pytest.mark.acceptance, pytest.mark.long]
+pytestmark = [pytest.mark.acceptance, pytest.mark.long, pytest.mark.topology]
 
 QUEUE = "patroni"
 BEFORE, AFTER = 30, 30

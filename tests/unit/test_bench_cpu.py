@@ -16,13 +16,18 @@ from bench.report import cpu_text
 
 
 def test_per_task_splits_the_machine_into_the_groups_and_the_rest():
-    before = Snapshot(machine=100.0, processes={"service": 10.0})
-    after = Snapshot(machine=106.0, processes={"service": 12.0, "workers": 1.5})
+    before = Snapshot(machine=100.0, processes={"service": {7: 10.0}, "postgres": {1: 3.0}})
+    after = Snapshot(
+        machine=106.0,
+        processes={"service": {7: 12.0}, "workers": {20: 1.5}, "postgres": {2: 0.5}},
+    )
     cpu = per_task_ms(before, after, tasks=2000)
     assert cpu["machine"] == pytest.approx(3.0)
     assert cpu["service"] == pytest.approx(1.0)
     assert cpu["workers"] == pytest.approx(0.75)  # started inside the window: from zero
-    assert cpu["rest"] == pytest.approx(1.25)
+    # backend 1 ended in between (not counted, never negative); backend 2 started in between
+    assert cpu["postgres"] == pytest.approx(0.25)
+    assert cpu["rest"] == pytest.approx(1.0)
     assert cpu["bound"] == pytest.approx((os.cpu_count() or 1) * 1000 / 3.0)
 
 
@@ -37,7 +42,7 @@ def test_this_process_burning_cpu_shows_in_its_own_and_the_machine_time():
     while (process_secs(os.getpid()) or 0.0) - start < 0.2:
         sum(range(10_000))
     after = snapshot({"me": [os.getpid()]})
-    spent = after.processes["me"] - before.processes["me"]
+    spent = after.processes["me"][os.getpid()] - before.processes["me"][os.getpid()]
     assert spent >= 0.2
     assert after.machine - before.machine >= spent - 0.02  # the clock tick's rounding
 

@@ -51,7 +51,10 @@ def test_one_cell_runs_the_wheel_and_long_tests_and_their_markers_are_declared()
     assert [cell.name for cell in noxfile.MATRIX if cell.full] == [noxfile.FULL_CELL.name]
     pytest_options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]
     declared = {m.split(":", 1)[0] for m in pytest_options["ini_options"]["markers"]}
-    assert set(noxfile.FULL_ONLY) <= declared
+    assert set(noxfile.FULL_ONLY) | set(noxfile.MAKE_TEST_ONLY) <= declared
+    # A failover or Patroni test is a topology test: make test runs it, no matrix cell does.
+    for name in ("test_chaos_failover.py", "test_patroni_failover.py"):
+        assert "pytest.mark.topology" in (ROOT / "tests" / "acceptance" / name).read_text(), name
     # Every long module says so: a chaos run left unmarked would run in every cell again.
     for path in sorted((ROOT / "tests" / "acceptance").glob("test_chaos_*.py")):
         if path.name != "test_chaos_verifier.py":  # pure verdicts on recorded histories: fast

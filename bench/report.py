@@ -643,7 +643,9 @@ def _enqueue_table(enqueue: dict[str, Any]) -> list[str]:
         "producer API around them. One producer's one-call-at-a-time enqueues wait for one WAL "
         "flush each: their ceiling is the flushes per second the server's disk sustains "
         "(`pg_test_fsync`, one 8 kB write synced by the server's `wal_sync_method`). Producers "
-        "at once share flushes (group commit) and are bounded by the CPU instead.",
+        "at once could share flushes (group commit), but each enqueue's NOTIFY holds the "
+        "server's notification lock until its commit is flushed, so theirs are flushed one at "
+        "a time too; the CPU bounds them next.",
         "",
         "| how | tasks | seconds | throughput | ceiling |",
         "|---|--:|--:|--:|--:|",

@@ -36,9 +36,21 @@ def name_schema() -> dict[str, Any]:
     }
 
 
+class TextField(serializers.CharField):
+    """A string field that takes strings only: DRF's CharField turns a JSON number into its text
+    (``-1.7e+16`` as a unique key), which the schema (``type: string``) says is refused."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            raise serializers.ValidationError(
+                f"{self.field_name} must be a string, got {type(data).__name__}", code="invalid"
+            )
+        return super().to_internal_value(data)
+
+
 def _key(**kwargs: Any) -> serializers.CharField:
     """An idempotency or unique key; rivet.validation.check_key has the last word."""
-    return serializers.CharField(
+    return TextField(
         trim_whitespace=False,
         required=False,
         allow_null=True,
@@ -76,7 +88,7 @@ def checked_header_key(header: str | None) -> str | None:
 
 
 @extend_schema_field(idem_key_schema())
-class IdemKeyField(serializers.CharField):
+class IdemKeyField(TextField):
     """An idempotency key, checked by rivet's rule (``idempotency_key_invalid`` when wrong)."""
 
     def __init__(self, **kwargs: Any) -> None:
@@ -88,18 +100,14 @@ class IdemKeyField(serializers.CharField):
         return super().run_validation(data)
 
     def to_internal_value(self, data: Any) -> str | None:
-        if not isinstance(data, str):  # DRF would turn a number into its text
-            raise serializers.ValidationError(
-                f"idem_key must be a string, got {type(data).__name__}", code="invalid"
-            )
         try:
-            return check_idem_key(data)
+            return check_idem_key(super().to_internal_value(data))
         except InvalidInput as exc:
             raise serializers.ValidationError(str(exc), code=exc.code) from exc
 
 
 @extend_schema_field(name_schema())
-class NameField(serializers.CharField):
+class NameField(TextField):
     """A queue or kind name, checked by rivet's rule (an ``invalid_name`` error when wrong)."""
 
     def __init__(self, **kwargs: Any) -> None:

@@ -126,6 +126,10 @@ def test_header_and_field_keys_that_differ_are_refused(api, alias) -> None:
         ({"kind": "noop", "delay": False}, "delay", "invalid_input"),
         ({"kind": "noop", "priority": True}, "priority", "invalid_input"),
         ({"kind": "noop", "idem_key": 42}, "idem_key", "invalid_input"),
+        ({"kind": "noop", "unique_key": -1.7087754334319152e16}, "unique_key", "invalid_input"),
+        ({"kind": "noop", "unique_key": 7}, "unique_key", "invalid_input"),
+        ({"kind": 123}, "kind", "invalid_input"),
+        ({"kind": "noop", "queue": 5}, "queue", "invalid_input"),
         ({"kind": "noop", "idem_key": "café-8503"}, "idem_key", "idempotency_key_invalid"),
         ({"kind": "noop", "idem_key": " lead"}, "idem_key", "idempotency_key_invalid"),
         ({"kind": "noop", "max_attempts": 0}, "max_attempts", "invalid_input"),
@@ -204,6 +208,15 @@ def test_bulk_with_one_bad_item_writes_nothing(api, alias) -> None:
     body = assert_error(api.post(BULK, {"tasks": items}, format="json"), 400, "invalid_input")
     assert set(body["tasks"]) == {"1", "2"}
     assert "kind" in body["tasks"]["1"] and "priority" in body["tasks"]["2"]
+    assert rows(alias) == 0
+
+
+def test_bulk_refuses_a_number_where_the_schema_says_string(api, alias) -> None:
+    """Found by the schema fuzz: DRF's CharField took 1.7e16 as the key "1.7e+16"."""
+    items = [{"kind": "noop", "unique_key": 1.7e16}, {"kind": "noop", "queue": 3}]
+    body = assert_error(api.post(BULK, {"tasks": items}, format="json"), 400, "invalid_input")
+    assert body["tasks"]["0"]["unique_key"] == ["unique_key must be a string, got float"]
+    assert body["tasks"]["1"]["queue"] == ["queue must be a string, got int"]
     assert rows(alias) == 0
 
 

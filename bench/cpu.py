@@ -12,7 +12,7 @@ of these processes on this machine goes faster, whatever the concurrency.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,3 +84,28 @@ def per_task_ms(before: Snapshot, after: Snapshot, tasks: int) -> dict[str, floa
     result = {"machine": machine, **groups, "rest": max(0.0, machine - sum(groups.values()))}
     result["bound"] = (os.cpu_count() or 1) * 1000 / machine if machine > 0 else 0.0
     return result
+
+
+class SteadyWindow:
+    """CPU per task over the middle of a drain: from the first look at which a tenth of the
+    tasks are done to the first at which nine tenths are. The start (connections opened, the
+    first claims) and the tail (the last, half-empty flushes) stay out, so the figure is the
+    steady cost a longer run would show. ``look`` is called with the tasks done so far."""
+
+    def __init__(self, tasks: int, take: Callable[[], Snapshot]) -> None:
+        self.low, self.high = max(1, tasks // 10), max(2, tasks * 9 // 10)
+        self.take = take
+        self.first: tuple[int, Snapshot] | None = None
+        self.last: tuple[int, Snapshot] | None = None
+
+    def look(self, done: int) -> None:
+        if self.first is None and done >= self.low:
+            self.first = (done, self.take())
+        elif self.first is not None and self.last is None and done >= self.high:
+            self.last = (done, self.take())
+
+    def per_task_ms(self) -> dict[str, float] | None:
+        """None when the drain went past both marks between two looks."""
+        if self.first is None or self.last is None or self.last[0] <= self.first[0]:
+            return None
+        return per_task_ms(self.first[1], self.last[1], self.last[0] - self.first[0])

@@ -514,15 +514,12 @@ class Bench:
         if kind == "effect":
             self._empty_effects()
         items = self._workload(kind, tasks)
-        cpu_before, done_before = None, 0
+        window = None
         if rate is None:
             self._insert(items)
             workers = self._start(kind, count, concurrency)
             if kind == "effect":
-                # From the workers' start on: their interpreter's start-up is not a task's cost.
-                self._wait_ready(workers)
-                cpu_before = self._cpu_snapshot(workers)
-                done_before = tasks - self._pending()
+                window = cpu.SteadyWindow(tasks, lambda: self._cpu_snapshot(workers))
         else:
             workers = self._start(kind, count, concurrency)
             self._wait_ready(workers)
@@ -534,17 +531,15 @@ class Bench:
                 tasks,
                 f"{mode} {kind} {count}x{concurrency}",
                 vacuum_every=self.soak_vacuum if mode == SOAK else 0.0,
+                progress=window.look if window is not None else None,
             )
             rss = max((peak_rss_mb(w.pid) or 0.0) for w in workers) or None
-            if cpu_before is not None:
-                cpu_after = self._cpu_snapshot(workers)
         finally:
             for worker in workers:
                 worker.stop(STOP_TIMEOUT_SECS)
         row = self._figures(mode, kind, count, concurrency, rss, rate)
-        if cpu_before is not None and row.tasks > done_before:  # cpu_after was taken with it
-            cpu_ms = cpu.per_task_ms(cpu_before, cpu_after, row.tasks - done_before)
-            row = replace(row, cpu_ms=cpu_ms)
+        if window is not None and window.per_task_ms() is not None:
+            row = replace(row, cpu_ms=window.per_task_ms())
         if mode == SOAK:
             row = self._soak_windows(row)
         return row
@@ -710,15 +705,22 @@ class Bench:
         self._check_alive(workers)
 
     def _wait_drained(
-        self, workers: list[Child], tasks: int, note: str, vacuum_every: float = 0.0
+        self,
+        workers: list[Child],
+        tasks: int,
+        note: str,
+        vacuum_every: float = 0.0,
+        progress: Callable[[int], None] | None = None,
     ) -> None:
         """Until nothing is pending; gives up when nothing finished for ``timeout`` seconds.
 
         With ``vacuum_every``, runs ``VACUUM rivet_task`` that often meanwhile (autovacuum's
-        work, on a server where it is off)."""
+        work, on a server where it is off); ``progress`` is told the tasks done at each look."""
         started = reported = moved = vacuumed = time.monotonic()
         last = None
         while pending := self._pending():
+            if progress is not None:
+                progress(tasks - pending)
             self._check_alive(workers)
             now = time.monotonic()
             if vacuum_every and now - vacuumed >= vacuum_every:

@@ -8,6 +8,7 @@ import pytest
 
 from bench.cpu import (
     Snapshot,
+    SteadyWindow,
     per_task_ms,
     process_secs,
     snapshot,
@@ -58,3 +59,21 @@ def test_the_bottleneck_text_names_each_share_and_the_bound():
         "the machine's CPU: 2.50 ms a task (effect service 1.40, workers 0.60, PostgreSQL 0.40, "
         "the rest 0.10), so these cores allow at most 800/s"
     )
+
+
+def test_the_steady_window_spans_a_tenth_to_nine_tenths_of_the_drain():
+    clock = iter(range(100))
+    window = SteadyWindow(
+        1000, lambda: Snapshot(machine=float(next(clock)), processes={"service": {}})
+    )
+    for done in (0, 50, 120, 400, 880, 930, 1000):
+        window.look(done)
+    # snapshots at 120 done (machine 0 s) and at 930 done (machine 1 s): 810 tasks between
+    assert window.per_task_ms()["machine"] == pytest.approx(1000 / 810)
+
+
+def test_a_drain_too_quick_to_see_both_marks_has_no_figure():
+    window = SteadyWindow(1000, lambda: Snapshot(machine=0.0))
+    window.look(0)
+    window.look(1000)  # past both marks at one look: only the first snapshot is taken
+    assert window.per_task_ms() is None

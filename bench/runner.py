@@ -531,7 +531,7 @@ class Bench:
                 tasks,
                 f"{mode} {kind} {count}x{concurrency}",
                 vacuum_every=self.soak_vacuum if mode == SOAK else 0.0,
-                progress=window.look if window is not None else None,
+                on_look=window.look if window is not None else None,
             )
             rss = max((peak_rss_mb(w.pid) or 0.0) for w in workers) or None
         finally:
@@ -710,17 +710,17 @@ class Bench:
         tasks: int,
         note: str,
         vacuum_every: float = 0.0,
-        progress: Callable[[int], None] | None = None,
+        on_look: Callable[[int], None] | None = None,
     ) -> None:
         """Until nothing is pending; gives up when nothing finished for ``timeout`` seconds.
 
         With ``vacuum_every``, runs ``VACUUM rivet_task`` that often meanwhile (autovacuum's
-        work, on a server where it is off); ``progress`` is told the tasks done at each look."""
+        work, on a server where it is off); ``on_look`` is told the tasks done at each look."""
         started = reported = moved = vacuumed = time.monotonic()
         last = None
         while pending := self._pending():
-            if progress is not None:
-                progress(tasks - pending)
+            if on_look is not None:
+                on_look(tasks - pending)
             self._check_alive(workers)
             now = time.monotonic()
             if vacuum_every and now - vacuumed >= vacuum_every:

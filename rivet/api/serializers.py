@@ -99,11 +99,13 @@ class IdemKeyField(TextField):
             return self.to_internal_value(data)
         return super().run_validation(data)
 
-    def to_internal_value(self, data: Any) -> str | None:
+    def to_internal_value(self, data: Any) -> str:
+        text = super().to_internal_value(data)  # a string: check_idem_key gives it back checked
         try:
-            return check_idem_key(super().to_internal_value(data))
+            check_idem_key(text)
         except InvalidInput as exc:
             raise serializers.ValidationError(str(exc), code=exc.code) from exc
+        return text
 
 
 @extend_schema_field(name_schema())

@@ -129,19 +129,15 @@ def registered_kinds():
 
 @pytest.fixture(autouse=True)
 def _worker_session_settings_end_with_the_test() -> Iterator[None]:
-    """A flush on a direct connection outside a transaction sets sorting off for the session,
-    as a worker's loop connection keeps it; the suite's connections outlive each test, so the
-    setting is taken back after the test that caused it, and the next test plans as usual."""
+    """A flush on a direct connection outside a transaction gives the session the worker's
+    settings (generic plans, sorting off), as a worker's loop connection keeps them; the
+    suite's connections outlive each test, so the settings are taken back after the test that
+    caused them, and the next test plans as usual."""
     yield
     from django.db import connections
 
-    from rivet.stores import postgres
+    from rivet.stores.postgres import end_worker_session
 
     for wrapper in connections.all(initialized_only=True):
-        pg = wrapper.connection
-        if pg is None or pg not in postgres._UNSORTED_SESSIONS:
-            continue
-        postgres._UNSORTED_SESSIONS.discard(pg)
-        idle = pg.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        if not pg.closed and pg.autocommit and idle:
-            pg.execute("RESET enable_sort")
+        if wrapper.vendor == "postgresql" and wrapper.connection is not None:
+            end_worker_session(wrapper.connection)

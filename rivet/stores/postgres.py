@@ -56,13 +56,29 @@ PREPARED_QUERIES = frozenset({"enqueue"})
 #: psycopg's prepare_threshold on a connection rivet prepares on: only statements run with
 #: prepare=True (rivet's) are prepared; every other query is left as Django sends it.
 ONLY_WHEN_ASKED = 2**31 - 1
-#: The connections whose session has plan_cache_mode = force_generic_plan (they ran a flush).
-_GENERIC_PLANS: weakref.WeakSet[Any] = weakref.WeakSet()
-#: The direct (not pooled) connections whose session has sorting off (claim_unsorted_session).
-_UNSORTED_SESSIONS: weakref.WeakSet[Any] = weakref.WeakSet()
+#: The direct (not pooled) connections whose session holds the worker's settings
+#: (``worker_session``: generic plans, sorting off): they ran a flush outside a transaction.
+_WORKER_SESSIONS: weakref.WeakSet[Any] = weakref.WeakSet()
 #: What a prepared statement meets behind a transaction pooler: gone from the server connection
 #: this transaction got (26000), or another client's of the same name there (42P05).
 LOST_PREPARED = (psycopg.errors.InvalidSqlStatementName, psycopg.errors.DuplicatePreparedStatement)
+
+
+def _idle_autocommit(pg: psycopg.Connection) -> bool:
+    """In autocommit with no transaction open: a session setting sent now commits at once."""
+    return pg.autocommit and pg.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def end_worker_session(pg: psycopg.Connection) -> bool:
+    """Take ``worker_session``'s settings back from ``pg`` if its session holds them (True if
+    it held them). For a connection that outlives its use by a worker's flush (the test
+    suite's, which outlive each test); a worker's own connection keeps them until it closes."""
+    if pg not in _WORKER_SESSIONS:
+        return False
+    _WORKER_SESSIONS.discard(pg)
+    if not pg.closed and _idle_autocommit(pg):
+        pg.execute(QUERIES["worker_session_end"])
+    return True
 
 
 def lost_prepared(exc: psycopg.Error) -> bool:
@@ -322,12 +338,10 @@ class PostgresStore(BulkEnqueue):
                     # then ignored too: a threshold no other query reaches prepares only what
                     # asks for it.
                     pg.prepare_threshold = ONLY_WHEN_ASKED
-                if prepare and generic and pg not in _GENERIC_PLANS:
-                    # The flush's connection (a worker's loop) keeps one plan per statement,
-                    # where the server would plan each execution again and get the same plan.
-                    # A producer's connection (the web app's) is left alone.
-                    raw.execute(self.queries["generic_plans"])
-                    _GENERIC_PLANS.add(pg)
+                if prepare and generic and pg not in _WORKER_SESSIONS and _idle_autocommit(pg):
+                    # The flush's connection (a worker's loop): its session's settings, once.
+                    raw.execute(self.queries["worker_session"])
+                    _WORKER_SESSIONS.add(pg)
                 try:
                     with self._unsorted(pg) if unsorted else nullcontext():
                         raw.execute(sql_text, values, prepare=prepare)
@@ -349,22 +363,20 @@ class PostgresStore(BulkEnqueue):
         """Sorting off (claim_unsorted) for the statement run inside.
 
         A worker's flush on a direct connection (autocommit, no transaction open): its session
-        gets the setting once, committed at once, as it gets plan_cache_mode: nothing more is
-        sent per flush, and the worker's loop connection runs rivet's own statements only.
-        Inside a transaction (the caller's, or the savepoint of a flush in one; whatever opened
-        it) the setting is put back after the statement; after an error the savepoint's
-        rollback puts it back. Behind a transaction pooler, outside a transaction, the
-        statement gets a transaction of its own (BEGIN, the setting, the statement and COMMIT
-        sent as one pipeline: one round trip, where libpq has pipelines), where the setting ends
-        with it, so it never reaches the server connection's next client.
+        has the setting already (``worker_session``, sent once with plan_cache_mode), so
+        nothing more is sent per flush; the worker's loop connection runs rivet's own
+        statements only. Inside a transaction (the caller's, or the savepoint of a flush in
+        one; whatever opened it) the setting is put back after the statement; after an error
+        the savepoint's rollback puts it back. Behind a transaction pooler, outside a
+        transaction, the statement gets a transaction of its own (BEGIN, the setting, the
+        statement and COMMIT sent as one pipeline: one round trip, where libpq has pipelines),
+        where the setting ends with it, so it never reaches the server connection's next
+        client.
         """
-        idle = pg.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        if not self.pooled and pg.autocommit and idle:
-            if pg not in _UNSORTED_SESSIONS:
-                pg.execute(self.queries["claim_unsorted_session"])
-                _UNSORTED_SESSIONS.add(pg)
+        if pg in _WORKER_SESSIONS:
             yield
             return
+        idle = pg.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         if not (pg.autocommit and idle):  # in a transaction, or psycopg opens one (Django's)
             replaced = pg.execute(self.queries["claim_unsorted"]).fetchone()
             assert replaced is not None  # one row: the setting before, the setting now

@@ -344,11 +344,21 @@ SELECT
     NULL, NULL, NULL
 FROM applied
 
--- name: generic_plans
--- Once per worker connection, before its first prepared settle_claim: prepared statements (only
+-- name: worker_session
+-- Once per direct (not pooled) worker connection, at its first flush outside a transaction, for
+-- its session (committed at once: the connection is in autocommit): prepared statements (only
 -- settle_claim's, one per LIMIT) keep the plan made for them instead of being planned again at
--- each execution. The plan does not depend on the values: the LIMIT is written in the text.
-SET plan_cache_mode = force_generic_plan
+-- each execution (the plan does not depend on the values: the LIMIT is written in the text);
+-- and sorting is off, as claim_unsorted sets it for one transaction, so a flush sends nothing
+-- more for it. Never behind a transaction pooler, where a session setting would stay on a
+-- server connection other clients get next; a producer's connection (the web app's) runs no
+-- flush and is left alone.
+SELECT set_config('plan_cache_mode', 'force_generic_plan', false), set_config('enable_sort', 'off', false)
+
+-- name: worker_session_end
+-- worker_session's settings back to the server's defaults, on a connection that outlives its
+-- use by a worker (the test suite's, between tests).
+RESET plan_cache_mode; RESET enable_sort
 
 -- name: claim_unsorted
 -- Inside the transaction of a settle_claim statement that claims, before it: no plan that
@@ -361,12 +371,6 @@ SET plan_cache_mode = force_generic_plan
 -- state serves the claim's conditions, and at a one-row estimate the shorter index plus a
 -- sort costs less); with sorting off, the index read in order is the only plan left.
 SELECT current_setting('enable_sort') AS was, set_config('enable_sort', 'off', true) AS now
-
--- name: claim_unsorted_session
--- Once per direct (not pooled) worker connection, outside a transaction: claim_unsorted's
--- setting for the session, so a flush sends nothing more for it. Never behind a transaction
--- pooler, where a session setting would stay on a server connection other clients get next.
-SELECT set_config('enable_sort', 'off', false)
 
 -- name: claim_sorted_again
 -- After that statement inside a caller's transaction: the setting claim_unsorted replaced.

@@ -21,7 +21,7 @@ from rivet.decisions import failed
 from rivet.errors import IdempotencyMismatch, StoreError
 from rivet.models import FencedWrite
 from rivet.stores.bulk import BULK_CHUNK
-from rivet.stores.postgres import QUERIES, SETTLE_COLUMNS, PostgresStore
+from rivet.stores.postgres import QUERIES, SETTLE_COLUMNS, PostgresStore, end_worker_session
 from rivet.values import Ack, Lease, Settled, TaskSpec
 from tests.integration.pg_kit import on_other_connection, spec
 
@@ -464,6 +464,19 @@ def test_the_flush_is_prepared_once_per_limit_and_planned_once(
     assert sum(generic for _, generic, _ in flushes) >= 4
     assert [custom for _, _, custom in flushes] == [0] * len(flushes)
     assert plan_cache_mode() == "force_generic_plan"
+    assert rows("SHOW enable_sort") == [("off",)]  # worker_session sets both, in one statement
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_that_outlives_its_flushes_gets_the_server_defaults_back(
+    store: PostgresStore, queue: str
+) -> None:
+    store.task_enqueue(spec(queue))
+    assert drain_in_flushes(store, queue, limit=2) == 1
+    pg = connection.connection
+    assert end_worker_session(pg) is True
+    assert (plan_cache_mode(), rows("SHOW enable_sort")) == ("auto", [("on",)])
+    assert end_worker_session(pg) is False  # nothing left to take back
 
 
 @pytest.mark.django_db(transaction=True)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connections, router, transaction
 from django.db.models import Field
@@ -207,7 +207,7 @@ def _insert_or_get(
     record = IdempotencyRecord(scope=scope, key=key, fingerprint=fingerprint)
     with connection.cursor() as cursor:
         cursor.execute(
-            _INSERT_SQL.get(connection.vendor) or _insert_sql(connection),
+            _dedup_sql(connection).insert,
             [scope, key, fingerprint, record.response_content_type, record.response_body],
         )
         row = cursor.fetchone()
@@ -222,43 +222,42 @@ def _insert_or_get(
 _UPSERT_VENDORS = frozenset({"postgresql", "sqlite"})
 
 
-#: The dedup row's insert by database vendor, built once (it was built on every request).
-_INSERT_SQL: dict[str, str] = {}
+class _DedupSql(NamedTuple):
+    """The dedup row's two statements in one database vendor's quoting."""
+
+    insert: str  # a new row, yielding its id, or nothing when the (scope, key) is taken
+    update: str  # the answer stored on a row, by its id
 
 
-def _insert_sql(connection) -> str:
-    """The insert of a new dedup row that yields its id, or nothing when the key is taken."""
+#: The dedup row's statements by database vendor, built once (they were built on every request).
+#: The update is a statement of its own rather than ``Model.save(update_fields=...)``: the row is
+#: the decorator's, no signal or override of the model's save is expected on it, and the save
+#: path cost more than the request's own writes.
+_DEDUP_SQL: dict[str, _DedupSql] = {}
+
+
+def _dedup_sql(connection) -> _DedupSql:
+    built = _DEDUP_SQL.get(connection.vendor)
+    if built is not None:
+        return built
     quote = connection.ops.quote_name
-    meta = IdempotencyRecord._meta
-    fields = ["scope", "key", "fingerprint", "response_content_type", "response_body"]
-    names = ", ".join(quote(_column(name)) for name in fields)
+    table, id_column = quote(IdempotencyRecord._meta.db_table), quote(_column("id"))
+    inserted = ["scope", "key", "fingerprint", "response_content_type", "response_body"]
+    answered = ["response_status", "response_content_type", "response_body"]
     conflict = ", ".join(quote(_column(name)) for name in ("scope", "key"))
-    sql = (
-        f"INSERT INTO {quote(meta.db_table)} ({names}) VALUES ({', '.join(['%s'] * len(fields))})"
-        f" ON CONFLICT ({conflict}) DO NOTHING RETURNING {quote(_column('id'))}"
+    built = _DEDUP_SQL[connection.vendor] = _DedupSql(
+        insert=(
+            f"INSERT INTO {table} ({', '.join(quote(_column(name)) for name in inserted)})"
+            f" VALUES ({', '.join(['%s'] * len(inserted))})"
+            f" ON CONFLICT ({conflict}) DO NOTHING RETURNING {id_column}"
+        ),
+        update=(
+            f"UPDATE {table} SET "
+            + ", ".join(f"{quote(_column(name))} = %s" for name in answered)
+            + f" WHERE {id_column} = %s"
+        ),
     )
-    _INSERT_SQL[connection.vendor] = sql
-    return sql
-
-
-#: The answer's update of the dedup row by database vendor, built once. A statement of its own
-#: rather than ``Model.save(update_fields=...)``: the row is the decorator's, no signal or
-#: override of the model's save is expected on it, and the save path cost more than the request's
-#: own writes.
-_UPDATE_SQL: dict[str, str] = {}
-
-
-def _update_sql(connection) -> str:
-    """The update that stores a dedup row's answer, by the row's id."""
-    quote = connection.ops.quote_name
-    fields = ["response_status", "response_content_type", "response_body"]
-    assignments = ", ".join(f"{quote(_column(name))} = %s" for name in fields)
-    sql = (
-        f"UPDATE {quote(IdempotencyRecord._meta.db_table)} SET {assignments} "
-        f"WHERE {quote(_column('id'))} = %s"
-    )
-    _UPDATE_SQL[connection.vendor] = sql
-    return sql
+    return built
 
 
 def _column(name: str) -> str:
@@ -281,7 +280,7 @@ def _store(record: IdempotencyRecord, response: HttpResponseBase, db: str) -> No
     connection = connections[db]
     with connection.cursor() as cursor:
         cursor.execute(
-            _UPDATE_SQL.get(connection.vendor) or _update_sql(connection),
+            _dedup_sql(connection).update,
             [record.response_status, content_type, record.response_body, record.pk],
         )
 

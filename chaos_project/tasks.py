@@ -24,3 +24,17 @@ def count_tasks_slowly(ms: int) -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM rivet_task, pg_sleep(%s)", [ms / 1000])
         return cursor.fetchone()[0]
+
+
+@task(queue_name="default")
+def session_settings() -> dict[str, str]:
+    """The planner settings of the connection a handler gets: a user's ORM queries run on it."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT current_setting('enable_sort'), current_setting('plan_cache_mode'), "
+            "pg_backend_pid()"
+        )
+        sort, plans, pid = cursor.fetchone()
+    return {"enable_sort": sort, "plan_cache_mode": plans, "backend": str(pid)}

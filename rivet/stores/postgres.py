@@ -70,14 +70,21 @@ def _idle_autocommit(pg: psycopg.Connection) -> bool:
 
 
 def end_worker_session(pg: psycopg.Connection) -> bool:
-    """Take ``worker_session``'s settings back from ``pg`` if its session holds them (True if
-    it held them). For a connection that outlives its use by a worker's flush (the test
-    suite's, which outlive each test); a worker's own connection keeps them until it closes."""
+    """Take ``worker_session``'s settings back from ``pg`` if its session holds them. False
+    when they stay: ``pg`` is in a transaction, or the reset failed (then close it rather than
+    hand it on). For a connection that another user gets next: one going back to a pool (a
+    handler's ORM queries must not run with them), or the test suite's, which outlive each
+    test; a worker loop's own connection keeps them while the loop keeps it."""
     if pg not in _WORKER_SESSIONS:
-        return False
+        return True
+    if not pg.closed:
+        if not _idle_autocommit(pg):
+            return False
+        try:
+            pg.execute(QUERIES["worker_session_end"])
+        except psycopg.Error:
+            return False
     _WORKER_SESSIONS.discard(pg)
-    if not pg.closed and _idle_autocommit(pg):
-        pg.execute(QUERIES["worker_session_end"])
     return True
 
 

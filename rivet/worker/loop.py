@@ -42,8 +42,9 @@ PostgreSQL the ``rivet_worker`` command makes them come from one psycopg pool of
 and one for each handler thread that uses the ORM, returned to the pool when the handler ends.
 Keep ``pool_size >= concurrency + 2`` (the worker warns otherwise): a heartbeat that waits for a
 connection can lose its lease. The store's LISTEN connection is outside the pool. Stale
-connections are closed between jobs (``close_old_connections`` before the loop goes idle) and
-after any database error.
+connections are closed before the loop goes idle and after any database error
+(``rivet.worker.pool.tidy_connections``); the loop keeps its own pooled connection while idle,
+and one that goes back to the pool gets the server's planner settings back first.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from django.db import close_old_connections, connections
+from django.db import connections
 
 from rivet import logs
 from rivet.conf import rivet_settings
@@ -70,7 +71,7 @@ from rivet.worker.guard import Guard
 from rivet.worker.listen import Listener
 from rivet.worker.metrics import NO_METRICS, WorkerMetrics
 from rivet.worker.options import checked
-from rivet.worker.pool import HandlerPool
+from rivet.worker.pool import HandlerPool, tidy_connections
 from rivet.worker.prefetch import Prefetch
 from rivet.worker.process import default_owner
 from rivet.worker.prune import Pruner
@@ -209,7 +210,7 @@ class Worker(Slots):
         try:
             found = self.store.server_warnings()
         except Exception as exc:  # noqa: BLE001 - a check that fails is only logged
-            close_old_connections()
+            tidy_connections()
             logs.event("server_check_failed", logging.WARNING, error=describe(exc))
             return
         for name, note in found:
@@ -251,7 +252,7 @@ class Worker(Slots):
         Decisions already queued are flushed at once; ones backing off, when their wait ends.
         """
         if not self._running:
-            close_old_connections()
+            tidy_connections(idle=True)
         self._wait_some(self.config.poll_interval)
 
     def _drain(self) -> int:

@@ -35,6 +35,29 @@ from rivet import logs
 POOL_TIMEOUT_SECS = 30.0
 
 
+def tidy_connections(*, idle: bool = False) -> None:
+    """Django's ``close_old_connections``, for the worker loop's thread, whose connection
+    carries the store's session settings for its flush (``worker_session`` in
+    ``rivet.stores.postgres``: generic plans, sorting off).
+
+    A connection from a pool that Django would give back gets the server's settings back first
+    (one that cannot, in a failed transaction, is closed: the pool drops it), so the handler
+    that takes it next runs the user's queries as the server plans them. ``idle`` (the loop has
+    no task): a pooled connection with no error is kept instead, since the loop's next flush
+    would take one again and set them again. Other connections close as Django closes them,
+    and a session ends with its connection.
+    """
+    for wrapper in connections.all(initialized_only=True):
+        if getattr(wrapper, "pool", None) is not None and wrapper.connection is not None:
+            if idle and not wrapper.errors_occurred:
+                continue
+            from rivet.stores.postgres import end_worker_session
+
+            if not end_worker_session(wrapper.connection):
+                wrapper.connection.close()
+        wrapper.close_if_unusable_or_obsolete()
+
+
 def configure_pool(alias: str, pool_size: int, concurrency: int) -> bool:
     """Give ``alias`` a pool of ``pool_size`` connections; False when nothing was changed."""
     connection = connections[alias]

@@ -37,8 +37,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from django.db import close_old_connections
-
 from rivet import decisions, logs
 from rivet.errors import Permanent, StoreUnavailable
 from rivet.failpoints import Failpoints
@@ -49,6 +47,7 @@ from rivet.values import Bury, Decision, Retry, Settled
 from rivet.worker.attempt import Attempt, StopKind
 from rivet.worker.ending import BY_SETTLED, End, Ended, describe
 from rivet.worker.guard import Guard
+from rivet.worker.pool import tidy_connections
 
 #: First wait before a failed write is tried again; it doubles up to WRITE_RETRY_MAX_SECS.
 WRITE_RETRY_FIRST_SECS = 0.05
@@ -256,7 +255,7 @@ class Settler:
 
     def failed(self, exc: BaseException) -> list[Ended]:
         """The flush of ``due()`` raised: back off, give up, or write one by one."""
-        close_old_connections()
+        tidy_connections()
         if not isinstance(exc, StoreUnavailable) and len(self.pending) > 1:
             return self._one_by_one()
         return self._back_off(exc)
@@ -305,7 +304,7 @@ class Settler:
             except StoreUnavailable:
                 self.pending.append(item)
             except Exception as exc:
-                close_old_connections()
+                tidy_connections()
                 ended.append(self._ended(item.lost(exc)))
             else:
                 ended.append(self._ended(item.ended(settled)))

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from django.db import close_old_connections, connections
+from django.db import connections
 
 from rivet import logs, signals
 from rivet.errors import UnknownJob
@@ -30,7 +30,7 @@ from rivet.worker.config import WorkerConfig
 from rivet.worker.ending import Ended, Reporter
 from rivet.worker.guard import Guard
 from rivet.worker.metrics import NoMetrics
-from rivet.worker.pool import HandlerPool
+from rivet.worker.pool import HandlerPool, tidy_connections
 from rivet.worker.prefetch import Prefetch
 from rivet.worker.settle import Outcome, Settler
 
@@ -142,7 +142,7 @@ class Slots:
         logs.event(
             "claim_failed", logging.ERROR, owner=self.owner, error=f"{type(exc).__name__}: {exc}"
         )
-        close_old_connections()
+        tidy_connections()
 
     def _take(self, batch: ClaimBatch, started: float) -> int:
         """Start the tasks a claim leased; count the ones it buried on the way."""

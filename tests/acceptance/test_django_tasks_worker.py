@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
 from django.db import connection
 
-from chaos_project.tasks import add, count_tasks_slowly
+from chaos_project.tasks import add, count_tasks_slowly, session_settings
 from rivet.backends import TaskResultStatus
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
@@ -57,3 +58,19 @@ def test_pool_size_bounds_the_connections_a_worker_holds(workers, pool_size):
     assert peak <= pool_size + 1, f"{peak} connections with --pool-size {pool_size}"
     if pool_size == 8:
         assert peak > 3 + 1, "six handlers at once should need more than the small pool"
+
+
+def test_handlers_get_connections_with_the_servers_planner_settings(workers):
+    """The loop's connection carries the worker's session settings (generic plans, sorting off)
+    for rivet's own flush; when it goes back to the pool, a handler may get it next, and a
+    user's queries must not run with them."""
+    worker = workers.start("--queue", "default", "--concurrency", "1", "--pool-size", "3")
+    seen = []
+    for _ in range(12):  # one at a time: the worker goes idle between them
+        result = session_settings.enqueue()
+        while result.status != TaskResultStatus.SUCCESSFUL:
+            assert result.status != TaskResultStatus.FAILED and worker.running, worker.log
+            time.sleep(0.02)
+            result.refresh()
+        seen.append(result.return_value)
+    assert {(s["enable_sort"], s["plan_cache_mode"]) for s in seen} == {("on", "auto")}, seen

@@ -476,7 +476,12 @@ def test_a_connection_that_outlives_its_flushes_gets_the_server_defaults_back(
     pg = connection.connection
     assert end_worker_session(pg) is True
     assert (plan_cache_mode(), rows("SHOW enable_sort")) == ("auto", [("on",)])
-    assert end_worker_session(pg) is False  # nothing left to take back
+    assert end_worker_session(pg) is True  # nothing left to take back: nothing sent
+    assert drain_in_flushes(store, queue, limit=2) == 0  # a flush: the settings again
+    with transaction.atomic():  # in a transaction they cannot be taken back
+        assert end_worker_session(pg) is False
+    assert end_worker_session(pg) is True
+    assert rows("SHOW enable_sort") == [("on",)]
 
 
 @pytest.mark.django_db(transaction=True)

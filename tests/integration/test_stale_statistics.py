@@ -35,6 +35,8 @@ ROWS = 30_000
 QUEUE = "stale"
 #: A LIMIT no other test claims with: its own prepared statement, planned on these statistics.
 BATCH = 11
+#: The same, for the test whose plans are made while the table is small.
+SMALL_BATCH = 20
 PKEY = "rivet_task_pkey"
 
 FILL = """
@@ -178,3 +180,47 @@ def test_the_flush_and_heartbeat_plans_outside_a_transaction(emptied: str, poole
         # A direct connection keeps the setting for its session (a worker's loop sends it
         # once); behind a pooler the statement's own transaction took it, and it ended there.
         assert cursor.fetchone()[0] == ("on" if pooled else "off")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("analyzed", [False, True], ids=["as-found", "analyzed"])
+@pytest.mark.parametrize("rows", [0, 300])
+@pytest.mark.parametrize("emptied", sorted(EMPTIED))
+def test_plans_made_while_the_table_was_small_still_fit_it_once_full(
+    emptied: str, analyzed: bool, rows: int
+) -> None:
+    """A worker started on a quiet queue prepares its flush (one generic plan, kept for the
+    session) while the table holds a few rows; a burst then fills it. The plan made then must
+    still find rows by index, not read the whole table at every flush."""
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE rivet_task, rivet_fenced_write")
+        if emptied == "deleted":
+            cursor.execute(FILL, {"queue": QUEUE, "rows": ROWS})
+            cursor.execute("DELETE FROM rivet_task")
+            cursor.execute("ANALYZE rivet_task")
+        cursor.execute(FILL, {"queue": QUEUE, "rows": rows})
+        if analyzed:
+            cursor.execute("ANALYZE rivet_task")
+    store = PostgresStore(using="default")
+    first = store.task_settle_and_claim(
+        [], queues=[QUEUE], owner="w", limit=SMALL_BATCH, lease_ttl=30
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(FILL, {"queue": QUEUE, "rows": ROWS})
+    if not first.batch.claimed:  # an empty table: claim from the burst, then ack
+        first = store.task_settle_and_claim(
+            [], queues=[QUEUE], owner="w", limit=SMALL_BATCH, lease_ttl=30
+        )
+    with executed_plans() as plans:
+        acks = [Ack(lease=task.lease) for task in first.batch.claimed]
+        again = store.task_settle_and_claim(
+            acks, queues=[QUEUE], owner="w", limit=SMALL_BATCH, lease_ttl=30
+        )
+    assert len(again.batch.claimed) == SMALL_BATCH
+    flush = one(plans, "decided_by_worker")
+    picked = task_scans(cte(flush, "picked"))
+    assert [(n["Node Type"], n.get("Index Name")) for n in picked] == [
+        ("Index Scan", RANK_INDEX)
+    ], json.dumps(cte(flush, "picked"), indent=1)
+    assert_by_primary_key(cte(flush, "leased"))
+    assert_by_primary_key(cte(flush, "applied"))

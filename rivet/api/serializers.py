@@ -236,6 +236,10 @@ class TaskSerializer(serializers.ModelSerializer):
     def get_database(self, task: Task) -> str:
         return task._state.db or ""
 
+    def get_field_names(self, declared_fields, info):
+        names = super().get_field_names(declared_fields, info)
+        return [name for name in names if name != "database"] + ["database"]
+
     class Meta:
         model = Task
         exclude = (

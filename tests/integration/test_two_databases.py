@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import importlib
 import json
+from datetime import timedelta
 
 import psycopg
 import pytest
 from django.core.checks import run_checks
 from django.core.management import call_command
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 import rivet
@@ -20,6 +22,8 @@ from rivet.errors import MixedDatabases, RivetConfigError
 from rivet.metrics import queue_exposition
 from rivet.models import Task
 from rivet.routing import alias_for_queue, queue_aliases
+from rivet.schedules.models import Schedule
+from rivet.schedules.scheduler import run_due
 from rivet.stores import queue_stores, store_for_alias
 from rivet.values import CancelOutcome, TaskState
 from rivet.worker import Worker, WorkerConfig
@@ -129,6 +133,17 @@ def test_the_django_tasks_backend_routes_by_queue_and_reads_results_back(routed,
 def drain(queues: list[str], alias: str) -> None:
     config = WorkerConfig(queues=tuple(queues), once=True, lease_ttl=30, concurrency=2)
     assert Worker(config, store=store_for_alias(alias)).run().exit_code == 0
+
+
+def test_a_schedule_tick_is_enqueued_on_the_database_of_its_queue(routed):
+    past = timezone.now().replace(microsecond=0) - timedelta(seconds=3)
+    Schedule.objects.create(
+        name="digest", kind="noop", cron="* * * * * *", queue="mail", since=past, next_tick_at=past
+    )
+    done = run_due(store_for_alias("default"), alias="default")
+    assert done.enqueued == 1 and done.failed == 0  # the latest missed tick (the default policy)
+    (tick,) = rows(SECOND_ALIAS)
+    assert tick.idem_key.startswith("rivet.tick:digest:") and rows("default") == []
 
 
 # -- the worker -------------------------------------------------------------------------------

@@ -200,7 +200,7 @@ DATABASE = OpenApiParameter(
     description=(
         "the Django database alias to act on, one that holds queues (task ids are numbered by "
         "each database); default: RIVET['DATABASE_ALIAS'] for a task id, the queue's own "
-        "database for a queue or an enqueue"
+        "database for a queue, every such database for a list of queues or the metrics"
     ),
 )
 QUEUE = OpenApiParameter("queue", name_schema(), OpenApiParameter.PATH, description="queue name")
@@ -237,8 +237,7 @@ enqueue = rivet_schema(
                 "the idempotency key (or the idem_key field): visible ASCII (0x21-0x7E), spaces "
                 "only between characters; anything else is 400 idempotency_key_invalid"
             ),
-        ),
-        DATABASE,
+        )
     ],
     request=EnqueueSerializer,
     responses={
@@ -265,7 +264,6 @@ enqueue_bulk = rivet_schema(
         "A key that already names other work: 422, nothing written; one key given to two "
         "different items of the call: 400 on the later item."
     ),
-    parameters=[DATABASE],
     request=BulkEnqueueSerializer,
     responses={
         201: BulkResultSerializer,

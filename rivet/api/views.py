@@ -4,7 +4,8 @@ The store is the configured one (``rivet.producer.resolve_store``), or the one o
 database ``?database=ALIAS`` names (an alias that holds queues, ``rivet.routing``): task ids are
 numbered by each database, so a task on another alias is addressed by its id and that
 parameter, and every task body says its ``database``. An enqueue goes to the database of its
-queue (``?database=`` wins), a queue's counts and sweep to its queue's, and the queue list
+queue (a bulk call whose queues live on several databases is refused), a queue's counts and
+sweep to its queue's (``?database=`` wins), and the queue list
 reads every database that holds queues. Every task the API shows is read from its database
 through the ORM, one row or a page of them (paged with a cursor), and queue counts come from
 ``Store.queue_overview``. An enqueue runs on Django's connection for that database, so with
@@ -223,7 +224,7 @@ class TaskListCreateView(RivetView):
         incoming.is_valid(raise_exception=True)
         data = dict(incoming.validated_data)
         kind, payload = data.pop("kind"), data.pop("payload", None)
-        self.written_to = self.queue_store(producer.task_spec(kind, payload, **data).queue)
+        self.written_to = store_for_queue(producer.task_spec(kind, payload, **data).queue)
         result = producer.enqueue(kind, payload, using=self.written_to, **data)
         code = status.HTTP_200_OK if result.duplicate else status.HTTP_201_CREATED
         return self.render_task(self.find_task(result.task_id), code)
@@ -246,16 +247,14 @@ class TaskBulkView(RivetView):
         items = incoming.validated_data["tasks"]
         self._check_count(len(items))
         checked = self._check_items(items)
-        param = self.database_param()
-        store = None if param is None else producer.resolve_store(param)
         try:
-            results = producer.enqueue_many(checked, using=store)
+            results = producer.enqueue_many(checked)
         except BatchKeyClash as exc:  # an error of the call itself: no task to name
             error = serializers.ValidationError(str(exc), code="invalid_input")
             raise serializers.ValidationError(
                 {"tasks": {str(exc.index): {"idem_key": error.detail}}}
             ) from exc
-        self.written_to = store or self.queue_store(producer.task_spec(**checked[0]).queue)
+        self.written_to = store_for_queue(producer.task_spec(**checked[0]).queue)
         tasks = self.tasks().in_bulk([result.task_id for result in results])
         body = [
             {"created": not result.duplicate, "task": TaskSerializer(tasks[result.task_id]).data}

@@ -89,6 +89,14 @@ def test_a_job_definition_enqueue_is_routed_and_an_explicit_using_wins(routed):
     assert [t.id for t in rows("default")] == [pinned_id]
 
 
+def test_rivet_enqueue_writes_on_the_database_of_the_queue(routed, capsys):
+    call_command("rivet_enqueue", "--kind", "noop", "--queue", "mail")
+    (task,) = rows(SECOND_ALIAS)
+    assert capsys.readouterr().out.strip() == f"enqueued {task.id}"
+    call_command("rivet_enqueue", "--kind", "noop", "--queue", "mail", "--database", "default")
+    assert [t.queue for t in rows("default")] == ["mail"]
+
+
 def test_a_router_hook_is_asked_first_and_lists_its_databases(settings, second_database):
     settings.DATABASE_ROUTERS = [f"{__name__}.UrgentRouter", ROUTER]
     settings.RIVET = {**settings.RIVET, "QUEUE_DATABASES": {"urgent": "default"}}

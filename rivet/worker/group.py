@@ -7,16 +7,15 @@ fencing, retries, dead letters, LISTEN, retention. The group is what the process
 and what ``--metrics-port`` serves: the Workers share one ``WorkerMetrics``. When any Worker
 stops (a signal, ``--max-jobs``, too many abandoned handlers), the others are stopped too, so
 the process exits and its supervisor sees one exit code: the highest of theirs. Under
-``--once`` each Worker runs what is runnable on its database, then the process exits.
+``--once`` each Worker runs what is runnable on its database, then the process exits. A Worker
+that raises stops the others, and ``run`` raises its exception once all have returned.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import threading
 
-from rivet import logs
 from rivet.worker.loop import Worker
 from rivet.worker.stats import WorkerStats
 
@@ -34,6 +33,7 @@ class WorkerGroup:
         self.owner = workers[0].owner
         self.metrics = workers[0].metrics
         self._stats: dict[int, WorkerStats] = {}
+        self._errors: list[BaseException] = []
 
     @property
     def stopping(self) -> bool:
@@ -43,9 +43,6 @@ class WorkerGroup:
         """Every Worker stops claiming and drains (run() returns once all have)."""
         for worker in self.workers:
             worker.stop()
-
-    def busy_slots(self) -> int:
-        return sum(worker.busy_slots() for worker in self.workers)
 
     def run(self) -> WorkerStats:
         """Run every Worker on a thread of its own; the counts of all, the worst exit code."""
@@ -58,7 +55,9 @@ class WorkerGroup:
         while any(thread.is_alive() for thread in threads):
             for thread in threads:
                 thread.join(JOIN_STEP_SECS)
-        return combined([self._stats[index] for index in range(len(self.workers))])
+        if self._errors:
+            raise self._errors[0]
+        return combined(list(self._stats.values()))
 
     def close(self) -> None:
         for worker in self.workers:
@@ -68,12 +67,10 @@ class WorkerGroup:
         worker = self.workers[index]
         try:
             self._stats[index] = worker.run()
-        except BaseException as exc:
-            logs.event("worker_failed", logging.ERROR, error=f"{type(exc).__name__}: {exc}")
-            self._stats[index] = WorkerStats(exit_code=1)
-            raise
+        except BaseException as exc:  # re-raised by run(), in the main thread, as one Worker would
+            self._errors.append(exc)
         finally:
-            if not worker.config.once:
+            if not worker.config.once or self._errors:
                 self.stop()
 
 

@@ -369,6 +369,7 @@ metrics = rivet_schema(
     parameters=[DATABASE],
     responses={
         (200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="exposition text"),
-        **_errors(400, 501),
+        # Errors are JSON here too (rivet.api.meta.json_errors), whatever the renderer.
+        **{(status, "application/json"): body for status, body in _errors(400, 501).items()},
     },
 )

@@ -254,7 +254,8 @@ class TaskBulkView(RivetView):
             raise serializers.ValidationError(
                 {"tasks": {str(exc.index): {"idem_key": error.detail}}}
             ) from exc
-        self.written_to = store_for_queue(producer.task_spec(**checked[0]).queue)
+        if checked:  # the batch's one database (enqueue_many refused a mixed one)
+            self.written_to = store_for_queue(producer.task_spec(**checked[0]).queue)
         tasks = self.tasks().in_bulk([result.task_id for result in results])
         body = [
             {"created": not result.duplicate, "task": TaskSerializer(tasks[result.task_id]).data}

@@ -224,6 +224,8 @@ def test_the_api_enqueues_by_queue_and_addresses_tasks_by_database(routed):
         "/rivet/tasks/bulk/", {"tasks": [{"kind": "noop", "queue": "mail"}]}, format="json"
     )
     assert bulk.json()["results"][0]["task"]["database"] == SECOND_ALIAS
+    empty = api.post("/rivet/tasks/bulk/", {"tasks": []}, format="json")
+    assert (empty.status_code, empty.json()) == (200, {"results": []})
     api.post("/rivet/tasks/", {"kind": "noop", "queue": "demo"}, format="json")
     listed = {(q["database"], q["queue"]): q["ready"] for q in api.get("/rivet/queues/").json()}
     assert listed == {("default", "demo"): 1, (SECOND_ALIAS, "mail"): 2}

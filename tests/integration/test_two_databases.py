@@ -247,6 +247,12 @@ def test_the_admin_lists_and_cancels_the_tasks_of_the_database_it_is_asked_for(r
     assert client.get(changelist, {"database": "nowhere"}).status_code == 302  # ?e=1
     detail = client.get(f"/admin/rivet/task/{mail}/change/", {"database": SECOND_ALIAS})
     assert detail.status_code == 200 and "mail-task" in detail.content.decode()
+    # A row's link from that changelist carries the filter in _changelist_filters.
+    assert f"_changelist_filters=database%3D{SECOND_ALIAS}" in there
+    linked = client.get(
+        f"/admin/rivet/task/{mail}/change/", {"_changelist_filters": f"database={SECOND_ALIAS}"}
+    )
+    assert linked.status_code == 200 and "mail-task" in linked.content.decode()
     data = {"action": "cancel_selected", "_selected_action": [mail], "confirm": "yes"}
     client.post(f"{changelist}?database={SECOND_ALIAS}", data)
     (task,) = rows(SECOND_ALIAS)

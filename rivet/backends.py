@@ -10,9 +10,14 @@ at its ``run_after``. A rivet worker runs it through the job registered below, w
 function and calls it; the return value becomes the task's result. ``get_result`` reads the
 task row back. The worker process must import this module so the kind is registered.
 
-OPTIONS: ``database`` (a Django alias for the store; default RIVET['DATABASE_ALIAS']) and
-``max_attempts`` (default: RIVET['MAX_ATTEMPTS']). A handler error is retried like any rivet
-task; the Task is FAILED only once its attempts are used up.
+OPTIONS: ``database`` (a Django alias for the store; default: the database that holds the
+Task's queue, ``rivet.routing.alias_for_queue``) and ``max_attempts`` (default:
+RIVET['MAX_ATTEMPTS']). A handler error is retried like any rivet task; the Task is FAILED only
+once its attempts are used up.
+
+Result ids: the task's id (``"42"``) when it lives on the backend's own database (``database``,
+else RIVET['DATABASE_ALIAS']); ``"42@mail_db"`` when its queue lives on another alias, since
+each database numbers its tasks by itself.
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from typing import Any
 
 import django
 from django.utils import timezone
+from django.utils.connection import ConnectionDoesNotExist
 from django.utils.module_loading import import_string
 
+from rivet.conf import rivet_settings
 from rivet.errors import (
     DjangoTaskAbandoned,
     DjangoTaskFailed,
@@ -36,6 +43,7 @@ from rivet.errors import (
 )
 from rivet.jobs import JobContext, job
 from rivet.producer import enqueue, resolve_store
+from rivet.routing import alias_for_queue
 from rivet.validation import check_name
 from rivet.values import TaskRecord
 
@@ -134,22 +142,30 @@ class RivetBackend(BaseTaskBackend):
             max_attempts=self.max_attempts,
             using=self.database,
         )
-        result = self.get_result(str(enqueued.task_id))
+        alias = self.database or alias_for_queue(task.queue_name)
+        result = self.get_result(self.result_id(enqueued.task_id, alias))
         task_enqueued.send(type(self), task_result=result)
         return result
 
     def get_result(self, result_id: str) -> TaskResult:
         """The task's result now: READY, RUNNING (leased), SUCCESSFUL (done) or FAILED (dead)."""
+        number, _, alias = str(result_id).partition("@")
         try:
-            record = resolve_store(self.database).task_get(int(result_id))
-        except (TypeError, ValueError):
+            store = resolve_store(alias or self.database)
+            record = store.task_get(int(number))
+        except (TypeError, ValueError, ConnectionDoesNotExist):
             record = None
         if record is None or record.kind != DJANGO_TASK_KIND:
             raise TaskResultDoesNotExist(result_id)
-        return task_result(record, backend=self.alias)
+        return task_result(record, backend=self.alias, result_id=str(result_id))
+
+    def result_id(self, task_id: int, alias: str) -> str:
+        """``"42"`` on the backend's own database, ``"42@alias"`` on another."""
+        home = self.database or rivet_settings.DATABASE_ALIAS
+        return str(task_id) if alias == home else f"{task_id}@{alias}"
 
 
-def task_result(record: TaskRecord, *, backend: str) -> TaskResult:
+def task_result(record: TaskRecord, *, backend: str, result_id: str | None = None) -> TaskResult:
     """A TaskResult from a task row.
 
     rivet keeps only the current lease owner, so ``worker_ids`` repeats it once per attempt
@@ -163,7 +179,7 @@ def task_result(record: TaskRecord, *, backend: str) -> TaskResult:
         task=_load_task(record.payload["func"]).using(
             queue_name=record.queue, priority=record.priority
         ),
-        id=str(record.id),
+        id=result_id or str(record.id),
         status=status,
         enqueued_at=record.created_at,
         started_at=attempted,

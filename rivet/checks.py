@@ -10,6 +10,7 @@ from django.core.checks import Error, Tags, Warning, register
 from django.urls import URLResolver, get_resolver
 
 from rivet.conf import AGING_OFF_SECS, DEFAULTS, rivet_settings
+from rivet.errors import InvalidInput
 from rivet.worker.options import setting_errors
 
 #: Bounds on what a producer may enqueue; the worker's settings are checked by its option table.
@@ -105,6 +106,7 @@ def check_rivet_settings(app_configs=None, **kwargs):
             )
         )
     errors += _listen_url_errors(rivet_settings.LISTEN_DATABASE_URL)
+    errors += queue_database_errors()
     token = rivet_settings.METRICS_TOKEN
     if token is not None and (not isinstance(token, str) or len(token) < 16):
         errors.append(
@@ -196,3 +198,91 @@ def _includes_rivet(patterns) -> bool:
             if _includes_rivet(pattern.url_patterns):
                 return True
     return False
+
+
+#: The database vendors rivet's stores run on.
+_VENDORS = ("postgresql", "sqlite")
+_ROUTER_HINT = (
+    "add 'rivet.routers.QueueRouter' to DATABASE_ROUTERS (before routers that keep apps on "
+    "one database), then run `manage.py migrate --database ALIAS` for each alias"
+)
+
+
+def queue_database_errors() -> list[Error]:
+    """RIVET['QUEUE_DATABASES'] and the routers: every alias that holds queues exists, runs on
+    PostgreSQL or SQLite, and gets rivet's tables from ``migrate``."""
+    from django.db import connections, router
+
+    from rivet.errors import RivetConfigError
+    from rivet.routing import queue_aliases
+    from rivet.validation import check_name
+
+    mapping = rivet_settings.QUEUE_DATABASES
+    if not isinstance(mapping, dict):
+        return [_e007(f"must be a dict of queue names to database aliases, got {mapping!r}")]
+    errors = []
+    for queue, alias in mapping.items():
+        try:
+            check_name("queue", queue)
+        except (InvalidInput, TypeError) as exc:
+            errors.append(_e007(f"has the key {queue!r}, which is not a queue name: {exc}"))
+        if not isinstance(alias, str) or alias not in connections:
+            known = ", ".join(repr(name) for name in connections)
+            errors.append(
+                _e007(
+                    f"sends queue {queue!r} to {alias!r}, which is not in settings.DATABASES; "
+                    f"expected one of {known}"
+                )
+            )
+    if errors:
+        return errors
+    if mapping and rivet_settings.STORE == "memory":
+        return [
+            _e007(
+                "routes queues to databases, but RIVET['STORE'] is 'memory'",
+                "the memory store holds every queue in this process; use 'auto'",
+            )
+        ]
+    try:
+        aliases = queue_aliases()
+    except RivetConfigError as exc:
+        return [Error(str(exc), id="rivet.E007")]
+    for alias in aliases:
+        if alias not in connections:
+            errors.append(
+                Error(
+                    f"rivet's queues live on the database alias {alias!r}, which is "
+                    "not in settings.DATABASES",
+                    id="rivet.E007",
+                )
+            )
+        elif connections[alias].vendor not in _VENDORS:
+            errors.append(
+                Error(
+                    f"rivet's queues live on the database alias {alias!r}, whose vendor is "
+                    f"{connections[alias].vendor!r}; rivet's stores run on PostgreSQL or SQLite",
+                    hint="route those queues to a PostgreSQL or SQLite alias",
+                    id="rivet.E007",
+                )
+            )
+        elif not router.allow_migrate(alias, "rivet", model_name="task"):
+            errors.append(
+                Error(
+                    f"rivet's queues live on the database alias {alias!r}, but the database "
+                    "routers do not let rivet's tables migrate there",
+                    hint=_ROUTER_HINT,
+                    id="rivet.E008",
+                )
+            )
+    return errors
+
+
+def _e007(problem: str, hint: str | None = None) -> Error:
+    return Error(
+        f"RIVET['QUEUE_DATABASES'] {problem}",
+        hint=hint
+        if hint is not None
+        else "e.g. {'emails': 'mail_db'}: exact queue names to "
+        "aliases of settings.DATABASES on PostgreSQL or SQLite",
+        id="rivet.E007",
+    )

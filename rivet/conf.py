@@ -16,6 +16,10 @@ DEFAULTS: dict[str, Any] = {
     # Store implementation: "auto" picks by the database vendor of DATABASE_ALIAS.
     "STORE": "auto",
     "DATABASE_ALIAS": "default",
+    # Queues that live on another database: {"emails": "mail_db"} (exact queue names to Django
+    # database aliases); a queue not named here lives on DATABASE_ALIAS. Routers of
+    # DATABASE_ROUTERS with a db_for_queue(queue) method are asked first (rivet.routing).
+    "QUEUE_DATABASES": {},
     "MAX_ATTEMPTS": 3,
     # Priority aging: seconds of waiting worth one priority point (None: no aging, priority
     # first). A claim takes the highest priority + seconds waited / PRIORITY_AGING_SECS.

@@ -48,6 +48,16 @@ class BatchKeyClash(InvalidInput):
         self.index = index
 
 
+class MixedDatabases(InvalidInput):
+    """One enqueue_many batch holds queues that live on different databases."""
+
+    code = "mixed_databases"
+
+    def __init__(self, message: str, *, index: int) -> None:
+        super().__init__(message, field="queue")
+        self.index = index
+
+
 class PayloadTooLarge(InvalidInput):
     """The encoded payload is larger than RIVET['MAX_PAYLOAD_BYTES']."""
 

@@ -15,7 +15,7 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from rivet.errors import InvalidInput, LeaseLost, UnknownJob, UnknownKind
 from rivet.schedules.declare import CronSchedule, code_schedules
-from rivet.stores import resolve_store
+from rivet.stores import store_for_queue
 from rivet.stores.base import Store
 from rivet.validation import Limits, build_spec, check_name
 from rivet.values import Claimed, EnqueueResult, TaskSpec
@@ -174,7 +174,7 @@ class JobDefinition(Generic[P, R]):
             max_attempts=max_attempts,
             unique_key=unique_key,
         )
-        return resolve_store(using).task_enqueue(spec)
+        return store_for_queue(spec.queue, using).task_enqueue(spec)
 
 
 class JobRegistry:

@@ -17,9 +17,10 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from rivet.errors import BatchKeyClash, InvalidInput
+from rivet.errors import BatchKeyClash, InvalidInput, MixedDatabases
 from rivet.jobs import ENQUEUE_OPTIONS, task_spec
-from rivet.stores import resolve_store
+from rivet.routing import alias_for_queue
+from rivet.stores import resolve_store, store_for_queue
 from rivet.stores.base import Store
 from rivet.validation import Limits
 from rivet.values import CancelOutcome, EnqueueResult, TaskRecord, TaskSpec
@@ -48,9 +49,9 @@ def enqueue(
     ``idem_key``: 1 to RIVET['MAX_IDEM_KEY_LENGTH'] characters of visible ASCII (0x21-0x7E:
     letters, digits, punctuation; spaces only between them), the rule of the HTTP header,
     so a key means the same task wherever it is sent from; anything else raises InvalidInput.
-    ``using`` picks the store: None for the configured one, a Django database alias, or a
-    Store. Raises InvalidInput (nothing written) for a bad value and IdempotencyMismatch when
-    ``idem_key`` already names different work.
+    ``using`` picks the store: None for the database of the queue (``rivet.routing``), a
+    Django database alias, or a Store. Raises InvalidInput (nothing written) for a bad value
+    and IdempotencyMismatch when ``idem_key`` already names different work.
     """
     spec = task_spec(
         kind,
@@ -63,7 +64,7 @@ def enqueue(
         max_attempts=max_attempts,
         unique_key=unique_key,
     )
-    return resolve_store(using).task_enqueue(spec)
+    return store_for_queue(spec.queue, using).task_enqueue(spec)
 
 
 def enqueue_many(
@@ -73,13 +74,31 @@ def enqueue_many(
 
     Each item is a dict of enqueue's arguments (``kind`` required) or a ``(kind, payload)``
     tuple. Every item is validated before anything is written; results keep the given order.
+    One batch is one transaction on one database: without ``using``, items whose queues live on
+    different databases are refused (MixedDatabases, nothing written).
     """
     limits = Limits.read()
     specs = [_item_spec(index, item, limits) for index, item in enumerate(items)]
     if not specs:
         return []
     refuse_key_clash(specs)
-    return resolve_store(using).task_enqueue_many(specs)
+    if using is None:
+        refuse_mixed_databases(specs)
+    return store_for_queue(specs[0].queue, using).task_enqueue_many(specs)
+
+
+def refuse_mixed_databases(specs: list[TaskSpec]) -> None:
+    """Raise MixedDatabases when the batch's queues live on more than one database alias."""
+    first_alias = alias_for_queue(specs[0].queue)
+    for index, spec in enumerate(specs):
+        alias = alias_for_queue(spec.queue)
+        if alias != first_alias:
+            raise MixedDatabases(
+                f"item {index}: queue {spec.queue!r} lives on the database {alias!r}, but item "
+                f"0's queue {specs[0].queue!r} lives on {first_alias!r}; one batch is one "
+                "transaction on one database: send one batch per database",
+                index=index,
+            )
 
 
 def refuse_key_clash(specs: list[TaskSpec]) -> None:

@@ -14,7 +14,7 @@ from django.contrib import messages
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
 
-from rivet.conf import rivet_settings
+from rivet.admin.databases import admin_alias, database_query
 from rivet.models import Task
 
 #: Most rows one action acts on: the confirmation page lists each of them.
@@ -64,14 +64,18 @@ class ConfirmedActions(_AdminBase):
             "tasks": tasks,
             "action_name": f"{verb}_selected",
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "database_query": database_query(admin_alias(request)),
             **context,
         }
         template = f"admin/{opts.app_label}/{opts.model_name}/confirm_{verb}.html"
         return TemplateResponse(request, template, context)
 
-    def left_alone(self, task_ids: list[int], why: Callable[[int, str], str]) -> dict[int, str]:
-        """Why an action left each of these tasks alone: ``why(id, state)`` from its state now."""
-        rows = Task.objects.using(rivet_settings.DATABASE_ALIAS).filter(pk__in=task_ids)
+    def left_alone(
+        self, alias: str, task_ids: list[int], why: Callable[[int, str], str]
+    ) -> dict[int, str]:
+        """Why an action left each of these tasks (on ``alias``) alone: ``why(id, state)`` from
+        its state now."""
+        rows = Task.objects.using(alias).filter(pk__in=task_ids)
         states = dict(rows.values_list("pk", "state"))
         return {
             task_id: GONE if task_id not in states else why(task_id, states[task_id])

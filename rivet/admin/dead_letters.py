@@ -27,13 +27,15 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
 from rivet.admin.actions import ConfirmedActions
+from rivet.admin.databases import DatabaseFilter
 from rivet.admin.large_tables import KindFilter, QueueFilter, distinct_values
 from rivet.admin.tasks import TaskAdminBase, column
-from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput
 from rivet.management.commands.rivet_dlq import PURGE_CAVEAT
 from rivet.models import DeadLetter, Task
 from rivet.producer import resolve_store
+from rivet.routing import queue_aliases
+from rivet.stores import store_for_queue
 from rivet.validation import check_name
 
 ERROR_TAIL = 90
@@ -65,7 +67,7 @@ def unless_dead(if_dead: Callable[[int], str]) -> Callable[[int, str], str]:
 @admin.register(DeadLetter)
 class DeadLetterAdmin(ConfirmedActions, TaskAdminBase):
     list_display = ("id", "queue", "kind", "attempts_of_max", "buried", "key", "last_error_end")
-    list_filter = (QueueFilter, KindFilter)
+    list_filter = (DatabaseFilter, QueueFilter, KindFilter)
     ordering = ("-updated_at", "-id")
     actions = ("requeue_selected", "purge_selected")
 
@@ -101,7 +103,7 @@ class DeadLetterAdmin(ConfirmedActions, TaskAdminBase):
         tasks = self.chosen(queryset)
         if tasks is None or not self.confirmed(request):
             return self._confirm(request, "requeue", tasks)
-        store = resolve_store()
+        store = resolve_store(queryset.db)
         done = [task for task in tasks if store.dead_requeue(task.queue, task.id)]
         done_ids = {task.id for task in done}
         missed = [task.id for task in tasks if task.id not in done_ids]
@@ -110,7 +112,9 @@ class DeadLetterAdmin(ConfirmedActions, TaskAdminBase):
         def unique_clash(task_id: int) -> str:
             return f"a pending task of the same unique job {jobs.get(task_id, '')} exists"
 
-        refused = self.left_alone([*missed, *self.gone(request, tasks)], unless_dead(unique_clash))
+        refused = self.left_alone(
+            queryset.db, [*missed, *self.gone(request, tasks)], unless_dead(unique_clash)
+        )
         if done:
             requeued = Task.objects.using(queryset.db).filter(pk__in=[t.id for t in done])
             LogEntry.objects.log_actions(
@@ -130,7 +134,7 @@ class DeadLetterAdmin(ConfirmedActions, TaskAdminBase):
         tasks = self.chosen(queryset)
         if tasks is None or not self.confirmed(request):
             return self._confirm(request, "purge", tasks)
-        store = resolve_store()
+        store = resolve_store(queryset.db)
         for queue in sorted({task.queue for task in tasks}):
             store.dead_purge(queue, task_ids=[task.id for task in tasks if task.queue == queue])
         left = set(
@@ -140,7 +144,7 @@ class DeadLetterAdmin(ConfirmedActions, TaskAdminBase):
         )
         purged = [task for task in tasks if task.id not in left]
         still_dead = unless_dead(lambda _: "still dead")
-        refused = self.left_alone([*left, *self.gone(request, tasks)], still_dead)
+        refused = self.left_alone(queryset.db, [*left, *self.gone(request, tasks)], still_dead)
         if purged:
             self.log_deletions(request, purged)
             ids = ", ".join(str(task.id) for task in purged)
@@ -176,7 +180,7 @@ class DeadLetterAdmin(ConfirmedActions, TaskAdminBase):
     def sweep_view(self, request):
         if not self.has_view_permission(request) or not self.has_requeue_permission(request):
             raise PermissionDenied("sweeping a queue needs the permission rivet.requeue_deadletter")
-        queues = distinct_values(rivet_settings.DATABASE_ALIAS, "queue")
+        queues = sorted({q for alias in queue_aliases() for q in distinct_values(alias, "queue")})
         form = SweepForm(request.POST or None, queues=queues)
         if request.method == "POST" and form.is_valid():
             return self._sweep(request, form.cleaned_data["queue"])
@@ -190,7 +194,7 @@ class DeadLetterAdmin(ConfirmedActions, TaskAdminBase):
         return TemplateResponse(request, "admin/rivet/deadletter/sweep.html", context)
 
     def _sweep(self, request, queue: str):
-        count = resolve_store().dead_sweep(queue)
+        count = store_for_queue(queue).dead_sweep(queue)
         LogEntry.objects.create(
             user_id=request.user.pk,
             content_type=ContentType.objects.get_for_model(DeadLetter, for_concrete_model=False),

@@ -23,6 +23,7 @@ from django.utils.html import format_html
 from django.utils.text import capfirst
 
 from rivet.admin.actions import ConfirmedActions
+from rivet.admin.databases import DatabaseFilter, admin_alias, database_query
 from rivet.admin.large_tables import EstimatedCountPaginator, KindFilter, QueueFilter, TaskQuerySet
 from rivet.admin.overview import queue_overview
 from rivet.conf import rivet_settings
@@ -86,7 +87,7 @@ def column(field: str, description: str, *, digits: int | None = None):
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
-    """No add, change or delete; reads go to the database alias rivet's store uses."""
+    """No add, change or delete; reads go to the database alias the page names (``databases``)."""
 
     paginator = EstimatedCountPaginator
     show_full_result_count = False
@@ -95,7 +96,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     list_per_page = 50
 
     def get_queryset(self, request):
-        return super().get_queryset(request).using(rivet_settings.DATABASE_ALIAS)
+        return super().get_queryset(request).using(admin_alias(request))
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -110,7 +111,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 class TaskAdminBase(ReadOnlyAdmin):
     """What the task and dead-letter pages share: columns, search, full payloads, counts."""
 
-    list_filter: ClassVar[tuple[Any, ...]] = (QueueFilter, "state", KindFilter)
+    list_filter: ClassVar[tuple[Any, ...]] = (DatabaseFilter, QueueFilter, "state", KindFilter)
     search_fields = ("kind",)  # shows the search box; get_search_results does the matching
     search_help_text = "Exact match on a task id, a kind or an idempotency key."
     ordering: ClassVar[tuple[str, ...]] = ("-id",)
@@ -162,7 +163,7 @@ class TaskAdminBase(ReadOnlyAdmin):
             raise PermissionDenied(f"you may not run the action {action!r} here")
         context = {
             "title": capfirst(self.model._meta.verbose_name_plural),
-            "queue_overview": queue_overview(rivet_settings.DATABASE_ALIAS),
+            "queue_overview": queue_overview(admin_alias(request)),
             **(extra_context or {}),
         }
         return super().changelist_view(request, context)
@@ -218,14 +219,14 @@ class TaskAdmin(ConfirmedActions, TaskAdminBase):
             now = timezone.now()
             rows = [(task, cancel_preview(task, now)) for task in tasks or ()]
             return self.confirm(request, "cancel", tasks, rows=rows, cancel_note=CANCEL_NOTE)
-        store = resolve_store()
+        store = resolve_store(queryset.db)
         ids: dict[CancelOutcome, list[int]] = defaultdict(list)
         for task in tasks:
             ids[store.task_cancel(task.id)].append(task.id)
         for outcome in CANCEL_REPORTS:
             self._report_cancel(request, queryset.db, outcome, ids[outcome])
         left = [*ids[CancelOutcome.FINISHED], *ids[CancelOutcome.NOT_FOUND]]
-        refused = self.left_alone([*left, *self.gone(request, tasks)], finished)
+        refused = self.left_alone(queryset.db, [*left, *self.gone(request, tasks)], finished)
         self.report_refused(request, "cancelled", refused)
         return None
 
@@ -243,7 +244,7 @@ class TaskAdmin(ConfirmedActions, TaskAdminBase):
 @admin.register(FencedWrite)
 class FencedWriteAdmin(ReadOnlyAdmin):
     list_display = ("id", "task_link", "queue", "op", "owner", "epoch", "when")
-    list_filter = ("op",)
+    list_filter = (DatabaseFilter, "op")
     search_fields = ("owner",)  # shows the search box; get_search_results does the matching
     search_help_text = "Exact match on a task id or a worker (owner)."
     ordering = ("-id",)
@@ -263,4 +264,5 @@ class FencedWriteAdmin(ReadOnlyAdmin):
     @admin.display(description="task", ordering="task_id")
     def task_link(self, fenced):
         url = reverse("admin:rivet_task_change", args=[fenced.task_id])
+        url += database_query(fenced._state.db or rivet_settings.DATABASE_ALIAS)
         return format_html('<a href="{}">task {}</a>', url, fenced.task_id)

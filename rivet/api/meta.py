@@ -30,6 +30,7 @@ from rivet.api.views import VIEW, RivetView
 from rivet.errors import RivetConfigError
 from rivet.extras import require
 from rivet.metrics import queue_exposition
+from rivet.stores import queue_stores
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -81,7 +82,9 @@ class MetricsView(RivetView):
             require("prometheus_client", extra="metrics", feature="rivet/metrics/")
         except RivetConfigError as exc:
             raise ExtraMissing(str(exc)) from exc
-        return Response(queue_exposition(self.get_store()), content_type=CONTENT_TYPE)
+        param = self.database_param()
+        stores = queue_stores() if param is None else self.get_store()
+        return Response(queue_exposition(stores), content_type=CONTENT_TYPE)
 
 
 class FloorOnly(RivetPermission):

@@ -171,13 +171,15 @@ def action_schema(
     description: str,
     parameter: OpenApiParameter,
     response: Any,
+    database: bool = False,
 ) -> Callable[[F], F]:
-    """The schema of a ``POST`` action on one object: no body, 200 with ``response``, ``errors``."""
+    """The schema of a ``POST`` action on one object: no body, 200 with ``response``, ``errors``
+    (``database``: it takes the ``?database=`` parameter)."""
     return rivet_schema(
         operation_id=operation_id,
         summary=summary,
         description=description,
-        parameters=[parameter],
+        parameters=[parameter, DATABASE] if database else [parameter],
         request=None,
         responses={200: response, **_errors(*errors)},
     )
@@ -190,6 +192,17 @@ def _name_filter(name: str, what: str) -> OpenApiParameter:
 
 
 TASK_ID = OpenApiParameter("task_id", int, OpenApiParameter.PATH, description="task id")
+DATABASE = OpenApiParameter(
+    "database",
+    str,
+    OpenApiParameter.QUERY,
+    required=False,
+    description=(
+        "the Django database alias to act on, one that holds queues (task ids are numbered by "
+        "each database); default: RIVET['DATABASE_ALIAS'] for a task id, the queue's own "
+        "database for a queue, every such database for a list of queues or the metrics"
+    ),
+)
 QUEUE = OpenApiParameter("queue", name_schema(), OpenApiParameter.PATH, description="queue name")
 
 list_tasks = rivet_schema(
@@ -201,6 +214,7 @@ list_tasks = rivet_schema(
         OpenApiParameter(
             "state", str, OpenApiParameter.QUERY, required=False, enum=TaskState.values
         ),
+        DATABASE,
     ],
     responses={200: TaskSerializer(many=True), **_errors(400, 404)},
 )
@@ -261,11 +275,12 @@ enqueue_bulk = rivet_schema(
 get_task = rivet_schema(
     operation_id="rivet_tasks_get",
     summary="One task",
-    parameters=[TASK_ID],
-    responses={200: TaskSerializer, **_errors(404)},
+    parameters=[TASK_ID, DATABASE],
+    responses={200: TaskSerializer, **_errors(400, 404)},
 )
 
 cancel_task = action_schema(
+    400,
     404,
     operation_id="rivet_tasks_cancel",
     summary="Cancel a task: bury it now, or stop it at its worker's next heartbeat",
@@ -279,18 +294,20 @@ cancel_task = action_schema(
     ),
     parameter=TASK_ID,
     response=CancelResultSerializer,
+    database=True,
 )
 
 list_queues = rivet_schema(
     operation_id="rivet_queues_list",
-    summary="Counts of every queue that holds tasks",
-    responses={200: QueueStatsSerializer(many=True), **_errors()},
+    summary="Counts of every queue that holds tasks, on every database that holds queues",
+    parameters=[DATABASE],
+    responses={200: QueueStatsSerializer(many=True), **_errors(400)},
 )
 
 get_queue = rivet_schema(
     operation_id="rivet_queues_get",
     summary="Counts of one queue",
-    parameters=[QUEUE],
+    parameters=[QUEUE, DATABASE],
     responses={200: QueueStatsSerializer, **_errors(400)},
 )
 
@@ -304,16 +321,18 @@ sweep_queue = action_schema(
     ),
     parameter=QUEUE,
     response=SweepResultSerializer,
+    database=True,
 )
 
 list_dead = rivet_schema(
     operation_id="rivet_dead_letters_list",
     summary="Dead tasks in id order (cursor pagination)",
-    parameters=[_name_filter("queue", "only this queue")],
+    parameters=[_name_filter("queue", "only this queue"), DATABASE],
     responses={200: TaskSerializer(many=True), **_errors(400, 404)},
 )
 
 requeue_dead = action_schema(
+    400,
     404,
     409,
     operation_id="rivet_dead_letters_requeue",
@@ -324,6 +343,7 @@ requeue_dead = action_schema(
     ),
     parameter=TASK_ID,
     response=TaskSerializer,
+    database=True,
 )
 
 purge_dead = rivet_schema(
@@ -333,8 +353,8 @@ purge_dead = rivet_schema(
         "Safe only past the effect service's dedup retention: sooner, a new task with the "
         "same key can make a second effect. Needs `rivet.purge_deadletter`."
     ),
-    parameters=[TASK_ID],
-    responses={204: OpenApiResponse(description="purged"), **_errors(404, 409)},
+    parameters=[TASK_ID, DATABASE],
+    responses={204: OpenApiResponse(description="purged"), **_errors(400, 404, 409)},
 )
 
 metrics = rivet_schema(
@@ -343,10 +363,13 @@ metrics = rivet_schema(
     description=(
         "Needs `rivet.view_task`, or `Authorization: Bearer <RIVET['METRICS_TOKEN']>` when "
         "that setting is set. Without the `metrics` extra (prometheus-client) the answer is "
-        "501 `extra_missing`, naming it."
+        "501 `extra_missing`, naming it. With queues on several databases each gauge has a "
+        "`database` label."
     ),
+    parameters=[DATABASE],
     responses={
         (200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="exposition text"),
-        **_errors(501),
+        # Errors are JSON here too (rivet.api.meta.json_errors), whatever the renderer.
+        **{(status, "application/json"): body for status, body in _errors(400, 501).items()},
     },
 )

@@ -229,6 +229,16 @@ class TaskSerializer(serializers.ModelSerializer):
     errors = AttemptErrorSerializer(
         many=True, help_text="every failed attempt of the whole life, oldest first, bounded"
     )
+    database = serializers.SerializerMethodField(
+        help_text="the Django database alias that holds the task (ids are per database)"
+    )
+
+    def get_database(self, task: Task) -> str:
+        return task._state.db or ""
+
+    def get_field_names(self, declared_fields, info):
+        names = super().get_field_names(declared_fields, info)
+        return [name for name in names if name != "database"] + ["database"]
 
     class Meta:
         model = Task
@@ -280,6 +290,7 @@ class QueueStatsSerializer(serializers.Serializer):
     done_estimated = serializers.BooleanField(
         help_text="done is past 10 000 and PostgreSQL's estimate, not a count"
     )
+    database = serializers.CharField(help_text="the Django database alias that holds the queue")
 
 
 class SweepResultSerializer(serializers.Serializer):

@@ -1,10 +1,15 @@
 """rivet's HTTP API views. Writes go through the Store (the calls ``rivet_dlq`` makes).
 
-The store is the configured one (``rivet.producer.resolve_store``); every task the API shows
-is read from the store's database (``Store.using``) through the ORM, one row or a page of them
-(paged with a cursor), and queue counts come from ``Store.queue_overview``. An enqueue runs on
-Django's connection for that database, so with ``ATOMIC_REQUESTS`` it commits or rolls back
-with the request.
+The store is the configured one (``rivet.producer.resolve_store``), or the one of the
+database ``?database=ALIAS`` names (an alias that holds queues, ``rivet.routing``): task ids are
+numbered by each database, so a task on another alias is addressed by its id and that
+parameter, and every task body says its ``database``. An enqueue goes to the database of its
+queue (a bulk call whose queues live on several databases is refused), a queue's counts and
+sweep to its queue's (``?database=`` wins), and the queue list
+reads every database that holds queues. Every task the API shows is read from its database
+through the ORM, one row or a page of them (paged with a cursor), and queue counts come from
+``Store.queue_overview``. An enqueue runs on Django's connection for that database, so with
+``ATOMIC_REQUESTS`` it commits or rolls back with the request.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ from rivet.api.serializers import (
 from rivet.conf import rivet_settings
 from rivet.errors import BatchKeyClash, InvalidInput, PayloadTooLarge, RivetConfigError
 from rivet.models import Task
+from rivet.routing import queue_aliases
+from rivet.stores import queue_stores, store_for_queue
 from rivet.stores.base import Store
 from rivet.validation import check_name
 from rivet.values import CancelOutcome, TaskState
@@ -109,8 +116,32 @@ class RivetView(generics.GenericAPIView):
     def get_exception_handler(self):
         return exception_handler
 
+    #: The store a write went to (the database of its queue), which the reads after it use.
+    written_to: Store | None = None
+
     def get_store(self) -> Store:
-        return producer.resolve_store()
+        """The store a write went to, else that of ``?database=``, else the configured one."""
+        if self.written_to is not None:
+            return self.written_to
+        return producer.resolve_store(self.database_param())
+
+    def queue_store(self, queue: str) -> Store:
+        """The store that holds ``queue`` (``?database=`` wins)."""
+        return store_for_queue(queue, self.database_param())
+
+    def database_param(self) -> str | None:
+        """The alias ``?database=`` names (one that holds queues), None when not given."""
+        alias = query_value(self.request.query_params, "database")
+        if alias is None:
+            return None
+        aliases = queue_aliases()
+        if alias not in aliases:
+            raise InvalidInput(
+                f"database must be an alias that holds queues ({', '.join(aliases)}), "
+                f"got {alias!r}",
+                field="database",
+            )
+        return alias
 
     def get_alias(self) -> str:
         store = self.get_store()
@@ -192,7 +223,9 @@ class TaskListCreateView(RivetView):
         incoming = EnqueueSerializer(data=request.data, context=context)
         incoming.is_valid(raise_exception=True)
         data = dict(incoming.validated_data)
-        result = producer.enqueue(data.pop("kind"), data.pop("payload", None), **data)
+        kind, payload = data.pop("kind"), data.pop("payload", None)
+        self.written_to = store_for_queue(producer.task_spec(kind, payload, **data).queue)
+        result = producer.enqueue(kind, payload, using=self.written_to, **data)
         code = status.HTTP_200_OK if result.duplicate else status.HTTP_201_CREATED
         return self.render_task(self.find_task(result.task_id), code)
 
@@ -221,7 +254,9 @@ class TaskBulkView(RivetView):
             raise serializers.ValidationError(
                 {"tasks": {str(exc.index): {"idem_key": error.detail}}}
             ) from exc
-        tasks = self._load([result.task_id for result in results])
+        if checked:  # the batch's one database (enqueue_many refused a mixed one)
+            self.written_to = store_for_queue(producer.task_spec(**checked[0]).queue)
+        tasks = self.tasks().in_bulk([result.task_id for result in results])
         body = [
             {"created": not result.duplicate, "task": TaskSerializer(tasks[result.task_id]).data}
             for result in results
@@ -255,9 +290,6 @@ class TaskBulkView(RivetView):
         if errors:
             raise serializers.ValidationError({"tasks": errors})
         return checked
-
-    def _load(self, ids: list[int]) -> dict[int, Task]:
-        return self.tasks().in_bulk(ids)
 
 
 class TaskDetailView(RivetView):
@@ -293,8 +325,14 @@ class QueueListView(RivetView):
 
     @schema.list_queues
     def get(self, request, *args, **kwargs) -> Response:
-        stats = self.get_store().queue_overview()
-        return Response(QueueStatsSerializer([s.as_dict() for s in stats], many=True).data)
+        param = self.database_param()
+        stores = queue_stores() if param is None else [(param, self.get_store())]
+        rows = [
+            {**stats.as_dict(), "database": alias}
+            for alias, store in stores
+            for stats in store.queue_overview()
+        ]
+        return Response(QueueStatsSerializer(rows, many=True).data)
 
 
 class QueueDetailView(RivetView):
@@ -304,8 +342,13 @@ class QueueDetailView(RivetView):
 
     @schema.get_queue
     def get(self, request, queue: str, *args, **kwargs) -> Response:
-        stats = self.get_store().queue_stats(check_name("queue", queue))
-        return Response(QueueStatsSerializer(stats.as_dict()).data)
+        queue = check_name("queue", queue)
+        store = self.queue_store(queue)
+        body = {**store.queue_stats(queue).as_dict(), "database": self._alias_of(store)}
+        return Response(QueueStatsSerializer(body).data)
+
+    def _alias_of(self, store: Store) -> str:
+        return store.using or rivet_settings.DATABASE_ALIAS
 
 
 class QueueSweepView(RivetView):
@@ -317,7 +360,7 @@ class QueueSweepView(RivetView):
     @schema.sweep_queue
     def post(self, request, queue: str, *args, **kwargs) -> Response:
         queue = check_name("queue", queue)
-        swept = self.get_store().dead_sweep(queue)
+        swept = self.queue_store(queue).dead_sweep(queue)
         return Response({"queue": queue, "swept": swept})
 
 

@@ -8,7 +8,9 @@ idempotency key ``rivet.tick:<schedule>:<UTC instant>`` (``rivet.schedules.cron.
 a tick that two passes both find due is one task: the second enqueue is a duplicate. That is
 what makes a tick fire once on every store, whatever the locking does; the lock only saves the
 work. On PostgreSQL and SQLite the enqueue and the watermark commit together, so a worker that
-dies mid-pass leaves the ticks due for the next pass, and none is lost. ``now`` is the
+dies mid-pass leaves the ticks due for the next pass, and none is lost (a tick whose queue lives
+on another database commits there first; its key makes the next pass's enqueue a
+duplicate). ``now`` is the
 database's clock, as for every other decision in rivet.
 """
 
@@ -27,11 +29,14 @@ from django.utils import timezone
 
 from rivet import logs
 from rivet.background import Periodic
+from rivet.conf import rivet_settings
 from rivet.errors import IdempotencyMismatch, InvalidInput
 from rivet.jobs import task_spec
+from rivet.routing import alias_for_queue
 from rivet.schedules.cron import check_cron, check_timezone, due_ticks, next_tick, tick_key
 from rivet.schedules.models import Schedule
 from rivet.schedules.values import SCHEDULED_AT, Missed, Source
+from rivet.stores import store_for_alias
 from rivet.stores.base import Store
 from rivet.values import EnqueueResult, TaskSpec
 
@@ -174,11 +179,31 @@ def _spec(row: Any, tick: datetime) -> TaskSpec:
 def _enqueue(store: Store, alias: str, specs: list[TaskSpec]) -> list[EnqueueResult | None]:
     """What each enqueue did, in order; None for a tick whose key names other work.
 
+    With the schedules on RIVET['DATABASE_ALIAS'], a tick whose queue lives on another database
+    (``rivet.routing``) is enqueued there, and commits there before the watermark does: a pass
+    that dies between the two finds the tick a duplicate (its key) next time, so it still fires
+    once. Schedules kept on another alias enqueue their ticks on it.
+    """
+    routed = store.using == alias == rivet_settings.DATABASE_ALIAS
+    targets: dict[str, list[int]] = {}
+    for index, spec in enumerate(specs):
+        target = alias_for_queue(spec.queue) if routed else alias
+        targets.setdefault(target, []).append(index)
+    results: list[EnqueueResult | None] = [None] * len(specs)
+    for target, indexes in targets.items():
+        there = store if target == alias else store_for_alias(target)
+        done = _enqueue_on(there, target, [specs[index] for index in indexes])
+        for index, result in zip(indexes, done, strict=True):
+            results[index] = result
+    return results
+
+
+def _enqueue_on(store: Store, alias: str, specs: list[TaskSpec]) -> list[EnqueueResult | None]:
+    """The ticks' enqueues on one database, all in one statement when none names other work.
+
     A key that names other work means the tick was enqueued before the schedule was edited:
     it fired, so it is not enqueued again.
     """
-    if not specs:
-        return []
     try:
         with transaction.atomic(using=alias):
             return list(store.task_enqueue_many(specs))

@@ -15,7 +15,14 @@ from collections.abc import Callable, Iterator
 from rivet.errors import InvalidInput, RivetConfigError
 from rivet.stores.base import Store
 
-__all__ = ["Store", "override_store", "resolve_store", "store_for_alias"]
+__all__ = [
+    "Store",
+    "override_store",
+    "queue_stores",
+    "resolve_store",
+    "store_for_alias",
+    "store_for_queue",
+]
 
 _overrides: list[Callable[[], Store]] = []
 _overrides_lock = threading.Lock()
@@ -27,8 +34,7 @@ def resolve_store(using: str | Store | None = None) -> Store:
     ``using`` is None for the configured store (RIVET['STORE'] on RIVET['DATABASE_ALIAS']), a
     Django database alias, or a Store (returned as it is).
     """
-    with _overrides_lock:
-        override = _overrides[-1] if _overrides else None
+    override = _override()
     if override is not None:
         return override()
     if using is None:
@@ -40,6 +46,43 @@ def resolve_store(using: str | Store | None = None) -> Store:
     raise InvalidInput(
         f"using must be a Django database alias or a rivet Store, got {type(using).__name__}"
     )
+
+
+def store_for_queue(queue: str, using: str | Store | None = None) -> Store:
+    """The store holding ``queue``: an override, then ``using``, then the queue's database.
+
+    The queue's database is ``rivet.routing.alias_for_queue``; on RIVET['DATABASE_ALIAS'] that
+    is the configured store (RIVET['STORE']), elsewhere the store of the alias's vendor.
+    """
+    if using is not None or _override() is not None:
+        return resolve_store(using)
+    from rivet.conf import rivet_settings
+    from rivet.routing import alias_for_queue
+
+    alias = alias_for_queue(queue)
+    if alias == rivet_settings.DATABASE_ALIAS:
+        return _configured_store()
+    return store_for_alias(alias)
+
+
+def queue_stores() -> list[tuple[str, Store]]:
+    """(alias, store) for every database that may hold queues (``rivet.routing.queue_aliases``),
+    RIVET['DATABASE_ALIAS'] first; under an override, only the override's store."""
+    from rivet.conf import rivet_settings
+    from rivet.routing import queue_aliases
+
+    home = rivet_settings.DATABASE_ALIAS
+    if _override() is not None:
+        return [(home, resolve_store())]
+    return [
+        (alias, _configured_store() if alias == home else store_for_alias(alias))
+        for alias in queue_aliases()
+    ]
+
+
+def _override() -> Callable[[], Store] | None:
+    with _overrides_lock:
+        return _overrides[-1] if _overrides else None
 
 
 @contextlib.contextmanager
@@ -68,7 +111,9 @@ def store_for_alias(alias: str = "default") -> Store:
 
         return SqliteStore(using=alias)
     raise RivetConfigError(
-        f"database alias {alias!r} is {vendor}; rivet stores run on PostgreSQL or SQLite"
+        f"database alias {alias!r} is {vendor}; rivet stores run on PostgreSQL or SQLite: "
+        "route rivet's queues (RIVET['DATABASE_ALIAS'], RIVET['QUEUE_DATABASES']) to an alias "
+        "of one of those"
     )
 
 

@@ -95,14 +95,15 @@ class Worker(Slots):
         retry_policy: RetryPolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
         failpoints: Failpoints | None = None,
-        metrics: bool = False,
+        metrics: bool | WorkerMetrics = False,
         pruner: Pruner | None = None,
         scheduler: Scheduler | None = None,
     ) -> None:
         """``config`` says what to do; the rest are the collaborators it is done with.
 
         ``retry_policy``: the config's unless given (a test's random source); ``metrics``:
-        count into Prometheus counters (rivet_worker serves them on --metrics-port);
+        count into Prometheus counters (rivet_worker serves them on --metrics-port), or into the
+        ones given (Workers of one process sharing them: ``rivet.worker.group``);
         ``pruner``: retention, on a thread of its own (``rivet.worker.prune``);
         ``scheduler``: enqueues due schedule ticks, on a thread of its own (``rivet.schedules``).
         """
@@ -129,11 +130,12 @@ class Worker(Slots):
         self._events = queue_module.SimpleQueue()
         self._running = {}
         self._stopping = threading.Event()
-        self.metrics = (
-            WorkerMetrics(slots=self.config.concurrency, busy=self.busy_slots)
-            if metrics
-            else NO_METRICS
-        )
+        if isinstance(metrics, WorkerMetrics):
+            self.metrics = metrics
+        elif metrics:
+            self.metrics = WorkerMetrics(slots=self.config.concurrency, busy=self.busy_slots)
+        else:
+            self.metrics = NO_METRICS
         self.reporter = Reporter(
             sender=self,
             metrics=self.metrics,

@@ -47,8 +47,8 @@ class Command(RivetCommand):
         parser.add_argument("--max-attempts", type=int, help="attempts before the task is buried")
         parser.add_argument(
             "--database",
-            help=f"Django database alias (default: RIVET['DATABASE_ALIAS'], "
-            f"now {rivet_settings.DATABASE_ALIAS!r})",
+            help="Django database alias (default: the one that holds the queue: "
+            f"RIVET['QUEUE_DATABASES'] and routers, else {rivet_settings.DATABASE_ALIAS!r})",
         )
 
     def handle(self, *args, **options):

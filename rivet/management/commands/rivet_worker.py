@@ -9,6 +9,7 @@ second signal N (exit at once); SIGABRT (-6, or 134 from a shell) a failpoint fi
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -23,11 +24,14 @@ from rivet.errors import RivetConfigError
 from rivet.extras import require
 from rivet.failpoints import Failpoints, from_settings, install
 from rivet.management.base import EXIT_UNAVAILABLE, RivetCommand
+from rivet.routing import queues_by_alias
 from rivet.schedules.declare import code_schedules
 from rivet.schedules.scheduler import Scheduler
 from rivet.stores.base import Store
 from rivet.worker import EXIT_STORE_ERROR, Worker
 from rivet.worker.config import WorkerConfig
+from rivet.worker.group import WorkerGroup
+from rivet.worker.metrics import WorkerMetrics
 from rivet.worker.options import OPTIONS
 from rivet.worker.pool import configure_pool
 from rivet.worker.process import install_signal_handlers
@@ -74,15 +78,17 @@ class Command(RivetCommand):
         except RivetConfigError as exc:
             raise CommandError(str(exc), returncode=2) from exc
         logs.configure(config.log_format)
-        check_database(config.connect_timeout)
+        groups = route_queues(config.queues)
+        for alias in groups:
+            check_database(alias, config.connect_timeout)
         import_job_modules()
-        worker = build_worker(config, failpoints=install(points))
-        serve_metrics(worker, config.metrics_port)
-        install_signal_handlers(worker)
+        group = build_group(config, groups, failpoints=install(points))
+        serve_metrics(group, config.metrics_port)
+        install_signal_handlers(group)
         try:
-            stats = worker.run()
+            stats = group.run()
         finally:
-            worker.store.close()
+            group.close()
         if stats.exit_code == EXIT_STORE_ERROR:
             raise CommandError("--once could not claim: the database failed (see the log)")
         if stats.exit_code:
@@ -99,25 +105,32 @@ def wants_json(options: dict) -> bool:
     return chosen == "json"
 
 
-def check_database(connect_timeout: float) -> None:
+def route_queues(queues: tuple[str, ...]) -> dict[str, list[str]]:
+    """The worker's queues by the database alias that holds each (``rivet.routing``); exit 2
+    when the routing names an alias that is not in DATABASES."""
+    try:
+        return queues_by_alias(queues)
+    except RivetConfigError as exc:
+        raise CommandError(str(exc), returncode=2) from exc
+
+
+def check_database(alias: str, connect_timeout: float) -> None:
     """Exit 1 with one message when the database does not answer or lacks rivet's tables."""
     try:
-        preflight(rivet_settings.DATABASE_ALIAS, connect_timeout)
+        preflight(alias, connect_timeout)
     except DatabaseUnready as exc:
         raise CommandError(str(exc), returncode=EXIT_UNAVAILABLE) from exc
 
 
-def serve_metrics(worker: Worker, port: int | None) -> None:
+def serve_metrics(worker: WorkerGroup, port: int | None) -> None:
     """Answer Prometheus scrapes on ``port`` (--metrics-port / RIVET_METRICS_PORT), if given."""
     if port is None:
         return
-    from rivet.worker.metrics import WorkerMetrics
-
     assert isinstance(worker.metrics, WorkerMetrics)  # a port is given: the worker has metrics
     try:
         worker.metrics.serve(port)
     except OSError as exc:
-        worker.store.close()
+        worker.close()
         raise CommandError(
             f"--metrics-port {port}: cannot listen there ({exc.strerror or exc}); pick a free port",
             returncode=2,
@@ -137,22 +150,52 @@ def import_job_modules() -> None:
             ) from exc
 
 
-def build_worker(config: WorkerConfig, *, failpoints: Failpoints) -> Worker:
-    """A Worker on the configured store, with the pool, metrics and retention it asks for."""
-    from rivet.stores import resolve_store
+def build_group(
+    config: WorkerConfig, groups: dict[str, list[str]], *, failpoints: Failpoints
+) -> WorkerGroup:
+    """One Worker per database alias in ``groups`` (alias -> its queues), sharing one metrics.
+
+    The schedule thread runs beside the Worker of RIVET['DATABASE_ALIAS'] (or the first one, when
+    the worker serves no queue there).
+    """
+    workers: list[Worker] = []
+    shared = None
+    if config.metrics_port is not None and len(groups) > 1:
+        slots = config.concurrency * len(groups)
+        shared = WorkerMetrics(slots=slots, busy=lambda: sum(w.busy_slots() for w in workers))
+    scheduling = rivet_settings.DATABASE_ALIAS if rivet_settings.DATABASE_ALIAS in groups else None
+    for alias, queues in groups.items():
+        one = dataclasses.replace(config, queues=tuple(queues))
+        scheduler = alias == (scheduling or next(iter(groups)))
+        workers.append(
+            build_worker(one, failpoints=failpoints, metrics=shared, scheduler=scheduler)
+        )
+    return WorkerGroup(workers)
+
+
+def build_worker(
+    config: WorkerConfig,
+    *,
+    failpoints: Failpoints,
+    metrics: WorkerMetrics | None = None,
+    scheduler: bool = True,
+) -> Worker:
+    """A Worker on the store of its queues, with the pool, metrics and retention it asks for."""
+    from rivet.stores import store_for_queue
 
     try:
-        store = resolve_store()
+        store = store_for_queue(config.queues[0])
     except RivetConfigError as exc:
         raise CommandError(str(exc), returncode=2) from exc
-    configure_pool(rivet_settings.DATABASE_ALIAS, config.pool_size, config.concurrency)
+    alias = store.using or rivet_settings.DATABASE_ALIAS
+    configure_pool(alias, config.pool_size, config.concurrency)
     return Worker(
         config,
         store=store,
         failpoints=failpoints,
-        metrics=config.metrics_port is not None,
+        metrics=metrics or config.metrics_port is not None,
         pruner=build_pruner(store, config),
-        scheduler=build_scheduler(store, config),
+        scheduler=build_scheduler(store, config) if scheduler else None,
     )
 
 

@@ -37,13 +37,27 @@ class Pooler:
     port: int
     pid: int
     server_pool: int
+    user: str = "postgres"
+
+    def server_pids(self) -> list[int]:
+        """The server backends the bouncer holds now (its admin console's SHOW SERVERS)."""
+        with psycopg.connect(
+            host="127.0.0.1",
+            port=self.port,
+            user=self.user,
+            dbname="pgbouncer",
+            autocommit=True,
+            cursor_factory=psycopg.ClientCursor,  # the console speaks the simple protocol only
+        ) as conn:
+            cursor = conn.execute("SHOW SERVERS")
+            column = [c.name for c in cursor.description or ()].index("remote_pid")
+            return [row[column] for row in cursor.fetchall()]
 
     def url(self, direct_url: str) -> str:
         """``direct_url`` pointed at this bouncer, saying it is a transaction pooler."""
         parts = urllib.parse.urlsplit(direct_url)
-        netloc = parts.netloc.rsplit("@", 1)
-        where = f"127.0.0.1:{self.port}"
-        netloc = f"{netloc[0]}@{where}" if len(netloc) == 2 else where
+        user, at, _ = parts.netloc.rpartition("@")
+        netloc = f"{user}{at}127.0.0.1:{self.port}"
         query = dict(urllib.parse.parse_qsl(parts.query))
         query["disable_server_side_cursors"] = "True"
         return urllib.parse.urlunsplit(
@@ -80,6 +94,7 @@ def _config(folder: Path, *, port: int, server: dict[str, str], server_pool: int
         "max_client_conn = 2000\n"
         "ignore_startup_parameters = extra_float_digits,options\n"
         "server_reset_query = DISCARD ALL\n"
+        f"admin_users = {user}\n"
     )
     return path
 
@@ -100,7 +115,7 @@ def running_pooler(*, server: dict[str, str], server_pool: int) -> Iterator[Pool
         )
     try:
         _wait_ready(port, server["user"], process, folder)
-        yield Pooler(port=port, pid=process.pid, server_pool=server_pool)
+        yield Pooler(port=port, pid=process.pid, server_pool=server_pool, user=server["user"])
     finally:
         process.terminate()
         try:

@@ -28,7 +28,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,7 +65,7 @@ SERVER_CONNECTIONS = """
 SELECT count(*), count(*) FILTER (WHERE query ILIKE 'LISTEN%%')
 FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid()
-    AND backend_type = 'client backend'
+    AND backend_type = 'client backend' AND NOT pid = ANY(%(besides)s)
 """
 MAX_CONNECTIONS = "SELECT current_setting('max_connections')::int"
 SYNCHRONOUS_COMMIT = "SELECT set_config('synchronous_commit', %s, false)"
@@ -88,12 +88,15 @@ class ScaleOptions:
     #: Single enqueues timed at each synchronous_commit setting; 0: not measured.
     enqueue: int = 2000
     fsync: bool = True
+    #: VACUUM the task table between the latency part and the drain; without it the drain finds
+    #: the dead index entries of the tasks just offered, as a queue does between vacuums.
+    vacuum_before_drain: bool = False
     lease_ttl: float = 30.0
     task_log_level: str = "info"
     queue: str = "scale"
     timeout: float = 120.0
     out: Path = field(default_factory=lambda: Path(settings.BASE_DIR) / "bench" / "scale.md")
-    json_path: Path | None = None  # None: scale.json beside ``out``
+    json_path: Path | None = None  # None: ``out`` with the suffix .json
     plot: Path | None = None  # None: docs/img/scaling.png
     no_plot: bool = False
 
@@ -114,7 +117,7 @@ class ScaleOptions:
 
     @property
     def json_out(self) -> Path:
-        return self.json_path or self.out.with_name("scale.json")
+        return self.json_path or self.out.with_suffix(".json")
 
     @property
     def plot_out(self) -> Path | None:
@@ -136,6 +139,7 @@ class ScaleOptions:
             f"--rate-tasks {self.rate_tasks} --concurrency {self.concurrency} "
             f"--server-pool {self.server_pool} --runs {self.runs} --enqueue {self.enqueue}"
         )
+        text += " --vacuum-before-drain" if self.vacuum_before_drain else ""
         return text + ("" if self.fsync else " --no-fsync")
 
 
@@ -210,7 +214,10 @@ class Scale:
         with connections["default"].cursor() as cursor:
             cursor.execute(MAX_CONNECTIONS)
             (limit,) = cursor.fetchone()
-            cursor.execute(SERVER_CONNECTIONS.replace("datname = current_database() AND ", ""))
+            cursor.execute(
+                SERVER_CONNECTIONS.replace("datname = current_database() AND ", ""),
+                {"besides": []},
+            )
             (used, _) = cursor.fetchone()
         needed = max(self.options.counts) * DIRECT_CONNECTIONS_PER_WORKER
         if needed > limit - used - 5:
@@ -262,7 +269,9 @@ class Scale:
         try:
             self._wait_ready(workers)
             point["latency"] = self._latency(workers)
-            point["drain"] = self._drain(workers)
+            if self.options.vacuum_before_drain:
+                self._empty(vacuum=True)
+            point["drain"] = self._drain(mode, workers)
         finally:
             for worker in workers:
                 worker.terminate()
@@ -321,8 +330,10 @@ class Scale:
             "cpu_ms": cpu.per_task_ms(before, after, figures["done"]) if figures["done"] else None,
         }
 
-    def _drain(self, workers: list[Child]) -> dict[str, Any]:
+    def _drain(self, mode: str, workers: list[Child]) -> dict[str, Any]:
         o = self.options
+        # the pooler's idle server connections are not a direct worker's
+        besides = self.pooler.server_pids() if mode == DIRECT and self.pooler else []
         items = self._items(o.tasks)
         groups = self._groups(workers)
         lsn0, _ = self._server_state()
@@ -330,7 +341,7 @@ class Scale:
         enqueue_many(items, using="default")  # one transaction: every worker woken at once
         before = cpu.snapshot(groups)
         lsn1, xid1 = self._server_state()
-        peak = self._wait_drained(workers, sample_connections=True)
+        peak = self._wait_drained(workers, sample_connections=True, besides=besides)
         after = cpu.snapshot(groups)
         lsn2, xid2 = self._server_state()
         figures = self._figures()
@@ -347,6 +358,7 @@ class Scale:
             "write_xacts_per_task": (xid2 - xid1) / done if done else None,
             "server_connections": peak[0],
             "listen_connections": peak[1],
+            "other_connections": peak[2],
         }
 
     def _groups(self, workers: list[Child]) -> dict[str, list[int]]:
@@ -379,16 +391,18 @@ class Scale:
         self._check_alive(workers)
 
     def _wait_drained(
-        self, workers: list[Child], *, sample_connections: bool = False
-    ) -> tuple[int, int]:
+        self, workers: list[Child], *, sample_connections: bool = False, besides: Sequence[int] = ()
+    ) -> tuple[int, int, int]:
         """Until nothing is pending (gives up after ``timeout`` seconds without progress);
-        with ``sample_connections``, the most server connections (and LISTENs) seen."""
-        peak, moved, last = (0, 0), time.monotonic(), -1
+        with ``sample_connections``, the most server connections seen (all, LISTENs, the
+        others), but for the backends ``besides``."""
+        peak, moved, last = (0, 0, 0), time.monotonic(), -1
         while pending := self._count(queries.PENDING_COUNT):
             self._check_alive(workers)
             if sample_connections:
-                now_used = self._connections()
-                peak = (max(peak[0], now_used[0]), max(peak[1], now_used[1]))
+                used, listening = self._connections(list(besides))
+                now = (used, listening, used - listening)
+                peak = (max(peak[0], now[0]), max(peak[1], now[1]), max(peak[2], now[2]))
             if pending != last:
                 last, moved = pending, time.monotonic()
             elif time.monotonic() - moved > self.options.timeout:
@@ -403,9 +417,9 @@ class Scale:
             cursor.execute(sql, {"queue": self.options.queue})
             return cursor.fetchone()[0]
 
-    def _connections(self) -> tuple[int, int]:
+    def _connections(self, besides: list[int]) -> tuple[int, int]:
         with connections["default"].cursor() as cursor:
-            cursor.execute(SERVER_CONNECTIONS)
+            cursor.execute(SERVER_CONNECTIONS, {"besides": besides})
             return cursor.fetchone()
 
     def _server_state(self) -> tuple[int, int]:

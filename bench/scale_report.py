@@ -8,6 +8,7 @@ there to read; each run's load average at its start is in the JSON and in the ru
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 from collections.abc import Callable, Sequence
@@ -73,8 +74,6 @@ def setup_lines(options: Any) -> list[tuple[str, str]]:
 
 
 def _loadavg() -> list[float]:
-    import os
-
     return [round(x, 2) for x in os.getloadavg()]
 
 
@@ -187,10 +186,7 @@ def render(result: dict[str, Any], *, plot: Path | None, out: Path) -> str:
     if result["enqueue"]:
         lines += _enqueue_table(result["enqueue"])
     if plot is not None:
-        try:
-            where = plot.relative_to(out.parent.resolve())
-        except ValueError:
-            where = plot
+        where = os.path.relpath(plot.resolve(), out.parent.resolve())
         lines += ["## Plot", "", f"![throughput and latency by worker count]({where})", ""]
     return "\n".join(lines)
 

@@ -104,3 +104,9 @@ def test_the_plot_is_a_png(tmp_path: Path) -> None:
     rows = summarise([point(m, n, 1, 1000.0 * n) for n in (1, 2, 4) for m in MODES])
     path = write_plot(tmp_path / "scaling.png", rows, title="test")
     assert path.read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_json_goes_beside_the_text_under_its_name(tmp_path: Path) -> None:
+    assert ScaleOptions(out=tmp_path / "scale-b.md").json_out == tmp_path / "scale-b.json"
+    named = ScaleOptions(out=tmp_path / "scale.md", json_path=tmp_path / "x.json")
+    assert named.json_out == tmp_path / "x.json"

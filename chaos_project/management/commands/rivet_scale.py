@@ -77,6 +77,12 @@ class Command(BaseCommand):
         )
         add("--no-fsync", action="store_true", help="do not run pg_test_fsync")
         add(
+            "--vacuum-before-drain",
+            action="store_true",
+            help="VACUUM the task table after the latency part, so the drain finds no dead rows "
+            "(default: it finds those of the tasks just offered, as a queue between vacuums does)",
+        )
+        add(
             "--timeout",
             type=positive_float,
             default=120.0,
@@ -88,7 +94,7 @@ class Command(BaseCommand):
             default=Path(settings.BASE_DIR) / "bench" / "scale.md",
             help="the results text " + default,
         )
-        add("--json", type=Path, help="the results as JSON (default: scale.json beside --out)")
+        add("--json", type=Path, help="the results as JSON (default: --out with the suffix .json)")
         add("--plot", type=Path, help="the figure (default: docs/img/scaling.png)")
         add("--no-plot", action="store_true", help="draw no figure")
 
@@ -121,6 +127,7 @@ def _options(options) -> ScaleOptions:
         runs=options["runs"],
         enqueue=options["enqueue"],
         fsync=not options["no_fsync"],
+        vacuum_before_drain=options["vacuum_before_drain"],
         timeout=options["timeout"],
         out=options["out"],
         json_path=options["json"],

@@ -88,8 +88,9 @@ class ScaleOptions:
     #: Single enqueues timed at each synchronous_commit setting; 0: not measured.
     enqueue: int = 2000
     fsync: bool = True
-    #: VACUUM the task table between the latency part and the drain; without it the drain finds
-    #: the dead index entries of the tasks just offered, as a queue does between vacuums.
+    #: VACUUM the task table between the latency part and the drain. It also makes the server
+    #: plan the direct workers' prepared flushes again, on the full table: without it they keep
+    #: the plans made on the near-empty table of the latency part (docs/scaling.md).
     vacuum_before_drain: bool = False
     lease_ttl: float = 30.0
     task_log_level: str = "info"

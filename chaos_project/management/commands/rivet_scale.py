@@ -79,8 +79,9 @@ class Command(BaseCommand):
         add(
             "--vacuum-before-drain",
             action="store_true",
-            help="VACUUM the task table after the latency part, so the drain finds no dead rows "
-            "(default: it finds those of the tasks just offered, as a queue between vacuums does)",
+            help="VACUUM the task table after the latency part: the drain then starts on no "
+            "dead rows, and direct workers plan their prepared flush again on the full table "
+            "(default: they keep the plan made on the near-empty table of the latency part)",
         )
         add(
             "--timeout",

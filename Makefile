@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 NOX_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test test-matrix pytest lint docs docs-serve demo bench screenshots mutation clean distclean
+.PHONY: help venv test test-matrix pytest lint docs docs-serve demo bench scale screenshots mutation clean distclean
 
 help:
 	@echo "make venv   create .venv: rivet with every extra, and the dev dependency group"
@@ -19,6 +19,7 @@ help:
 	@echo "make docs-serve  serve the documentation site with live reload (DOCS_ADDR, default $(DOCS_ADDR))"
 	@echo "make demo   run the demo on SQLite files in demo/"
 	@echo "make bench  the benchmark: bench/results.md, results.json, throughput.png (BENCH_SOAK, BENCH_PREFETCH, BENCH_ARGS)"
+	@echo "make scale  the scale study: bench/scale.md, scale.json, docs/img/scaling.png (SCALE_ARGS)"
 	@echo "make screenshots  the admin's browser tests, saving their screenshots into docs/img/"
 	@echo "make mutation  each guard of each SQL store removed in turn: conformance + 3 chaos seeds"
 	@echo "make clean  remove caches, build output and demo/ (distclean: .venv too)"
@@ -113,6 +114,16 @@ BENCH_ARGS ?=
 bench: venv
 	$(VPY) scripts/find_postgres.py run -- \
 		$(VPY) manage.py rivet_chaos bench --soak $(BENCH_SOAK) --prefetch $(BENCH_PREFETCH) $(BENCH_ARGS)
+
+# The scale study (docs/scaling.md): 1 to 64 real worker processes, directly and through
+# PgBouncer in transaction pooling (scripts/find_pgbouncer.py installs it), then the enqueue's
+# commit rate with synchronous_commit on and off beside pg_test_fsync; about 8 minutes. 64 direct
+# workers hold up to 256 server connections: the server needs max_connections above that (the
+# command refuses before starting otherwise). SCALE_ARGS adds or overrides flags.
+SCALE_ARGS ?=
+scale: venv
+	$(VPY) scripts/find_pgbouncer.py >/dev/null
+	$(VPY) scripts/find_postgres.py run -- $(VPY) manage.py rivet_scale $(SCALE_ARGS)
 
 # The mutation matrix (docs/chaos.md): each mutant in tests/mutation removes one guard of a SQL
 # store; it must fail the conformance suite and (PostgreSQL) the chaos verdict of a quick run on

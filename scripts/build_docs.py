@@ -35,6 +35,8 @@ EXPECTED = {
     "reference/openapi.yaml": "openapi: 3.",
     "img/bench-throughput.png": "",
     "img/chaos-timeline.png": "",
+    "img/scaling.png": "",
+    "img/scaling-vacuumed.png": "",
 }
 
 

@@ -32,32 +32,13 @@ from chaos_project.chaos.report import report_lines, verdict_lines
 from chaos_project.chaos.ticks import window_end
 from chaos_project.chaos.timeline import timeline_path, write_timeline
 from chaos_project.chaos.verifier import Verdict, verify
+from chaos_project.management.arguments import counts as _counts
+from chaos_project.management.arguments import interrupt as _interrupt
+from chaos_project.management.arguments import non_negative_int as _non_negative_int
+from chaos_project.management.arguments import positive_float as _positive_float
+from chaos_project.management.arguments import positive_int as _positive_int
 from rivet.dberrors import explain
 from rivet.errors import RivetError
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
-    return value
 
 
 def _prefetch(text: str) -> int | str:
@@ -91,18 +72,6 @@ def _faults(text: str) -> tuple[str, ...]:
         return tuple(sorted(parse_faults(text)))
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _counts(text: str) -> tuple[int, ...]:
-    try:
-        counts = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        counts = ()
-    if not counts or min(counts) < 1:
-        raise argparse.ArgumentTypeError(
-            f"must be a comma-separated list of integers >= 1 like 1,4,16, got {text!r}"
-        )
-    return tuple(dict.fromkeys(counts))
 
 
 class Command(BaseCommand):
@@ -558,10 +527,6 @@ class Command(BaseCommand):
     def _say(self, text: str) -> None:
         self.stdout.write(text)
         self.stdout.flush()
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def _run_options(options, *, seed: int | None) -> ChaosOptions:

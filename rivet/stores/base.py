@@ -26,6 +26,7 @@ Rules every implementation keeps (``rivet.conformance`` checks each one):
 
 from __future__ import annotations
 
+import enum
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
@@ -41,6 +42,19 @@ class ClaimFailed(StoreError):
     def __init__(self, message: str, *, settled: list[v.Settled]) -> None:
         super().__init__(message)
         self.settled = settled
+
+
+class Waiting(enum.Enum):
+    """Where a worker stands that relies on wake-ups for its queues (``Store.wait_for_wakeups``)."""
+
+    #: Every enqueue on the queues wakes it from now on, and every earlier one is visible to
+    #: its next claim; nothing to do (or the store notifies every enqueue).
+    WAITING = "waiting"
+    #: Waiting from now on: claim once more before sleeping, for what was enqueued before.
+    STARTED = "started"
+    #: An enqueue that did not notify may not have ended yet: claim again shortly, then ask
+    #: again.
+    NOT_YET = "not yet"
 
 
 class Store(ABC):
@@ -189,6 +203,14 @@ class Store(ABC):
     def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
         """Block up to ``timeout`` seconds for an enqueue signal; False when none came."""
         return False
+
+    def wait_for_wakeups(self, queues: Sequence[str], waiting: bool) -> Waiting:
+        """A worker's loop says whether it relies on wake-ups for ``queues`` (``waiting``: its
+        last claim found fewer tasks than it asked for) or has work (False). A store whose
+        enqueues wake only waiting workers (PostgreSQL's) registers it and says when its next
+        claim sees every enqueue that did not notify; the others notify every enqueue, or
+        none, and answer WAITING."""
+        return Waiting.WAITING
 
     def server_warnings(self) -> list[tuple[str, str]]:
         """(event, note) pairs about the database server that a worker should log at start:

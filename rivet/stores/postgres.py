@@ -30,6 +30,7 @@ from psycopg.rows import dict_row
 
 from rivet import logs
 from rivet.conf import rivet_settings
+from rivet.stores.base import Waiting
 from rivet.stores.bulk import BulkEnqueue
 from rivet.stores.claim import ClaimPlan, PartlyCommitted, walk_claim
 from rivet.stores.sqlfile import load_queries
@@ -59,6 +60,9 @@ ONLY_WHEN_ASKED = 2**31 - 1
 #: The direct (not pooled) connections whose session holds the worker's settings
 #: (``worker_session``: generic plans, sorting off): they ran a flush outside a transaction.
 _WORKER_SESSIONS: weakref.WeakSet[Any] = weakref.WeakSet()
+#: The connections whose session waits on queues (``wait_hold``), by connection: the queues,
+#: and whether every gate was free once (from then on every enqueue on them notifies).
+_WAITERS: weakref.WeakKeyDictionary[Any, tuple[tuple[str, ...], bool]] = weakref.WeakKeyDictionary()
 #: What a prepared statement meets behind a transaction pooler: gone from the server connection
 #: this transaction got (26000), or another client's of the same name there (42P05).
 LOST_PREPARED = (psycopg.errors.InvalidSqlStatementName, psycopg.errors.DuplicatePreparedStatement)
@@ -69,22 +73,32 @@ def _idle_autocommit(pg: psycopg.Connection) -> bool:
     return pg.autocommit and pg.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
 
+def keeps_session(pg: psycopg.Connection) -> bool:
+    """Whether ``pg``'s session holds the worker's settings or waiter locks."""
+    return pg in _WORKER_SESSIONS or pg in _WAITERS
+
+
 def end_worker_session(pg: psycopg.Connection) -> bool:
-    """Take ``worker_session``'s settings back from ``pg`` if its session holds them. False
+    """Take ``worker_session``'s settings (and ``wait_hold``'s locks) back from ``pg`` if its
+    session holds them. False
     when they stay: ``pg`` is in a transaction, or the reset failed (then close it rather than
     hand it on). For a connection that another user gets next: one going back to a pool (a
     handler's ORM queries must not run with them), or the test suite's, which outlive each
     test; a worker loop's own connection keeps them while the loop keeps it."""
-    if pg not in _WORKER_SESSIONS:
+    if pg not in _WORKER_SESSIONS and pg not in _WAITERS:
         return True
     if not pg.closed:
         if not _idle_autocommit(pg):
             return False
         try:
-            pg.execute(QUERIES["worker_session_end"])
+            if pg in _WORKER_SESSIONS:
+                pg.execute(QUERIES["worker_session_end"])
+            if pg in _WAITERS:
+                pg.execute(QUERIES["wait_release"], {"queues": list(_WAITERS[pg][0])})
         except psycopg.Error:
             return False
     _WORKER_SESSIONS.discard(pg)
+    _WAITERS.pop(pg, None)
     return True
 
 
@@ -155,7 +169,9 @@ class PostgresStore(BulkEnqueue):
 
     def __init__(self, using: str = "default") -> None:
         self.using = using
-        self._listener = WakeupListener(self._listener_params, QUERIES["listen"])
+        self._listener = WakeupListener(
+            self._listener_params, QUERIES["listen"], QUERIES["wait_hold"]
+        )
         #: A prepared statement vanished or clashed: a transaction pooler the alias did not name.
         self.pooler_detected = False
 
@@ -487,7 +503,46 @@ class PostgresStore(BulkEnqueue):
             self._listener.close()  # one opened before a pooler was detected
             time.sleep(max(float(timeout), 0.0))  # a wait, as the listener's own fallback
             return False
-        return self._listener.wait(queues, timeout, rivet_settings.NOTIFY_CHANNEL)
+        # Behind a transaction pooler the loop's session is not its own: the listening
+        # connection (which bypasses the pooler) holds the waiter locks for as long as it
+        # listens, so every enqueue on the queues notifies, as before the gate.
+        return self._listener.wait(queues, timeout, rivet_settings.NOTIFY_CHANNEL, hold=self.pooled)
+
+    def wait_for_wakeups(self, queues: Sequence[str], waiting: bool) -> Waiting:
+        """An enqueue notifies only while a session holds its queue's waiter lock (migration
+        0017's ``rivet_wake``): a notifying commit holds a lock every other notifying commit
+        waits for, so enqueues that each notified committed one at a time. The loop's
+        connection takes the locks when its claim came back short and gives them back when a
+        claim filled it; in between it tries the queues' gates, free once every enqueue that
+        saw no waiter has ended, and only then does a claim see all that will not notify.
+        """
+        if self.pooled or not self.supports_wakeup:
+            return Waiting.WAITING  # the listener holds them (above), or nothing listens
+        connection = connections[self.using]
+        if not waiting:
+            pg = connection.connection
+            if pg is not None and pg in _WAITERS:
+                held = list(_WAITERS[pg][0])
+                with self._translated("wait_release"), self._reading() as cursor:
+                    cursor.execute(self.queries["wait_release"], {"queues": held})
+                _WAITERS.pop(pg, None)
+            return Waiting.WAITING
+        if not self._listener.listening:
+            return Waiting.NOT_YET  # a notification now would reach nobody
+        names = tuple(sorted(set(queues)))
+        connection.ensure_connection()
+        pg = connection.connection
+        held, free = _WAITERS.get(pg, ((), False))
+        if held == names and free:
+            return Waiting.WAITING
+        if held and held != names:
+            self.wait_for_wakeups(held, False)
+            held = ()
+        with self._translated("wait_hold"), self._reading() as cursor:
+            cursor.execute(self.queries["wait_hold"], {"queues": list(names), "hold": not held})
+            (free,) = cursor.fetchone()
+        _WAITERS[pg] = (names, free)
+        return Waiting.STARTED if free else Waiting.NOT_YET
 
     def close(self) -> None:
         self._listener.close()

@@ -27,7 +27,7 @@ WITH inserted AS (
     ON CONFLICT DO NOTHING
     RETURNING id, queue
 )
-SELECT id, pg_notify(%(channel)s::text, queue)::text AS woken FROM inserted
+SELECT id, rivet_wake(%(channel)s::text, queue) AS woken FROM inserted
 
 -- name: enqueue_arrays
 -- Insert a small batch from arrays in the order given, skipping rows a key already has; wake
@@ -359,6 +359,17 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', false), set_config('e
 -- worker_session's settings back to the server's defaults, on a connection that outlives its
 -- use by a worker (the test suite's, between tests).
 RESET plan_cache_mode; RESET enable_sort
+
+-- name: wait_hold
+-- A worker's loop connection relies on notifications for its queues from now on (hold: the
+-- waiter locks, held by the session until wait_release; without it, the gates are tried
+-- again), then tries each queue's gate: true when every enqueue that saw no waiter and did
+-- not notify has ended (migration 0017, rivet_wake).
+SELECT rivet_wait_hold(%(queues)s::text[], %(hold)s::boolean) AS free
+
+-- name: wait_release
+-- The worker has work again: enqueues on its queues need not notify it.
+SELECT rivet_wait_release(%(queues)s::text[])
 
 -- name: claim_unsorted
 -- Inside the transaction of a settle_claim statement that claims, before it: no plan that

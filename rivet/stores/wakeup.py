@@ -26,19 +26,37 @@ class WakeupListener:
     wait reconnects. A wait that cannot listen sleeps out its timeout: polling is the fallback.
     """
 
-    def __init__(self, params: Callable[[], dict[str, Any]], listen: str) -> None:
-        """``params``: psycopg.connect's keyword arguments; ``listen``: the LISTEN query text."""
+    def __init__(self, params: Callable[[], dict[str, Any]], listen: str, hold: str) -> None:
+        """``params``: psycopg.connect's keyword arguments; ``listen``: the LISTEN query text;
+        ``hold``: the query that takes waiter locks (``wait_hold``)."""
         self._params = params
         self._listen = listen
+        self._hold = hold
         self._lock = threading.Lock()
         self._conn: psycopg.Connection | None = None
         self._channel = ""
+        #: The connection holds the waiter locks of the queues it listens for (``hold``).
+        self._holding = False
 
-    def wait(self, queues: Sequence[str], timeout: float, channel: str) -> bool:
-        """True when a notification for one of ``queues`` arrives within ``timeout`` seconds."""
+    @property
+    def listening(self) -> bool:
+        """A connection is open and listening (read without the lock: a hint, not a promise)."""
+        conn = self._conn
+        return conn is not None and not conn.closed
+
+    def wait(self, queues: Sequence[str], timeout: float, channel: str, hold: bool = False) -> bool:
+        """True when a notification for one of ``queues`` arrives within ``timeout`` seconds.
+
+        ``hold``: the listening connection also holds the queues' waiter locks (``wait_hold``)
+        for as long as it is open, so every enqueue on them notifies.
+        """
         deadline = time.monotonic() + max(float(timeout), 0.0)
         with self._lock:
             try:
+                if hold and not self._holding:
+                    conn = self._connection(channel)
+                    conn.execute(self._hold, {"queues": sorted(set(queues)), "hold": True})
+                    self._holding = True
                 return self._wait_locked(set(queues), deadline, channel)
             except psycopg.Error as exc:
                 logs.event(
@@ -80,6 +98,6 @@ class WakeupListener:
             self._close_locked()
 
     def _close_locked(self) -> None:
-        conn, self._conn = self._conn, None
+        conn, self._conn, self._holding = self._conn, None, False
         if conn is not None:
             conn.close()

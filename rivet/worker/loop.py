@@ -63,7 +63,7 @@ from rivet.conf import rivet_settings
 from rivet.failpoints import Failpoints, active
 from rivet.jobs import JobRegistry, registry
 from rivet.retry import RetryPolicy
-from rivet.stores.base import Store
+from rivet.stores.base import Store, Waiting
 from rivet.worker.attempt import Attempt, AttemptState, StopKind
 from rivet.worker.config import WorkerConfig
 from rivet.worker.ending import Reporter, describe
@@ -81,6 +81,10 @@ from rivet.worker.stats import EXIT_ABANDONED, EXIT_OK, EXIT_STORE_ERROR, Worker
 
 if TYPE_CHECKING:
     from rivet.schedules.scheduler import Scheduler
+
+#: The first wait before claiming again while an enqueue that did not notify may still be open
+#: (``Waiting.NOT_YET``); it doubles each time, up to the poll interval.
+GATE_RETRY_FIRST_SECS = 0.005
 
 
 class Worker(Slots):
@@ -154,6 +158,10 @@ class Worker(Slots):
         self.handlers = HandlerPool(self.config.concurrency, self._execute)
         self._gave_up = False
         self._requeued = False
+        self._claim_short: bool | None = None
+        #: The wait before claiming again while the store says NOT_YET (None: not waiting so).
+        self._gate_retry: float | None = None
+        self._listener: Listener | None = None
         self._exit_code = EXIT_OK
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -185,7 +193,7 @@ class Worker(Slots):
             self.pruner.start()
         if self.scheduler is not None:
             self.scheduler.start()
-        listener = self._start_listener()
+        self._listener = listener = self._start_listener()
         try:
             self._loop()
             logs.event("worker_stopping", owner=self.owner, in_flight=self._busy())
@@ -199,6 +207,7 @@ class Worker(Slots):
                 self.pruner.close()
             if self.scheduler is not None:
                 self.scheduler.close()
+            tidy_connections()  # the loop's pooled connection goes back without its session's
             connections.close_all()
         code = EXIT_ABANDONED if (stranded or self._gave_up) else self._exit_code
         stats = WorkerStats(**self.counts, exit_code=code)
@@ -252,10 +261,34 @@ class Worker(Slots):
         """Until a handler finishes, work is enqueued (LISTEN), a stop, or the poll interval.
 
         Decisions already queued are flushed at once; ones backing off, when their wait ends.
+        A loop whose claim came back short waits on wake-ups only once the store says every
+        enqueue that did not notify it is visible (``_wait_for_wakeups``); until then it
+        claims again after a short wait, doubled each time up to the poll interval.
         """
         if not self._running:
             tidy_connections(idle=True)
-        self._wait_some(self.config.poll_interval)
+        if self._wait_for_wakeups():
+            return  # claim once more before sleeping: what was enqueued before it waited
+        self._wait_some(self._gate_retry or self.config.poll_interval)
+
+    def _wait_for_wakeups(self) -> bool:
+        """Tell the store whether the loop relies on wake-ups (its last claim came back short)
+        or has work; True when the loop should claim again at once."""
+        short, self._claim_short = self._claim_short, None
+        if short is None or self._listener is None:
+            return False  # no claim since (the state stands), or no wake-ups (polling)
+        try:
+            state = self.store.wait_for_wakeups(self.config.queues, short)
+        except Exception as exc:  # noqa: BLE001 - a failed wait is only logged; polling covers
+            logs.event("wait_for_wakeups_failed", logging.WARNING, error=describe(exc))
+            tidy_connections()
+            state = Waiting.NOT_YET if short else Waiting.WAITING
+        if state is Waiting.NOT_YET:
+            doubled = 2 * (self._gate_retry or GATE_RETRY_FIRST_SECS / 2)
+            self._gate_retry = min(doubled, self.config.poll_interval)
+            return False
+        self._gate_retry = None
+        return state is Waiting.STARTED
 
     def _drain(self) -> int:
         """Wait for in-flight handlers up to shutdown_timeout; abandon the rest."""

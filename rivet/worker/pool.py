@@ -37,24 +37,27 @@ POOL_TIMEOUT_SECS = 30.0
 
 def tidy_connections(*, idle: bool = False) -> None:
     """Django's ``close_old_connections``, for the worker loop's thread, whose connection
-    carries the store's session settings for its flush (``worker_session`` in
-    ``rivet.stores.postgres``: generic plans, sorting off).
+    carries session state of the store's (``rivet.stores.postgres``: the flush's planner
+    settings, ``worker_session``, and the waiter locks of the wake-up gate, ``wait_hold``).
 
-    A connection from a pool that Django would give back gets the server's settings back first
-    (one that cannot, in a failed transaction, is closed: the pool drops it), so the handler
-    that takes it next runs the user's queries as the server plans them. ``idle`` (the loop has
-    no task): a pooled connection with no error is kept instead, since the loop's next flush
-    would take one again and set them again. Other connections close as Django closes them,
-    and a session ends with its connection.
+    A connection from a pool that Django would give back gets the server's settings back and
+    its locks released first (one that cannot, in a failed transaction, is closed: the pool
+    drops it), so the handler that takes it next runs the user's queries as the server plans
+    them. ``idle`` (the loop has no task): a connection with no error is kept instead when it
+    is pooled or holds that state: the loop waits on it (enqueues notify its session) and its
+    next flush would take one again and set it all again. Other connections close as Django
+    closes them, and a session ends with its connection.
     """
     for wrapper in connections.all(initialized_only=True):
-        if getattr(wrapper, "pool", None) is not None and wrapper.connection is not None:
-            if idle and not wrapper.errors_occurred:
-                continue
-            from rivet.stores.postgres import end_worker_session
+        pg = wrapper.connection
+        if pg is not None and wrapper.vendor == "postgresql":
+            from rivet.stores.postgres import end_worker_session, keeps_session
 
-            if not end_worker_session(wrapper.connection):
-                wrapper.connection.close()
+            pooled = getattr(wrapper, "pool", None) is not None
+            if idle and not wrapper.errors_occurred and (pooled or keeps_session(pg)):
+                continue
+            if pooled and not end_worker_session(pg):
+                pg.close()
         wrapper.close_if_unusable_or_obsolete()
 
 

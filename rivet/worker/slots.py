@@ -60,6 +60,9 @@ class Slots:
     _events: queue_module.SimpleQueue
     #: The last flush wrote a retry: runnable for the next claim, not for that one.
     _requeued: bool
+    #: What the last claim found: fewer tasks than it asked for (True: the loop relies on
+    #: wake-ups now), as many (False: it has work), or None when no claim was made since.
+    _claim_short: bool | None
 
     # -- slots and claims --------------------------------------------------------------------
 
@@ -123,7 +126,10 @@ class Slots:
             self._claim_failed(exc)
             return None
         self._applied(flushed.settled)
-        return self._take(flushed.batch, started)
+        got = self._take(flushed.batch, started)
+        if wanted > 0:
+            self._claim_short = got < wanted
+        return got
 
     def _applied(self, settled: list[Settled]) -> None:
         """The flush wrote the due decisions: report each attempt's end."""

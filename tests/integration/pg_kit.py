@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import psycopg
 from django.db import connections
 
 from rivet.validation import build_spec
@@ -35,3 +37,16 @@ def on_other_connection(work: Callable[[], Any]) -> Any:
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
+
+
+@contextlib.contextmanager
+def a_waiting_worker(queues: Sequence[str], alias: str = "default") -> Iterator[None]:
+    """A session of its own that waits on ``queues`` (the wake-up gate's waiter locks, as an
+    idle worker's loop holds them) for the ``with`` block: enqueues on them notify. A session
+    never conflicts with its own locks, so it cannot be the producer's."""
+    params = connections[alias].get_connection_params()
+    for django_only in ("cursor_factory", "context"):
+        params.pop(django_only, None)
+    with psycopg.connect(**params, autocommit=True) as waiter:
+        waiter.execute("SELECT rivet_wait_hold(%s::text[], true)", [list(queues)])
+        yield

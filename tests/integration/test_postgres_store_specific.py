@@ -23,7 +23,7 @@ from rivet.models import FencedWrite
 from rivet.stores.bulk import BULK_CHUNK
 from rivet.stores.postgres import QUERIES, SETTLE_COLUMNS, PostgresStore, end_worker_session
 from rivet.values import Ack, Lease, Settled, TaskSpec
-from tests.integration.pg_kit import on_other_connection, spec
+from tests.integration.pg_kit import a_waiting_worker, on_other_connection, spec
 
 LONG_WAIT = 60.0  # an upper bound for a wake-up that must come; never reached when it works
 SHORT_WAIT = 0.3  # how long to wait for a wake-up that must not come
@@ -64,6 +64,18 @@ def server_now() -> datetime:
 
 
 # -- LISTEN/NOTIFY ---------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _a_worker_waits(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each test here runs while a worker's session waits on its queue, as the LISTEN/NOTIFY
+    tests need: enqueues notify only then (tests/integration/test_wake_gate.py)."""
+    if "queue" not in request.fixturenames:
+        yield
+        return
+    queue = request.getfixturevalue("queue")
+    with a_waiting_worker([queue]):
+        yield
 
 
 @pytest.mark.django_db(transaction=True)

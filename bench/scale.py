@@ -62,7 +62,11 @@ SELECT pg_current_wal_lsn() - '0/0'::pg_lsn,
        pg_snapshot_xmax(pg_current_snapshot())::text::bigint
 """
 SERVER_CONNECTIONS = """
-SELECT count(*), count(*) FILTER (WHERE query ILIKE 'LISTEN%%')
+SELECT count(*), count(*) FILTER (
+    -- a listening connection's last statement: its LISTEN, or, beside a transaction pooler, the
+    -- waiter locks it takes right after (the wake-up gate, docs/scaling.md)
+    WHERE query ILIKE 'LISTEN%%' OR query LIKE 'SELECT rivet_wait_hold(%%'
+)
 FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid()
     AND backend_type = 'client backend' AND NOT pid = ANY(%(besides)s)

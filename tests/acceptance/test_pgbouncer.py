@@ -76,9 +76,12 @@ def test_a_worker_behind_a_transaction_pooler_listens_through_the_bypass_url(
 
 
 def _listening(dbname: str) -> bool:
+    """A session LISTENs: its last statement is the LISTEN, or (behind a transaction pooler)
+    the waiter locks its listening connection takes right after it (the wake-up gate)."""
     with connections["default"].cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND query LIKE 'LISTEN%%'",
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s "
+            "AND (query LIKE 'LISTEN%%' OR query LIKE 'SELECT rivet_wait_hold(%%')",
             [dbname],
         )
         return cursor.fetchone()[0] > 0

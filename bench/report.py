@@ -281,7 +281,7 @@ def _rate_targets(rows: Sequence[Row]) -> list[Target]:
 
 #: What the store's own enqueue statements cost, by target, when they alone miss it.
 ENQUEUE_STATEMENTS = {
-    "single": "a commit per call (its WAL flush) and the NOTIFY",
+    "single": "a commit per call (its WAL flush; no NOTIFY while no worker waits)",
     "bulk": "COPY into rivet_task and its indexes, through a staging table and INSERT ... "
     "SELECT when a task has a key, a delay or a priority",
 }

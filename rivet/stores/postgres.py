@@ -522,9 +522,9 @@ class PostgresStore(BulkEnqueue):
         if not waiting:
             pg = connection.connection
             if pg is not None and pg in _WAITERS:
-                held = list(_WAITERS[pg][0])
+                released = list(_WAITERS[pg][0])
                 with self._translated("wait_release"), self._reading() as cursor:
-                    cursor.execute(self.queries["wait_release"], {"queues": held})
+                    cursor.execute(self.queries["wait_release"], {"queues": released})
                 _WAITERS.pop(pg, None)
             return Waiting.WAITING
         if not self._listener.listening:

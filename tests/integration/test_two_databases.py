@@ -292,7 +292,9 @@ def tables(url: str) -> set[str]:
 
 
 def checks(ids: tuple[str, ...] = ("rivet.E007", "rivet.E008")):
-    return [m for m in run_checks() if m.id in ids]
+    # No database: Django 6.1's run_checks() otherwise hands every alias to the model checks, and
+    # the JSONField check then queries the SQLite alias, which these tests do not open.
+    return [m for m in run_checks(databases=[]) if m.id in ids]
 
 
 def test_a_queue_routed_to_an_unknown_alias_is_a_system_check_error_and_refused(settings):

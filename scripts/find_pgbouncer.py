@@ -8,7 +8,7 @@ Usage::
 ``RIVET_PGBOUNCER`` names a pgbouncer binary explicitly; otherwise ``pgbouncer`` on PATH, then
 ``/usr/sbin/pgbouncer`` (Debian's, outside a user's PATH). When none is found and we are root
 with ``apt-get``, Debian's ``pgbouncer`` package is installed. The PgBouncer tests
-(tests/integration/test_pgbouncer.py, tests/acceptance/test_pgbouncer_worker.py) are never
+(tests/integration/test_pgbouncer.py, tests/acceptance/test_pgbouncer.py) are never
 skipped: without pgbouncer they fail with the help below.
 """
 
@@ -26,7 +26,7 @@ EXIT_NO_PGBOUNCER = 3
 DEBIAN_PATH = "/usr/sbin/pgbouncer"
 HELP = """\
 rivet's PgBouncer tests (tests/integration/test_pgbouncer.py,
-tests/acceptance/test_pgbouncer_worker.py) start pgbouncer in front of the test server, and
+tests/acceptance/test_pgbouncer.py) start pgbouncer in front of the test server, and
 none was found. Get one in any of these ways, then run `make test` again:
   * Debian/Ubuntu, as root:   apt-get update && apt-get install -y pgbouncer
   * macOS:                    brew install pgbouncer

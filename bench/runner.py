@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -45,7 +44,7 @@ from django.core.management import call_command
 from django.db import connections
 from django.db.migrations.executor import MigrationExecutor
 
-from bench import ceiling, cpu
+from bench import ceiling, cpu, fleet
 from bench.bigclaim import measure_big_claim
 from bench.enqueue import PRODUCERS, measure_enqueue
 from bench.report import (
@@ -69,7 +68,6 @@ from chaos_project.kit import queries
 from chaos_project.kit.pidfd import Child, require_pidfd
 from chaos_project.kit.progress import progress
 from chaos_project.kit.services import (
-    MANAGE_PY,
     EffectService,
     database_url,
     effect_connection,
@@ -654,30 +652,14 @@ class Bench:
     def _start(self, kind: str, count: int, concurrency: int) -> list[Child]:
         extra = {"EFFECT_SERVICE_URL": self.effect_url} if kind == "effect" else {}
         env = worker_env(database_url(), **extra)
-        argv = [
-            sys.executable,
-            str(MANAGE_PY),
-            "rivet_worker",
-            *self.options.worker_args(concurrency),
-        ]
         name = f"bench-{kind}-{count}x{concurrency}"
-        return [
-            Child(
-                [*argv, "--owner", f"{name}-{n}"],
-                env=env,
-                log_path=self.log_dir / f"{name}-{n}.log",
-            )
-            for n in range(count)
-        ]
+        return fleet.start_workers(
+            name, count, self.options.worker_args(concurrency), env, self.log_dir
+        )
 
     def _wait_ready(self, workers: list[Child]) -> None:
         """Until every worker logged worker_started (offered load must not wait for start-up)."""
-        deadline = time.monotonic() + READY_TIMEOUT_SECS
-        while not all('"worker_started"' in w.log_tail(1_000_000) for w in workers):
-            self._check_alive(workers)
-            if time.monotonic() > deadline:
-                raise BenchError(f"the workers did not start within {READY_TIMEOUT_SECS:g} s")
-            time.sleep(0.1)
+        fleet.wait_ready(workers, READY_TIMEOUT_SECS, BenchError, "a benchmark worker")
 
     def _warm_up(self, kind: str, tasks: int, workers: list[Child]) -> None:
         """Drain a few tasks, then delete them: the first claims (connections opened, the wake-up
@@ -747,11 +729,7 @@ class Bench:
             return cursor.fetchone()[0]
 
     def _check_alive(self, workers: list[Child]) -> None:
-        for worker in workers:
-            if worker.poll() is not None:
-                raise BenchError(
-                    f"a benchmark worker exited ({worker.returncode}):\n{worker.log_tail()}"
-                )
+        fleet.check_alive(workers, BenchError, "a benchmark worker")
 
     # -- figures -------------------------------------------------------------------------------
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -38,12 +37,12 @@ from django.core.management import call_command
 from django.db import connections
 from django.db.migrations.executor import MigrationExecutor
 
-from bench import cpu, scale_report
+from bench import cpu, fleet, scale_report
 from bench.enqueue import commit_rate
 from bench.pooler import Pooler, running_pooler
 from chaos_project.kit import queries
 from chaos_project.kit.pidfd import Child, require_pidfd
-from chaos_project.kit.services import MANAGE_PY, database_url, worker_env
+from chaos_project.kit.services import database_url, worker_env
 from rivet.errors import RivetError
 from rivet.producer import enqueue, enqueue_many
 
@@ -294,24 +293,11 @@ class Scale:
             env = worker_env(url, RIVET_LISTEN_DATABASE_URL=self.direct_url)
         else:
             env = worker_env(self.direct_url)
-        argv = [sys.executable, str(MANAGE_PY), "rivet_worker", *self.options.worker_args()]
         name = f"scale-{mode}-{count}-run{run}"
-        return [
-            Child(
-                [*argv, "--owner", f"{name}-{n}"],
-                env=env,
-                log_path=self.log_dir / f"{name}-{n}.log",
-            )
-            for n in range(count)
-        ]
+        return fleet.start_workers(name, count, self.options.worker_args(), env, self.log_dir)
 
     def _wait_ready(self, workers: list[Child]) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_SECS
-        while not all('"worker_started"' in w.log_tail(1_000_000) for w in workers):
-            self._check_alive(workers)
-            if time.monotonic() > deadline:
-                raise ScaleError(f"the workers did not start within {READY_TIMEOUT_SECS:g} s")
-            time.sleep(0.2)
+        fleet.wait_ready(workers, READY_TIMEOUT_SECS, ScaleError, poll=0.2)
 
     def _latency(self, workers: list[Child]) -> dict[str, Any]:
         o = self.options
@@ -453,9 +439,7 @@ class Scale:
                 cursor.execute(queries.BENCH_VACUUM)
 
     def _check_alive(self, workers: list[Child]) -> None:
-        for worker in workers:
-            if worker.poll() is not None:
-                raise ScaleError(f"a worker exited ({worker.returncode}):\n{worker.log_tail()}")
+        fleet.check_alive(workers, ScaleError)
 
     # -- the commit rate ------------------------------------------------------------------------
 

@@ -24,7 +24,17 @@ from django.db import connections
 
 from chaos_project.chaos.fleet import Fleet, WorkerProcess
 from chaos_project.chaos.pacing import Pacer
-from chaos_project.chaos.plan import FAILPOINT, KILL, KINDS, ZOMBIE, ChaosPlan, Planned
+from chaos_project.chaos.plan import (
+    FAILPOINT,
+    KILL,
+    KINDS,
+    PAUSE_POINT,
+    PAUSE_POINT_BURY,
+    PAUSE_POINT_RETRY,
+    ZOMBIE,
+    ChaosPlan,
+    Planned,
+)
 from chaos_project.chaos.zombies import HEARTBEAT_POINT, Phase, Zombie
 from chaos_project.kit import queries
 from rivet.producer import cancel
@@ -43,6 +53,13 @@ SETTLE_SECS = 0.3
 PROGRESS_EVERY_SECS = 1.0
 #: A zombie paused here has its decided write's task cancelled while it sleeps (see cancel_one).
 STATE_GUARD_POINT = "after_error_before_fail"
+#: The points whose paused write is there to meet its task under another worker's lease (the
+#: epoch guard of an ack, a retry, a burial). The task can be finished instead when the zombie
+#: wakes (a one-shot task buried by the next claim at the zombie's own epoch, a cancel): the
+#: write then meets the state guard only, and a store without that epoch guard would pass. A
+#: zombie pauses at the same point again then, at most EPOCH_GUARD_RETRIES times a run.
+EPOCH_GUARD_POINTS = (PAUSE_POINT, PAUSE_POINT_RETRY, PAUSE_POINT_BURY)
+EPOCH_GUARD_RETRIES = 3
 #: An operator's cancel every this many seconds of the chaos, through ``rivet.cancel`` (the path
 #: the admin, the API and ``rivet_dlq cancel`` take): in turn a task a working worker holds (its
 #: handler may finish before its heartbeat sees the mark: the store must bury it anyway, never
@@ -76,6 +93,18 @@ def paused_tasks(log_path: Path) -> tuple[int, ...]:
                     tasks = tuple(t for t in named if isinstance(t, int))
     except OSError:
         return ()
+    return tasks
+
+
+def write_meets_no_lease(zombie: Zombie, epochs: dict[int, tuple]) -> list[int]:
+    """The tasks of a zombie's paused write, when it paused at an epoch guard's point and every
+    one of them is finished now (``epochs``: task -> (lease_epoch, attempts, state, ...)): its
+    write will meet the state guard, not the epoch guard it paused for. Otherwise []."""
+    if not zombie.paused or zombie.pause_point not in EPOCH_GUARD_POINTS:
+        return []
+    tasks = [task for task in zombie.paused_tasks if task in epochs]
+    if any(epochs[task][2] == "pending" for task in tasks):
+        return []
     return tasks
 
 
@@ -162,6 +191,7 @@ class ChaosLoop:
         self.outcome = LoopOutcome()
         self.due = list(plan.events)
         self.waiting: list[Planned] = []
+        self.epoch_guard_retries = 0
         self.open: list[Zombie] = []
         self.settling: list[tuple[WorkerProcess, float]] = []  # stopped, not yet read
         self.chaos_on = True
@@ -307,6 +337,11 @@ class ChaosLoop:
             task = zombie_tasks[0]
         else:
             paused = {task for z in self.open for task in z.paused_tasks}
+            # a zombie that paused a moment ago is not open yet (SETTLE_SECS): its log names
+            # the task of its paused write, which is left alone as an open zombie's is
+            for proc, _ in self.settling:
+                if proc.paused:
+                    paused.update(paused_tasks(proc.child.log_path))
             rows = self._rows(queries.CANCEL_PICK, {"queue": self.queue})
             picks = [row[0] for row in rows if row[0] not in paused]
             if not picks:
@@ -419,6 +454,7 @@ class ChaosLoop:
                 self.fleet.log.add(
                     ZOMBIE, reclaimed=zombie.record()["reclaimed"], seen=seen, **proc.fields()
                 )
+                self._pause_again_if_unleased(zombie, now, epochs)
         else:
             if zombie.pause_point == HEARTBEAT_POINT and not zombie.paused_write_failed:
                 zombie.paused_write_failed = heartbeat_failed_after_pause(proc.child.log_path)
@@ -441,6 +477,26 @@ class ChaosLoop:
         if zombie.phase is Phase.NOT_BITTEN and self.chaos_on:  # try it again
             slot = (zombie.slot + 1) % self.fleet.size
             self.waiting.append(Planned(at=now, kind=ZOMBIE, slot=slot))
+
+    def _pause_again_if_unleased(self, zombie: Zombie, now: float, epochs: dict) -> None:
+        """A zombie woken at an epoch guard's point whose paused write's task is finished, not
+        pending under a new lease: plan another zombie paused at that point (see
+        EPOCH_GUARD_POINTS)."""
+        if not self.chaos_on or self.epoch_guard_retries >= EPOCH_GUARD_RETRIES:
+            return
+        tasks = write_meets_no_lease(zombie, epochs)
+        if not tasks:
+            return
+        self.epoch_guard_retries += 1
+        slot = (zombie.slot + 1) % self.fleet.size
+        point = zombie.pause_point
+        self.waiting.append(Planned(at=now, kind=ZOMBIE, slot=slot, pause=True, pause_point=point))
+        states = ", ".join(f"{task} {epochs[task][2]}" for task in tasks)
+        self.fleet.log.add("pause_again", zombie=zombie.owner, point=point, tasks=tasks)
+        self.say(
+            f"zombie {zombie.owner}: its write paused at {point} will meet a finished task "
+            f"({states}), not another worker's lease; another zombie pauses there"
+        )
 
     # -- pinning a zombie's new holders -------------------------------------------------------
 

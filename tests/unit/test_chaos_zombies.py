@@ -154,6 +154,22 @@ def test_a_paused_zombie_wakes_once_the_task_its_write_is_for_was_taken() -> Non
     assert z.phase is Phase.WOKEN
 
 
+def test_an_ack_paused_for_a_task_a_claim_buried_meets_no_lease_and_is_paused_again() -> None:
+    """A one-shot task (max_attempts 1) whose zombie paused before its ack is buried by the next
+    claim at the zombie's own epoch: the late ack meets the state guard, not the epoch guard,
+    and a store whose ack ignores the epoch would pass the run (1 quick run in 15 did)."""
+    from chaos_project.chaos.loop import write_meets_no_lease
+
+    z = zombie()
+    z.paused, z.pause_point, z.paused_tasks = True, "after_effect_before_ack", (17,)
+    assert write_meets_no_lease(z, {17: (1, 1, "dead", ""), 18: (4, 4, "pending", "")}) == [17]
+    assert write_meets_no_lease(z, {17: (2, 2, "pending", None)}) == []  # a new lease: kept
+    z.pause_point = "after_error_before_fail"  # there, a finished task is what is wanted
+    assert write_meets_no_lease(z, {17: (1, 1, "dead", "")}) == []
+    z.paused, z.pause_point = False, ""  # a SIGSTOPped zombie has no paused write
+    assert write_meets_no_lease(z, {17: (1, 1, "dead", "")}) == []
+
+
 def test_the_paused_tasks_are_read_from_the_workers_last_failpoint_line(tmp_path) -> None:
     from chaos_project.chaos.loop import paused_tasks
 

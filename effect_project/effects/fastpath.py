@@ -1,21 +1,18 @@
-"""``POST /effects`` in two round trips, without Django's request machinery.
+"""``POST /effects`` in one round trip, without Django's request machinery.
 
 The service's hot path is one request shape: a JSON object under a valid Idempotency-Key. Served
 by the full stack (Django's handler and middleware, DRF's request, negotiation and renderers,
 ``@idempotent`` and the ORM) it cost about 1.7 ms of CPU in the service and six round trips to
 PostgreSQL (health check, BEGIN, dedup insert, effect insert, stored answer, COMMIT): more than
-the worker spent on the task. Here the same writes go out in two round trips, each one query
-of several statements:
-
-1. ``BEGIN`` and one statement that inserts the dedup row (``ON CONFLICT DO NOTHING``, which waits
-   on a racing uncommitted row for the key as the unique index always made it) and, only when
-   it did insert, the effect row, returning the effect's id and created_at;
-2. the stored answer (``UPDATE`` of the dedup row) and ``COMMIT``.
+the worker spent on the task. Here the same writes go out as one query of three statements
+(WRITE_SQL): ``BEGIN``; one statement that inserts the dedup row with its answer (``ON CONFLICT
+DO NOTHING``, which waits on a racing uncommitted row for the key as the unique index always
+made it) and, only when it did insert, the effect row; ``COMMIT``.
 
 So the dedup row, the effect and the answer still commit together or not at all, and a key makes
 at most one effect: the contract of ``@idempotent`` (rivet.idempotency.decorators), with the same
 fingerprint, the same answer bytes and the same headers. A key already taken is read back in a
-third round trip and replayed (200, ``Idempotent-Replay: true``), or refused with the same 422.
+second round trip and replayed (200, ``Idempotent-Replay: true``), or refused with the same 422.
 
 Anything else goes to the Django application untouched, so every error answer stays the one the
 full stack gives: another method or path, a query string, a content type other than exactly
@@ -27,8 +24,9 @@ an effect that is written) stay what they were.
 
 The connection is the thread's Django connection (CONN_MAX_AGE, closed when obsolete or after an
 error, as between Django requests) without the health check's extra round trip: a kept connection
-the server dropped fails in round trip 1, before anything could commit, so the request is sent
-again once on a new connection. A database error answers 503 through the service's own exception
+the server dropped fails at once, so the request is sent again once on a new connection (should
+the first have committed after all, the second is answered as a replay of it: the key keeps it
+one effect). A database error answers 503 through the service's own exception
 handler (``database_unavailable``, naming EFFECT_DATABASE_URL).
 """
 
@@ -48,7 +46,7 @@ from rest_framework.utils.json import strict_constant
 
 from effect_project.effects.errors import json_exception_handler
 from effect_project.effects.models import Effect
-from effect_project.effects.views import SCOPE, _effect_data
+from effect_project.effects.views import SCOPE
 from rivet import tracing
 from rivet.idempotency.conf import MAX_KEY_LENGTH, setting
 from rivet.idempotency.errors import IdempotencyKeyReused
@@ -70,24 +68,36 @@ REPLAY_HEADER = ("Idempotent-Replay", "true")
 
 _RECORD = IdempotencyRecord._meta.db_table
 _EFFECT = Effect._meta.db_table
-#: Round trip 1: the dedup row, then the effect only if the dedup row is new. One statement, so
-#: the effect's insert sees whether the dedup row's went in (a CTE's rows, not a re-read).
+#: The one round trip: BEGIN, the dedup row holding its answer already, the effect only if the
+#: dedup row went in, COMMIT. One statement, so the effect's insert sees whether the dedup row's
+#: went in (a CTE's rows, not a re-read); the effect's id comes from its own sequence and its
+#: created_at is the statement's time (as the column's default, Now(), would make it), so the
+#: answer is known before either row is written and needs no UPDATE afterwards. The answer is
+#: what the view's JSONRenderer writes: Python renders every part but those two, and created_at
+#: is spelled as DRF spells it (ISO 8601 in UTC, "Z", no fraction when it is .000000).
 WRITE_SQL = f"""
-WITH dedup AS (
-    INSERT INTO {_RECORD} (scope, key, fingerprint, response_content_type, response_body)
-    VALUES (%(scope)s, %(key)s, %(fingerprint)s, %(content_type)s, '')
+BEGIN;
+WITH effect AS (
+    SELECT nextval(pg_get_serial_sequence('{_EFFECT}', 'id')) AS id, statement_timestamp() AS at
+), answer AS (
+    SELECT id, at, %(head)s::text || id::text || %(middle)s::text
+        || to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
+        || CASE WHEN date_part('microseconds', at)::bigint %% 1000000 = 0 THEN ''
+                ELSE to_char(at AT TIME ZONE 'UTC', '.US') END
+        || 'Z"}}' AS text
+    FROM effect
+), dedup AS (
+    INSERT INTO {_RECORD}
+        (scope, key, fingerprint, response_status, response_content_type, response_body)
+    SELECT %(scope)s, %(key)s, %(fingerprint)s, 201, %(content_type)s, text FROM answer
     ON CONFLICT (scope, key) DO NOTHING
-    RETURNING id
+    RETURNING response_body
 )
-INSERT INTO {_EFFECT} (key, body)
-SELECT %(key)s, %(body)s::jsonb FROM dedup
-RETURNING id, created_at, (SELECT id FROM dedup)
+INSERT INTO {_EFFECT} (id, key, body, created_at)
+SELECT answer.id, %(key)s, %(body)s::jsonb, answer.at FROM answer, dedup
+RETURNING (SELECT response_body FROM dedup);
+COMMIT
 """
-#: Round trip 2, before COMMIT: the answer every replay of the key gets.
-ANSWER_SQL = (
-    f"UPDATE {_RECORD} SET response_status = %s, response_content_type = %s,"
-    " response_body = %s WHERE id = %s"
-)
 #: A taken key: the row another request committed (READ COMMITTED: this statement sees it).
 REPLAY_SQL = (
     f"SELECT fingerprint, response_status, response_content_type, response_body"
@@ -203,6 +213,7 @@ def _serve_once(connection, admitted: Admitted) -> Answer:
     with connection.wrap_database_errors:
         connection.ensure_connection()
         raw = connection.connection
+        render = JSONRenderer().render
         params = {
             "scope": SCOPE,
             "key": admitted.key,
@@ -210,33 +221,34 @@ def _serve_once(connection, admitted: Admitted) -> Answer:
             "content_type": CONTENT_TYPE,
             # As Django's JSONField writes it, so a row is the same whichever path wrote it.
             "body": json.dumps(admitted.data),
+            # The answer (views._effect_data, rendered) around its id and its created_at.
+            "head": '{"id":',
+            "middle": (
+                f',"key":{render(admitted.key).decode()}'
+                f',"body":{render(admitted.data).decode()},"created_at":"'
+            ),
         }
         try:
             # Django's cursors bind on the client: one execute sends several statements in one
             # simple query (one round trip), each statement's rows a result set of its own.
             cursor = raw.cursor()
             try:
-                cursor.execute(f"BEGIN; {WRITE_SQL}", params)
+                cursor.execute(WRITE_SQL, params)
             except psycopg.OperationalError:
                 if kept and raw.broken:
                     raise _Reconnect() from None
                 raise
             cursor.nextset()  # past BEGIN's result
             written = cursor.fetchone()
-            if written is None:
+            if written is None:  # the key is taken: nothing was written
                 return _replay(cursor, admitted)
-            effect_id, created_at, record_id = written
-            effect = Effect(pk=effect_id, key=admitted.key, body=admitted.data)
-            effect.created_at = created_at
-            body = JSONRenderer().render(_effect_data(effect))
-            cursor.execute(f"{ANSWER_SQL}; COMMIT", [201, CONTENT_TYPE, body.decode(), record_id])
-            return Answer(201, CONTENT_TYPE, body)
+            return Answer(201, CONTENT_TYPE, written[0].encode())
         finally:
             _end_transaction(raw)
 
 
 def _replay(cursor, admitted: Admitted) -> Answer:
-    cursor.execute(f"{REPLAY_SQL}; ROLLBACK", [SCOPE, admitted.key])
+    cursor.execute(REPLAY_SQL, [SCOPE, admitted.key])
     row = cursor.fetchone()
     if row is None:  # cannot happen: the insert found the key taken by a committed row
         raise DatabaseError(f"the dedup row of key {admitted.key!r} vanished")

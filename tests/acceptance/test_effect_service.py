@@ -260,13 +260,14 @@ FULL_STACK = "application/json; charset=utf-8"  # not the fast path's exact cont
 
 
 def _fast_path_served(effect_db, key: str) -> bool:
-    """A service backend's last query is the fast path's answer for ``key`` and its COMMIT
-    (effects/fastpath.py binds on the client, so the answer's text holds the key); Django's
-    path ends on a COMMIT of its own."""
+    """A service backend's last query is the fast path's one query for ``key`` (effects/fastpath.py:
+    BEGIN, both inserts, COMMIT; bound on the client, so its text, of which pg_stat_activity keeps
+    the first 1 024 bytes, holds the key near its start); Django's path ends on a COMMIT of its
+    own."""
     return bool(
         effect_db.scalar(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND query LIKE 'UPDATE %%' AND query LIKE '%%; COMMIT' AND strpos(query, %s) > 0",
+            "AND query LIKE '%%BEGIN;%%WITH effect AS%%' AND strpos(query, %s) > 0",
             (key,),
         )
     )

@@ -57,7 +57,8 @@ from rivet.text import key_problem, unstorable
 PATH = "/effects"
 CONTENT_TYPE = "application/json"
 #: What the full stack adds to every answer of this view: DRF's Allow, and SecurityMiddleware's
-#: three headers under the service's settings (test_effect_serving compares the two paths).
+#: three headers under the service's settings (test_effect_service's
+#: test_the_fast_path_and_the_full_stack_answer_alike compares the two paths).
 COMMON_HEADERS = [
     ("Allow", "POST, OPTIONS"),
     ("X-Content-Type-Options", "nosniff"),
@@ -123,7 +124,8 @@ class Answer(NamedTuple):
 
 
 class _Reconnect(Exception):
-    """Round trip 1 failed on a kept connection the server had closed: nothing was written."""
+    """The query failed on a kept connection the server had closed, almost surely before it ran
+    (should it have committed all the same, the query sent again finds the key and replays)."""
 
 
 def effects_application(django_application: Callable[..., Iterable[bytes]]):

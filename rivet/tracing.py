@@ -65,6 +65,15 @@ def enabled() -> bool:
     return _otel() is not None
 
 
+def recording() -> bool:
+    """Whether spans started now are recorded: opentelemetry-api is installed and the host has
+    set a tracer provider (without one, every span is a no-op)."""
+    api = _otel()
+    return api is not None and not isinstance(
+        api[0].get_tracer_provider(), api[0].ProxyTracerProvider
+    )
+
+
 def carrier() -> dict[str, str] | None:
     """The current trace context as W3C headers, or None: no current span, or no OpenTelemetry."""
     api = _otel()

@@ -254,3 +254,45 @@ def test_a_database_that_goes_away_is_503_json_naming_it(start_effect_service, e
     assert reply.json["code"] == "database_unavailable"
     assert f'database "{name}" does not exist' in reply.json["detail"]
     assert "does not exist on that server" in reply.json["detail"]
+
+
+FULL_STACK = "application/json; charset=utf-8"  # not the fast path's exact content type
+
+
+def _fast_path_served(effect_db, key: str) -> bool:
+    """A service backend's last query is the fast path's one query for ``key`` (effects/fastpath.py:
+    BEGIN, both inserts, COMMIT; bound on the client, so its text, of which pg_stat_activity keeps
+    the first 1 024 bytes, holds the key near its start); Django's path ends on a COMMIT of its
+    own."""
+    return bool(
+        effect_db.scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND query LIKE '%%BEGIN;%%WITH effect AS%%' AND strpos(query, %s) > 0",
+            (key,),
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    "first, again", [("application/json", FULL_STACK), (FULL_STACK, "application/json")]
+)
+def test_the_fast_path_and_the_full_stack_answer_alike(effect_service, effect_db, first, again):
+    """POST /effects under exactly application/json skips Django's request machinery; with a
+    charset it goes through it. Either one replays the other's answer byte for byte, with the
+    same headers, and refuses the other's key for another body with the same 422."""
+    key, body = new_key(), {"amount": 6, "note": "ü"}
+    created = effect_service.post(key, body, content_type=first)
+    assert _fast_path_served(effect_db, key) == (first == "application/json")
+    replayed = effect_service.post(key, body, content_type=again)
+    reused = effect_service.post(key, {"amount": 7}, content_type=again)
+    reused_first = effect_service.post(key, {"amount": 7}, content_type=first)
+    assert (created.status, created.replay) == (201, False)
+    assert (replayed.status, replayed.replay, replayed.text) == (200, True, created.text)
+    assert created.json["body"] == body
+    assert effect_service.get(f"/effects/{key}").json == created.json
+    assert (reused.status, reused.text) == (reused_first.status, reused_first.text)
+    assert reused.json["code"] == "idempotency_key_reused"
+    varying = {"date", "content-length", "idempotent-replay"}
+    assert set(created.headers) - varying == set(replayed.headers) - varying
+    assert set(reused.headers) == set(reused_first.headers)
+    assert (effect_db.effects(key), effect_db.dedups(key)) == (1, 1)

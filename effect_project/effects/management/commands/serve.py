@@ -23,6 +23,7 @@ from django.core.wsgi import get_wsgi_application
 from django.db import DatabaseError, connections
 from waitress.server import create_server
 
+from effect_project.effects.fastpath import effects_application
 from rivet.dberrors import explain
 
 #: An idle keep-alive connection is closed after this long (a pooled client opens another).
@@ -64,7 +65,8 @@ class Command(BaseCommand):
                 f"cannot serve: {explain(exc, 'default', 'EFFECT_DATABASE_URL')}", returncode=1
             ) from exc
         connections.close_all()  # each serving thread opens its own
-        application = get_wsgi_application()
+        # POST /effects's common case skips Django's request machinery (effects/fastpath.py).
+        application = effects_application(get_wsgi_application())
         if access_log:
             application = _access_logged(application, self.stdout)
         try:

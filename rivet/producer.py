@@ -88,10 +88,17 @@ def enqueue_many(
 
 
 def refuse_mixed_databases(specs: list[TaskSpec]) -> None:
-    """Raise MixedDatabases when the batch's queues live on more than one database alias."""
+    """Raise MixedDatabases when the batch's queues live on more than one database alias.
+
+    Each queue is routed once: a batch repeats a few queues, and routing one (the routers,
+    the settings) cost more than validating its task.
+    """
     first_alias = alias_for_queue(specs[0].queue)
+    aliases = {specs[0].queue: first_alias}
     for index, spec in enumerate(specs):
-        alias = alias_for_queue(spec.queue)
+        alias = aliases.get(spec.queue)
+        if alias is None:
+            alias = aliases[spec.queue] = alias_for_queue(spec.queue)
         if alias != first_alias:
             raise MixedDatabases(
                 f"item {index}: queue {spec.queue!r} lives on the database {alias!r}, but item "

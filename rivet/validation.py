@@ -40,15 +40,50 @@ class Limits:
 
     @classmethod
     def read(cls) -> Limits:
-        s = rivet_settings
+        """The limits of the settings now. The settings are read on every call, so a change
+        however made (override_settings, or the dict edited in place) counts at once; the
+        Limits of values seen before are reused rather than built again (an enqueue reads
+        them on every call)."""
+        values = rivet_settings.values(*_LIMIT_SETTINGS)
+        # With their types: 1 == True and 3 == 3.0, but only True allows unknown kinds, and
+        # 3.0 attempts is refused.
+        seen = (*values, *map(type, values))
+        try:
+            return _LIMITS[seen]
+        except KeyError:
+            pass
+        except TypeError:  # a value that cannot be a key (a bad setting): no reuse
+            return cls._of(values)
+        if len(_LIMITS) >= _LIMITS_KEPT:
+            _LIMITS.clear()
+        limits = _LIMITS[seen] = cls._of(values)
+        return limits
+
+    @classmethod
+    def _of(cls, values: tuple[Any, ...]) -> Limits:
+        queue, max_attempts, name, key, payload, allow_unknown_kinds = values
         return cls(
-            queue=s.QUEUE,
-            max_attempts=s.MAX_ATTEMPTS,
-            name=s.MAX_NAME_LENGTH,
-            key=s.MAX_IDEM_KEY_LENGTH,
-            payload=s.MAX_PAYLOAD_BYTES,
-            allow_unknown_kinds=s.ALLOW_UNKNOWN_KINDS is True,
+            queue=queue,
+            max_attempts=max_attempts,
+            name=name,
+            key=key,
+            payload=payload,
+            allow_unknown_kinds=allow_unknown_kinds is True,
         )
+
+
+#: The settings Limits holds, in the order of ``Limits._of``.
+_LIMIT_SETTINGS = (
+    "QUEUE",
+    "MAX_ATTEMPTS",
+    "MAX_NAME_LENGTH",
+    "MAX_IDEM_KEY_LENGTH",
+    "MAX_PAYLOAD_BYTES",
+    "ALLOW_UNKNOWN_KINDS",
+)
+#: Limits by the values (and types) of their settings; emptied when it reaches _LIMITS_KEPT entries.
+_LIMITS: dict[tuple[Any, ...], Limits] = {}
+_LIMITS_KEPT = 64
 
 
 def check_name(what: str, value: Any, limit: int | None = None) -> str:

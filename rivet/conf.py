@@ -91,6 +91,13 @@ class RivetSettings:
         user = getattr(settings, "RIVET", None) or {}
         return user.get(name, DEFAULTS[name])
 
+    def values(self, *names: str) -> tuple[Any, ...]:
+        """Several settings at once, ``settings.RIVET`` read once for them all: each read of
+        Django's lazy settings costs more than the rest of a lookup, and an enqueue needs
+        several on every call."""
+        user = getattr(settings, "RIVET", None) or {}
+        return tuple([user.get(name, DEFAULTS[name]) for name in names])
+
 
 #: The aging step rivet ranks with when PRIORITY_AGING_SECS is None: one point per ten years,
 #: longer than any task waits, so the order is priority first, then the task ready first. It is
@@ -100,8 +107,12 @@ AGING_OFF_SECS = 10 * 365.25 * 24 * 3600.0
 
 def priority_aging_secs() -> float:
     """Seconds of waiting worth one priority point, as the stores rank with it now."""
-    step = rivet_settings.PRIORITY_AGING_SECS
-    return AGING_OFF_SECS if step is None else float(step)
+    return aging_step(rivet_settings.PRIORITY_AGING_SECS)
+
+
+def aging_step(setting: Any) -> float:
+    """The aging step of a PRIORITY_AGING_SECS value (None: aging off, AGING_OFF_SECS)."""
+    return AGING_OFF_SECS if setting is None else float(setting)
 
 
 rivet_settings = RivetSettings()

@@ -17,7 +17,7 @@ from rivet.errors import InvalidInput, LeaseLost, UnknownJob, UnknownKind
 from rivet.schedules.declare import CronSchedule, code_schedules
 from rivet.stores import store_for_queue
 from rivet.stores.base import Store
-from rivet.validation import Limits, build_spec, check_name
+from rivet.validation import CURRENT_TRACE, Limits, build_spec, check_name
 from rivet.values import Claimed, EnqueueResult, TaskSpec
 
 __all__ = [
@@ -306,11 +306,18 @@ ENQUEUE_OPTIONS = frozenset(
 
 
 def task_spec(
-    kind: str, payload: Any = None, *, limits: Limits | None = None, **options: Any
+    kind: str,
+    payload: Any = None,
+    *,
+    limits: Limits | None = None,
+    trace_context: Any = CURRENT_TRACE,
+    **options: Any,
 ) -> TaskSpec:
     """Validate an enqueue and fill its defaults from the registered job, then settings.
 
-    ``limits`` are the settings read once by the caller (once per bulk call).
+    ``limits`` are the settings, and ``trace_context`` the producer's trace context
+    (``rivet.tracing.carrier()``), read once by the caller (once per bulk call); by default
+    both are read here.
     """
     limits = limits or Limits.read()
     if not ENQUEUE_OPTIONS.issuperset(options):
@@ -339,6 +346,7 @@ def task_spec(
         run_at=options.get("run_at"),
         priority=priority,
         max_attempts=max_attempts,
+        trace_context=trace_context,
     )
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from rivet import tracing
 from rivet.errors import BatchKeyClash, InvalidInput, MixedDatabases
 from rivet.jobs import ENQUEUE_OPTIONS, task_spec
 from rivet.routing import alias_for_queue
@@ -77,8 +78,8 @@ def enqueue_many(
     One batch is one transaction on one database: without ``using``, items whose queues live on
     different databases are refused (MixedDatabases, nothing written).
     """
-    limits = Limits.read()
-    specs = [_item_spec(index, item, limits) for index, item in enumerate(items)]
+    limits, trace_context = Limits.read(), tracing.carrier()  # one call, one caller's span
+    specs = [_item_spec(index, item, limits, trace_context) for index, item in enumerate(items)]
     if not specs:
         return []
     refuse_key_clash(specs)
@@ -88,10 +89,17 @@ def enqueue_many(
 
 
 def refuse_mixed_databases(specs: list[TaskSpec]) -> None:
-    """Raise MixedDatabases when the batch's queues live on more than one database alias."""
+    """Raise MixedDatabases when the batch's queues live on more than one database alias.
+
+    Each queue is routed once: a batch repeats a few queues, and routing one (the routers,
+    the settings) cost more than validating its task.
+    """
     first_alias = alias_for_queue(specs[0].queue)
+    aliases = {specs[0].queue: first_alias}
     for index, spec in enumerate(specs):
-        alias = alias_for_queue(spec.queue)
+        alias = aliases.get(spec.queue)
+        if alias is None:
+            alias = aliases[spec.queue] = alias_for_queue(spec.queue)
         if alias != first_alias:
             raise MixedDatabases(
                 f"item {index}: queue {spec.queue!r} lives on the database {alias!r}, but item "
@@ -148,12 +156,14 @@ def get_task(task_id: int, *, using: str | Store | None = None) -> TaskRecord | 
     return resolve_store(using).task_get(task_id)
 
 
-def _item_spec(index: int, item: Mapping[str, Any] | tuple, limits: Limits) -> TaskSpec:
+def _item_spec(
+    index: int, item: Mapping[str, Any] | tuple, limits: Limits, trace_context: Any
+) -> TaskSpec:
     if isinstance(item, tuple):
         if len(item) not in (1, 2):
             raise InvalidInput(f"item {index}: a tuple must be (kind, payload), got {item!r}")
-        return task_spec(*item, limits=limits)
-    if not isinstance(item, Mapping):
+        return task_spec(*item, limits=limits, trace_context=trace_context)
+    if type(item) is not dict and not isinstance(item, Mapping):  # a dict, cheaply: the usual
         raise InvalidInput(
             f"item {index}: expected a dict or a (kind, payload) tuple, got {type(item).__name__}"
         )
@@ -166,4 +176,4 @@ def _item_spec(index: int, item: Mapping[str, Any] | tuple, limits: Limits) -> T
     if "kind" not in item:
         raise InvalidInput(f"item {index}: 'kind' is required")
     # The keys are task_spec's own parameters (checked above): no copy of the item needed.
-    return task_spec(limits=limits, **item)
+    return task_spec(limits=limits, trace_context=trace_context, **item)

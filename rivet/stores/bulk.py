@@ -95,8 +95,7 @@ class BulkEnqueue(SqlStore):
 
     def _copy_direct(self, cursor: Any, specs: Sequence[TaskSpec]) -> list[EnqueueResult]:
         """COPY a chunk of plain tasks straight into rivet_task: no staging, no INSERT."""
-        params = {"count": len(specs), "queues": sorted({spec.queue for spec in specs})}
-        ids = self._rows(cursor, "direct_ids", params)[0]["ids"]
+        ids = self._chunk_ids(cursor, len(specs), sorted({spec.queue for spec in specs}))
         with cursor.copy(self.queries["direct_copy"]) as copy:
             for task_id, spec in zip(ids, specs, strict=True):
                 copy.write_row(
@@ -111,15 +110,21 @@ class BulkEnqueue(SqlStore):
                 )
         return [EnqueueResult(task_id=task_id) for task_id in ids]
 
+    def _chunk_ids(self, cursor: Any, count: int, queues: list[str]) -> list[int]:
+        """``count`` task ids from the sequence, in order; wakes ``queues`` at commit."""
+        return self._rows(cursor, "chunk_ids", {"count": count, "queues": queues})[0]["ids"]
+
     def _insert_staged(self, cursor: Any, specs: Sequence[TaskSpec]) -> dict[str, Any]:
         """COPY a chunk into the session's staging table, then insert it in one statement."""
         # Behind a transaction pooler the table lives for the transaction only (``pooled``).
         cursor.execute(stage_open(self.queries["stage_open"], pooled=self.pooled))
+        ids = self._chunk_ids(cursor, len(specs), [])  # stage_insert wakes the queues
         with cursor.copy(self.queries["stage_copy"]) as copy:
-            for position, spec in enumerate(specs):
+            for position, (task_id, spec) in enumerate(zip(ids, specs, strict=True)):
                 copy.write_row(
                     (
                         position,
+                        task_id,
                         spec.queue,
                         spec.kind,
                         spec.payload_param,

@@ -20,7 +20,7 @@ from typing import Any
 from django.db import Error as DjangoDatabaseError
 from django.db import IntegrityError, InterfaceError, OperationalError
 
-from rivet.conf import priority_aging_secs, rivet_settings
+from rivet.conf import aging_step, rivet_settings
 from rivet.errors import StoreError, StoreUnavailable
 from rivet.stores.base import ClaimFailed, Store
 from rivet.stores.claim import ClaimPlan, ClaimStatement, PartlyCommitted, walk_claim
@@ -147,10 +147,8 @@ class SqlStore(Store):
     def _common_params(self) -> dict[str, Any]:
         """Parameters every query may use: how many errors a task keeps, the seconds of waiting
         worth one priority point (claim_rank), and the dialect's own."""
-        return {
-            "errors_kept": rivet_settings.MAX_ERRORS_KEPT,
-            "aging_secs": priority_aging_secs(),
-        }
+        errors_kept, aging = rivet_settings.values("MAX_ERRORS_KEPT", "PRIORITY_AGING_SECS")
+        return {"errors_kept": errors_kept, "aging_secs": aging_step(aging)}
 
     def _rows(self, cursor: Any, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         cursor.execute(self.queries[query], {**self._common_params(), **params})

@@ -181,7 +181,7 @@ class FloatArray(ArrayText):
 class ArrayTextDumper(Dumper):
     """Sends an ``ArrayText`` as it is, typed by its class (its oid)."""
 
-    def __init__(self, cls: type, context: Any = None) -> None:
+    def __init__(self, cls: type[ArrayText], context: Any = None) -> None:
         super().__init__(cls, context)
         self.oid = cls.oid
 

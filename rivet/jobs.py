@@ -33,22 +33,45 @@ __all__ = [
 
 
 class StopSignal:
-    """The worker's lever on one running handler: set once, with the reason it must stop."""
+    """The worker's lever on one running handler: set once, with the reason it must stop.
+
+    The ``threading.Event`` a handler waits on is made by its first ``wait``: most handlers
+    never wait, and an Event (a Condition and its locks) per task was a visible part of a busy
+    worker's CPU. ``_MAKING`` orders that against ``set``, so a wait never misses a stop.
+    """
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        self._set = False
+        self._event: threading.Event | None = None
         self.reason = ""
 
     def set(self, reason: str) -> None:
-        if not self._event.is_set():
+        with _MAKING:
+            if self._set:
+                return
             self.reason = reason
-            self._event.set()
+            self._set = True
+            event = self._event
+        if event is not None:
+            event.set()
 
     def is_set(self) -> bool:
-        return self._event.is_set()
+        return self._set
 
     def wait(self, timeout: float | None) -> bool:
-        return self._event.wait(timeout)
+        event = self._event
+        if event is None:
+            with _MAKING:
+                if self._event is None:
+                    self._event = threading.Event()
+                    if self._set:
+                        self._event.set()
+                event = self._event
+        return event.wait(timeout)
+
+
+#: Orders a StopSignal's first wait (which makes its Event) against its set.
+_MAKING = threading.Lock()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -106,10 +106,15 @@ class Line:
         self.name, self.fields = name, fields
 
     def __str__(self) -> str:
-        text = self.name
-        for key, value in self.fields.items():
-            text += f" {key}={value}" if type(value) is int else f" {key}={_text(value)}"
-        return text
+        return self.name + _text_fields(self.fields)
+
+
+def _text_fields(fields: dict[str, Any]) -> str:
+    """`` key=value`` for each field, as a text line ends."""
+    text = ""
+    for key, value in fields.items():
+        text += f" {key}={value}" if type(value) is int else f" {key}={_text(value)}"
+    return text
 
 
 #: The line number a record of :func:`event` carries: the function's own.
@@ -132,6 +137,11 @@ def task_event(name: str, claimed: Any, level: int = logging.INFO, **fields: Any
     """Log a state change of one task."""
     if not logger.isEnabledFor(level):
         return  # before the fields are gathered: a routine line below the level costs this
+    if not fields:
+        handler = _direct_handler(level)
+        if handler is not None:
+            handler.emit_task_event(level, name, claimed)
+            return
     line = task_fields(claimed)
     if fields:
         line.update(fields)
@@ -191,10 +201,19 @@ def _direct_json(created: float, level: int, name: str, fields: dict[str, Any]) 
     Built by hand for the usual field types (int, str): json.dumps of the whole dict was most
     of a line's cost; anything else goes through json.dumps as the formatter would.
     """
-    text = (
+    return _json_head(created, level, name) + _json_fields(fields) + "}"
+
+
+def _json_head(created: float, level: int, name: str) -> str:
+    return (
         f'{{"ts": "{_timestamp(created)}", "level": "{_level_name(level).lower()}", '
         f'"event": {_quote(name)}, "logger": "{logger.name}"'
     )
+
+
+def _json_fields(fields: dict[str, Any]) -> str:
+    """``, "key": value`` for each field, as a JSON line ends (before its brace)."""
+    text = ""
     for key, value in fields.items():
         kind = type(value)
         if kind is int:
@@ -203,12 +222,42 @@ def _direct_json(created: float, level: int, name: str, fields: dict[str, Any]) 
             text += f", {_quote(key)}: {_quote(value)}"
         else:
             text += f", {_quote(key)}: {json.dumps(value, default=str)}"
-    return text + "}"
+    return text
 
 
 def _direct_text(created: float, level: int, name: str, fields: dict[str, Any]) -> str:
     """What TextFormatter writes for an event, without a LogRecord."""
     return f"{_timestamp(created)} {_level_name(level)} {Line(name, fields)}"
+
+
+def _task_json(created: float, level: int, name: str, claimed: Any) -> str:
+    """What ``_direct_json`` writes for a task event with no fields beyond the task's."""
+    return _json_head(created, level, name) + _task_tail(claimed, "json") + "}"
+
+
+def _task_text(created: float, level: int, name: str, claimed: Any) -> str:
+    """What ``_direct_text`` writes for a task event with no fields beyond the task's."""
+    return f"{_timestamp(created)} {_level_name(level)} {name}{_task_tail(claimed, 'text')}"
+
+
+#: Where a task's fields, written out once per format, are kept on its Claimed.
+TAILS_ATTR = "_rivet_log_tails"
+
+
+def _task_tail(claimed: Any, form: str) -> str:
+    """The task's fields as its lines end, written once per task and format: a task logs two
+    lines or more (claimed, acked), with the same fields, and a Claimed never changes."""
+    kept = getattr(claimed, "__dict__", None)
+    tails = kept.get(TAILS_ATTR) if kept is not None else None
+    if tails is None:
+        tails = {}
+        if kept is not None:
+            kept[TAILS_ATTR] = tails  # a frozen dataclass's own dict (its fields are not in it)
+    tail = tails.get(form)
+    if tail is None:
+        fields = task_fields(claimed)
+        tail = tails[form] = _json_fields(fields) if form == "json" else _text_fields(fields)
+    return tail
 
 
 def _level_name(level: int) -> str:
@@ -220,6 +269,11 @@ _LEVEL_NAMES = {level: logging.getLevelName(level) for level in (10, 20, 30, 40,
 DIRECT_FORMATS: dict[type, Callable[[float, int, str, dict[str, Any]], str]] = {
     JsonFormatter: _direct_json,
     TextFormatter: _direct_text,
+}
+#: The same, for a task event with only the task's fields (``task_event`` with none more).
+DIRECT_TASK_FORMATS: dict[type, Callable[[float, int, str, Any], str]] = {
+    JsonFormatter: _task_json,
+    TextFormatter: _task_text,
 }
 
 
@@ -270,6 +324,11 @@ class LineHandler(logging.StreamHandler):
         through the handler chain cost a busy worker more than the line itself.
         """
         self._add(DIRECT_FORMATS[type(self.formatter)](time.time(), level, name, fields), level)
+
+    def emit_task_event(self, level: int, name: str, claimed: Any) -> None:
+        """:meth:`emit_event` for a task event with only the task's fields (same line)."""
+        line = DIRECT_TASK_FORMATS[type(self.formatter)](time.time(), level, name, claimed)
+        self._add(line, level)
 
     def _add(self, line: str, level: int) -> None:
         """Hold ``line``; write the held lines now if it is a warning or they are many."""

@@ -147,14 +147,13 @@ class AttemptSpan:
 
 
 class NoSpan(AttemptSpan):
-    """No OpenTelemetry: nothing is recorded."""
+    """No OpenTelemetry, or nothing that could record the span: nothing is recorded."""
 
     def __init__(self) -> None:
         pass
 
-    @contextlib.contextmanager
-    def current(self) -> Iterator[None]:
-        yield
+    def current(self) -> contextlib.nullcontext[None]:  # type: ignore[override]
+        return _NOTHING
 
     def event(self, name: str, **attributes: Any) -> None:
         pass
@@ -164,6 +163,8 @@ class NoSpan(AttemptSpan):
 
 
 NO_SPAN = NoSpan()
+#: What ``NoSpan.current`` enters: one reusable context manager, not a generator per attempt.
+_NOTHING: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
 def start_attempt(
@@ -180,6 +181,12 @@ def start_attempt(
     if api is None:
         return NO_SPAN
     trace, propagate, tracer = api
+    if not trace_context and isinstance(
+        trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+    ):
+        # No SDK configured and no producer's context: the span would be the invalid one,
+        # entered around the handler to no effect; a worker starts one per task.
+        return NO_SPAN
     parent = propagate.extract(dict(trace_context)) if trace_context else None
     span = tracer.start_span(
         f"{ATTEMPT_SPAN} {kind}",

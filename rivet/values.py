@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -236,8 +237,9 @@ class Claimed:
             trace_context=row.get("trace_context"),
         )
 
-    @property
+    @functools.cached_property
     def lease(self) -> Lease:
+        """Built once: a worker reads it several times per task (its dicts are keyed by it)."""
         return Lease(task_id=self.task_id, epoch=self.epoch, owner=self.owner)
 
     @property

@@ -71,6 +71,8 @@ class Attempt:
         timeout_secs: float | None,
     ) -> None:
         self.claimed = claimed
+        #: The lease this attempt holds (the worker's dicts are keyed by it).
+        self.lease: Lease = claimed.lease
         self.definition = definition
         self._signal = StopSignal()
         self.context = JobContext.for_claimed(claimed, self._signal)
@@ -96,10 +98,6 @@ class Attempt:
             epoch=claimed.epoch,
             trace_context=claimed.trace_context,
         )
-
-    @property
-    def lease(self) -> Lease:
-        return self.claimed.lease
 
     @property
     def busy(self) -> bool:

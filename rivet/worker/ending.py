@@ -159,6 +159,8 @@ class Reporter:
 
     def send(self, signal: Any, attempt: Attempt, **extra: Any) -> None:
         """Send a worker signal; a receiver's exception is logged, never raised."""
+        if not signal.receivers:
+            return  # what send_robust does then, less building its arguments (per task)
         responses = signal.send_robust(
             sender=type(self.sender),
             worker=self.sender,

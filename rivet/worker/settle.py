@@ -34,7 +34,6 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from rivet import decisions, logs
@@ -54,9 +53,11 @@ WRITE_RETRY_FIRST_SECS = 0.05
 WRITE_RETRY_MAX_SECS = 1.0
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """What a handler thread hands back: a result, or the exception it raised."""
+class Outcome(NamedTuple):
+    """What a handler thread hands back: a result, or the exception it raised.
+
+    A NamedTuple, not a dataclass: one is made per attempt on the hot path.
+    """
 
     result: Any = None
     error: BaseException | None = None
@@ -173,7 +174,8 @@ class Settler:
 
     def ack(self, attempt: Attempt, result: Any) -> None:
         try:
-            json.dumps(result)
+            if result is not None:  # None is (most handlers' result, and) serialisable
+                json.dumps(result)
         except (TypeError, ValueError) as exc:
             return self.fail(attempt, TypeError(f"handler result is not JSON-serialisable: {exc}"))
         self.failpoints.fire("after_effect_before_ack", task=attempt.claimed.task_id)

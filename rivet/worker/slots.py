@@ -136,8 +136,11 @@ class Slots:
         # A retry the flush just wrote is runnable for the next claim, not for this one.
         self._requeued = Settled.RETRIED in settled
         if settled:
-            self._report(*self.settler.applied(settled))
-            self._forget_finished()
+            ends = self.settler.applied(settled)
+            self._report(*ends)
+            for ended in ends:  # those whose handler returned: forgotten (not every attempt
+                if ended.attempt.state is AttemptState.FINISHED:  # looked at per flush)
+                    self._running.pop(ended.attempt.lease, None)
 
     def _report(self, *ends: Ended | None) -> None:
         for ended in ends:
@@ -207,7 +210,7 @@ class Slots:
             return
         try:
             self.reporter.send(signals.task_processing, attempt)
-            if "before_effect" not in fired_by(definition.handler):
+            if self.failpoints.armed and "before_effect" not in fired_by(definition.handler):
                 self.failpoints.fire("before_effect")
             began = time.perf_counter()
             try:

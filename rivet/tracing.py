@@ -67,10 +67,14 @@ def enabled() -> bool:
 
 def recording() -> bool:
     """Whether spans started now are recorded: opentelemetry-api is installed and the host has
-    set a tracer provider (without one, every span is a no-op)."""
+    set a tracer provider that records (without one, or with the no-op one, every span is a
+    no-op)."""
     api = _otel()
-    return api is not None and not isinstance(
-        api[0].get_tracer_provider(), api[0].ProxyTracerProvider
+    if api is None:
+        return False
+    trace = api[0]
+    return not isinstance(
+        trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
     )
 
 
@@ -181,9 +185,7 @@ def start_attempt(
     if api is None:
         return NO_SPAN
     trace, propagate, tracer = api
-    if not trace_context and isinstance(
-        trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
-    ):
+    if not trace_context and not recording():
         # No SDK configured and no producer's context: the span would be the invalid one,
         # entered around the handler to no effect; a worker starts one per task.
         return NO_SPAN

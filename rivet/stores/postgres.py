@@ -31,7 +31,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
 from rivet import logs
-from rivet.conf import aging_step, rivet_settings
+from rivet.conf import rivet_settings
 from rivet.stores.base import Waiting
 from rivet.stores.bulk import BulkEnqueue
 from rivet.stores.claim import ClaimPlan, PartlyCommitted, walk_claim
@@ -267,6 +267,7 @@ class PostgresStore(BulkEnqueue):
 
     name = "postgres"
     queries = QUERIES
+    DIALECT_SETTINGS = (("channel", "NOTIFY_CHANNEL"),)
     driver_errors = (psycopg.Error,)
     transient_errors = (psycopg.OperationalError, psycopg.InterfaceError)
 
@@ -298,13 +299,6 @@ class PostgresStore(BulkEnqueue):
     def supports_wakeup(self) -> bool:  # type: ignore[override]
         """LISTEN works unless a transaction pooler sits between and no bypass is configured."""
         return not self.pooled or bool(rivet_settings.LISTEN_DATABASE_URL)
-
-    def _common_params(self) -> dict[str, Any]:
-        # The settings read at once (every statement sends them), not SqlStore's and then one.
-        errors_kept, aging, channel = rivet_settings.values(
-            "MAX_ERRORS_KEPT", "PRIORITY_AGING_SECS", "NOTIFY_CHANNEL"
-        )
-        return {"errors_kept": errors_kept, "aging_secs": aging_step(aging), "channel": channel}
 
     @contextmanager
     def _reading(self) -> Iterator[Any]:

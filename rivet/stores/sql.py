@@ -144,11 +144,20 @@ class SqlStore(Store):
         error.__cause__ = exc
         return error
 
+    #: A dialect's own parameters every query may use, as (parameter, RIVET setting).
+    DIALECT_SETTINGS: tuple[tuple[str, str], ...] = ()
+
     def _common_params(self) -> dict[str, Any]:
         """Parameters every query may use: how many errors a task keeps, the seconds of waiting
-        worth one priority point (claim_rank), and the dialect's own."""
-        errors_kept, aging = rivet_settings.values("MAX_ERRORS_KEPT", "PRIORITY_AGING_SECS")
-        return {"errors_kept": errors_kept, "aging_secs": aging_step(aging)}
+        worth one priority point (claim_rank), and the dialect's own; the settings read at once
+        (every statement sends them)."""
+        names = [setting for _, setting in self.DIALECT_SETTINGS]
+        errors_kept, aging, *own = rivet_settings.values(
+            "MAX_ERRORS_KEPT", "PRIORITY_AGING_SECS", *names
+        )
+        params = {"errors_kept": errors_kept, "aging_secs": aging_step(aging)}
+        params.update(zip([param for param, _ in self.DIALECT_SETTINGS], own, strict=True))
+        return params
 
     def _rows(self, cursor: Any, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         cursor.execute(self.queries[query], {**self._common_params(), **params})

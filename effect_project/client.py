@@ -122,6 +122,18 @@ def fetch_verify(url: str, *, timeout: float = 10.0) -> dict[str, Any]:
     return _decode(text, status)
 
 
+def fetch_health(url: str, *, timeout: float = 2.0) -> dict[str, Any]:
+    """``GET <url>/health``: the service answers and reaches its database (no table is read,
+    unlike /verify); raises EffectUnavailable otherwise."""
+    status, _, text = _send(
+        "GET",
+        _endpoint(url, "health"),
+        headers={"Accept": "application/json"},
+        timeout=urllib3.Timeout(connect=min(CONNECT_TIMEOUT_SECS, timeout), read=timeout),
+    )
+    return _decode(text, status)
+
+
 def pool() -> urllib3.PoolManager:
     """This process's connection pool (a new one after a fork: sockets are not shared)."""
     return _process_pools()[0]

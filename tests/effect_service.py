@@ -172,7 +172,7 @@ def start_service(
 
 def _answers(service: EffectService) -> bool:
     try:
-        return service.get("/verify").status == 200
+        return service.get("/health").status == 200
     except OSError:
         return False
 

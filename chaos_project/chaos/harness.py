@@ -44,7 +44,13 @@ from chaos_project.kit.services import (
     free_port,
     worker_env,
 )
-from effect_project.client import EffectError, EffectUnavailable, fetch_verify, post_effect
+from effect_project.client import (
+    EffectError,
+    EffectUnavailable,
+    fetch_health,
+    fetch_verify,
+    post_effect,
+)
 from rivet.errors import RivetError
 from rivet.producer import enqueue_many
 
@@ -459,7 +465,7 @@ class ChaosRun:
 
 def _answers(url: str) -> bool:
     try:
-        fetch_verify(url, timeout=2.0)
+        fetch_health(url, timeout=2.0)
     except EffectUnavailable:
         return False
     return True

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import connections
 
 from chaos_project.kit.pidfd import open_children
-from effect_project.client import EffectUnavailable, fetch_verify
+from effect_project.client import EffectUnavailable, fetch_health
 from rivet.errors import RivetConfigError
 
 MANAGE_PY = Path(settings.BASE_DIR) / "manage.py"
@@ -130,6 +130,7 @@ class EffectService:
         if hasattr(os, "pidfd_open"):
             self._pidfd = os.pidfd_open(self.process.pid)
         deadline = time.monotonic() + timeout
+        last = "no answer yet"
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 err = self._output()[-2000:]
@@ -138,12 +139,16 @@ class EffectService:
                     f"the effect service exited with {self.process.returncode}: {err}"
                 )
             try:
-                fetch_verify(self.url, timeout=1.0)
+                fetch_health(self.url, timeout=1.0)
                 return self
-            except EffectUnavailable:
+            except EffectUnavailable as exc:
+                last = str(exc)
                 time.sleep(0.2)
         self.stop()
-        raise RuntimeError(f"the effect service did not answer at {self.url} within {timeout}s")
+        raise RuntimeError(
+            f"the effect service did not answer GET {self.url}/health within {timeout}s "
+            f"(last: {last})"
+        )
 
     def _spawn(self) -> subprocess.Popen:
         options = {"env": self._env, "cwd": settings.BASE_DIR, "stdin": subprocess.DEVNULL}

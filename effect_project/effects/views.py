@@ -1,10 +1,11 @@
-"""The effect API: POST /effects (idempotent), GET /effects/<key>, GET /verify."""
+"""The effect API: POST /effects (idempotent), GET /effects/<key>, GET /verify, GET /health."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Count, Exists, OuterRef
 from django.db.models.functions import Now
 from rest_framework import serializers
@@ -69,6 +70,21 @@ class EffectDetailView(APIView):
         if effect is None:
             raise NotFound(f"no effect has the key {key!r}")
         return Response(EffectSerializer(effect).data)
+
+
+class HealthView(APIView):
+    """Whether the service serves and reaches its database: one ``SELECT 1``, no table read.
+
+    What a supervisor, a load balancer or a harness waits on before sending work. ``/verify``
+    counts every effect, which takes seconds once the tables hold a few hundred thousand rows,
+    and waits behind any lock on them. A database that does not answer is the service's usual
+    503 (``database_unavailable``)."""
+
+    def get(self, request: Request) -> Response:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+        return Response({"ok": True})
 
 
 class VerifyView(APIView):

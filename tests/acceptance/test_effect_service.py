@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import threading
+import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -216,6 +218,22 @@ def test_verify_counts_effects_and_reports_broken_invariants(effect_service, eff
     }
 
 
+def test_health_answers_while_verify_waits_behind_a_lock_on_the_effects(
+    effect_service, effect_db
+):
+    """What harnesses wait on after a start: it reads no table, so a big or locked effect table
+    (where /verify takes seconds or waits) cannot keep the service from looking up."""
+    with psycopg.connect(effect_db.url) as holder, ThreadPoolExecutor(1) as pool:
+        holder.execute("LOCK TABLE effects_effect IN ACCESS EXCLUSIVE MODE")
+        verify = pool.submit(effect_service.get, "/verify")
+        effect_db.wait_for_lock_waiter()  # /verify is stuck behind the lock
+        with urllib.request.urlopen(effect_service.url + "/health", timeout=5) as response:
+            assert (response.status, json.loads(response.read())) == (200, {"ok": True})
+        assert not verify.done()
+        holder.commit()
+        assert verify.result().json["ok"]
+
+
 def test_get_effect_by_key(effect_service, effect_db):
     key = "pay/1 with space"
     created = effect_service.post(key, {"amount": 100})
@@ -254,6 +272,8 @@ def test_a_database_that_goes_away_is_503_json_naming_it(start_effect_service, e
     assert reply.json["code"] == "database_unavailable"
     assert f'database "{name}" does not exist' in reply.json["detail"]
     assert "does not exist on that server" in reply.json["detail"]
+    health = service.get("/health")
+    assert (health.status, health.json["code"]) == (503, "database_unavailable"), health.text
 
 
 FULL_STACK = "application/json; charset=utf-8"  # not the fast path's exact content type

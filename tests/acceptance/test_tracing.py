@@ -85,8 +85,8 @@ def test_one_trace_from_the_request_through_two_attempts_to_one_effect_write(
     root = request.get_span_context()
     every = read_spans(folder)
     found = [span for span in every if span["trace_id"] == format(root.trace_id, "032x")]
-    # Outside the trace: only the service's own readiness checks (GET /verify).
-    assert {span["name"] for span in every if span not in found} <= {"GET /verify"}
+    # Outside the trace: only the service's own readiness checks (GET /health).
+    assert {span["name"] for span in every if span not in found} <= {"GET /health"}
     attempts = sorted(
         (s for s in found if s["name"] == "rivet.attempt effect"),
         key=lambda s: s["attributes"]["rivet.attempt"],

@@ -218,9 +218,7 @@ def test_verify_counts_effects_and_reports_broken_invariants(effect_service, eff
     }
 
 
-def test_health_answers_while_verify_waits_behind_a_lock_on_the_effects(
-    effect_service, effect_db
-):
+def test_health_answers_while_verify_waits_behind_a_lock_on_the_effects(effect_service, effect_db):
     """What harnesses wait on after a start: it reads no table, so a big or locked effect table
     (where /verify takes seconds or waits) cannot keep the service from looking up."""
     with psycopg.connect(effect_db.url) as holder, ThreadPoolExecutor(1) as pool:

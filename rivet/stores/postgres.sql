@@ -240,6 +240,13 @@ SELECT id, cancel_requested FROM extended
 -- rank_us (claim_rank in microseconds since the epoch) orders the leased rows as the claim did;
 -- an integer because parsing a timestamp per row was a visible part of a busy worker's CPU.
 -- A retry's new rank is its new visible_at less priority x aging_secs (priority aging).
+-- The decisions are applied before the claim locks anything: the first branch of the UNION ALL
+-- below (applied) runs to its end before the second (leased, hence picked) starts. A claim's
+-- FOR UPDATE SKIP LOCKED can lock a row its snapshot saw pending that another worker has since
+-- leased (it locks the newer version, finds it no longer runnable, skips it) and holds that
+-- lock to its commit, so the other worker's ack of that task waits for it. Had this statement
+-- claimed first, that ack would wait while holding rows its own claim locked, which the first
+-- worker's settle may need: a deadlock (tests/integration/test_store_flush.py).
 WITH decided_by_worker AS (
     SELECT *
     FROM unnest(
@@ -335,9 +342,17 @@ fenced AS (
     RETURNING id
 )
 SELECT
+    id, NULL::text AS queue, NULL::text AS kind, NULL::text AS payload, NULL::text AS idem_key,
+    NULL::integer AS attempts, NULL::integer AS max_attempts, NULL::bigint AS lease_epoch,
+    NULL::integer AS priority, cancelled AS cancel_requested, NULL::bigint AS rank_us, position,
+    CASE WHEN state = 'pending' AND delay <= 0 THEN pg_notify(%(channel)s::text, queue)::text END
+        AS woken,
+    NULL::text AS trace_context, NULL::boolean AS doomed, NULL::text AS last_error
+FROM applied
+UNION ALL
+SELECT
     id, queue, kind, payload, idem_key, attempts, max_attempts, lease_epoch, priority,
-    cancel_requested, rank_us, NULL::bigint AS position, NULL::text AS woken, trace_context,
-    false AS doomed, NULL::text AS last_error
+    cancel_requested, rank_us, NULL, NULL, trace_context, false, NULL
 FROM leased
 UNION ALL
 SELECT
@@ -345,12 +360,6 @@ SELECT
     NULL, NULL, true, last_error
 FROM picked
 WHERE doomed
-UNION ALL
-SELECT
-    id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, cancelled, NULL, position,
-    CASE WHEN state = 'pending' AND delay <= 0 THEN pg_notify(%(channel)s::text, queue)::text END,
-    NULL, NULL, NULL
-FROM applied
 
 -- name: worker_session
 -- Once per direct (not pooled) worker connection, at its first flush outside a transaction, for

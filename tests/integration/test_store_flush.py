@@ -12,7 +12,9 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
+import psycopg
 import pytest
 from django.db import connections
 
@@ -202,3 +204,55 @@ def test_a_doomed_row_buried_twice_is_buried_once_and_fences_nothing(alias, queu
     row = store.task_get(task_id)
     assert (row.state, row.last_error, len(row.errors)) == ("dead", WORKER_LOST_SUFFIX, 1)
     store.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_flush_settles_before_its_claim_locks_anything(postgres, queue):
+    """Another worker's claim can hold the lock of a task this worker leased: its FOR UPDATE SKIP
+    LOCKED locks the newer version of a row its snapshot saw pending, skips it, and keeps the
+    lock to its commit. This worker's ack of that task then waits for that claim. Were its own
+    claim's locks already taken (as when the statement claimed before it settled), the other
+    worker settling a task this claim locked would wait in turn: a deadlock, which make bench's
+    ceiling loop met (4 connections) and 8 connections x batch 4 met 5 times in 120 000 tasks.
+    Settling first, the waiting ack holds nothing the other worker needs."""
+    leased_id, pending_id = fill(postgres, queue, 2)
+    (claimed,) = postgres.task_claim(queues=[queue], owner="w1", limit=1, lease_ttl=30).claimed
+    assert claimed.task_id == leased_id
+    params = connections["default"].get_connection_params()
+    for django_only in ("cursor_factory", "context"):
+        params.pop(django_only, None)
+    with psycopg.connect(**params) as other:
+        other.execute("SET lock_timeout = '5s'")
+        # The other worker's claim, as its FOR UPDATE left it: the leased task's row locked.
+        other.execute("SELECT 1 FROM rivet_task WHERE id = %s FOR UPDATE", [leased_id])
+        ack = Ack(lease=Lease(task_id=leased_id, epoch=claimed.epoch, owner="w1"))
+        with ThreadPoolExecutor(1) as pool:
+            flushing = pool.submit(flush_on_its_own_connection, [ack], queue)
+            wait_for_lock_waiter(other)
+            # That worker now settles the task this flush would claim: it must not wait on it.
+            other.execute("UPDATE rivet_task SET updated_at = now() WHERE id = %s", [pending_id])
+            other.commit()
+            flushed = flushing.result(timeout=30)
+    assert flushed.settled == [Settled.ACKED]
+    assert [task.task_id for task in flushed.batch.claimed] == [pending_id]
+
+
+def flush_on_its_own_connection(decisions, queue: str):
+    """A flush from a thread of its own, hence on a database connection of its own."""
+    try:
+        return flush(PostgresStore(), decisions, queue, 1)
+    finally:
+        connections.close_all()
+
+
+def wait_for_lock_waiter(session: psycopg.Connection, timeout: float = 10.0) -> None:
+    """Until a backend other than ``session``'s waits for a row lock."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        (waiting,) = session.execute(
+            "SELECT count(*) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()"
+        ).fetchone()
+        if waiting:
+            return
+        time.sleep(0.01)
+    raise AssertionError("the flush never waited for the locked row")

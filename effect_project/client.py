@@ -6,43 +6,38 @@ True and ``body`` is the answer the first request got. A 4xx other than 408/429 
 may go away on its own (no connection, a timeout, 408, 429, 5xx) raises ``EffectUnavailable``, and
 retrying with the same key is safe because the key makes the effect happen at most once.
 
-Connections are kept alive in one urllib3 pool per process (thread-safe, shared by every handler
-thread), so a worker does not open a connection per effect. Each phase has its own timeout
-(connect, then each read), both well below a lease. A request that fails on its connection (a
-kept-alive connection the server closed, a reset, a read timeout) is sent again once on another
-connection: that is safe for ``POST /effects`` only because it carries an Idempotency-Key, and
-for ``GET``. An answer with a status is never resent here; the task's retry does that.
+Each thread keeps one connection alive per service (``http.client``, the standard library), so a
+worker's handler threads neither open a connection per effect nor share one; a thread of a
+forked process starts with none. Each phase has its own timeout (connect, then each read), both
+well below a lease. A request that fails on its connection (a kept-alive connection the server
+closed, a reset, a read timeout) is sent again once on a new connection: that is safe for
+``POST /effects`` only because it carries an Idempotency-Key, and for ``GET``. An answer with a
+status is never resent here; the task's retry does that. urllib3's pool did the same for about
+0.15 ms more of the worker's CPU per effect (docs/benchmarking.md).
 """
 
 from __future__ import annotations
 
 import functools
+import http.client
 import json
 import os
+import select
 import threading
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any
+from email.message import Message
+from typing import Any, NamedTuple
 
 from rivet import tracing
 from rivet.errors import RivetError
-from rivet.extras import missing_extra
-
-try:
-    import urllib3
-    from urllib3 import HTTPConnectionPool
-    from urllib3.util import parse_url
-except ImportError as _missing:  # the repository's effect group: pip install --group effect
-    raise missing_extra("urllib3", group="effect", feature="effect_project.client") from _missing
 
 REPLAY_HEADER = "idempotent-replay"
 _RETRYABLE_4XX = frozenset({408, 429})
 #: Seconds to open a connection, and to wait for each read of an answer (defaults).
 CONNECT_TIMEOUT_SECS = 1.0
 READ_TIMEOUT_SECS = 5.0
-#: Kept-alive connections per service (per host and port), per process.
-POOL_MAXSIZE = 32
-#: Sends of one request on a fresh connection after a connection error or a read timeout.
+#: Sends of one request on a new connection after a connection error or a read timeout.
 RESENDS = 1
 
 
@@ -61,11 +56,6 @@ class EffectRejected(EffectError):
 
 class EffectUnavailable(EffectError):
     """No usable answer (connection error, timeout, 5xx); retry with the same key."""
-
-
-_pool_lock = threading.Lock()
-#: (pid, the pool manager, {URL: (its service's pool, its path)}): see _target.
-_pool: tuple[int, urllib3.PoolManager, dict[str, tuple[HTTPConnectionPool, str]]] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,86 +92,82 @@ def post_effect(
         _endpoint(url, "effects"),
         body=json.dumps(body, separators=(",", ":")).encode(),
         headers=headers,
-        timeout=urllib3.Timeout(connect=min(connect_timeout, timeout), read=timeout),
+        timeout=timeout,
+        connect_timeout=min(connect_timeout, timeout),
     )
     return EffectResponse(
         status=status,
         body=_decode(text, status),
-        replay=answer_headers.get(REPLAY_HEADER, "").lower() == "true",
+        replay=(answer_headers.get(REPLAY_HEADER) or "").lower() == "true",
     )
 
 
 def fetch_verify(url: str, *, timeout: float = 10.0) -> dict[str, Any]:
     """The service's invariant report (``GET <url>/verify``); ``ok`` is False on a violation."""
-    status, _, text = _send(
-        "GET",
-        _endpoint(url, "verify"),
-        headers={"Accept": "application/json"},
-        timeout=urllib3.Timeout(connect=min(CONNECT_TIMEOUT_SECS, timeout), read=timeout),
-    )
-    return _decode(text, status)
+    return _get_json(url, "verify", timeout)
 
 
 def fetch_health(url: str, *, timeout: float = 2.0) -> dict[str, Any]:
     """``GET <url>/health``: the service answers and reaches its database (no table is read,
     unlike /verify); raises EffectUnavailable otherwise."""
+    return _get_json(url, "health", timeout)
+
+
+def kept_connection(url: str) -> tuple[int, int]:
+    """(connections this thread opened to ``url``'s service, requests it sent on the one it
+    keeps now): how a caller sees that its effects share one kept-alive connection."""
+    endpoint = _endpoint(url, "effects")
+    target = _target(endpoint)
+    kept = _kept().get(target.key)
+    return (_opened().get(target.key, 0), kept.requests if kept is not None else 0)
+
+
+def _get_json(url: str, path: str, timeout: float) -> dict[str, Any]:
     status, _, text = _send(
         "GET",
-        _endpoint(url, "health"),
+        _endpoint(url, path),
         headers={"Accept": "application/json"},
-        timeout=urllib3.Timeout(connect=min(CONNECT_TIMEOUT_SECS, timeout), read=timeout),
+        timeout=timeout,
+        connect_timeout=min(CONNECT_TIMEOUT_SECS, timeout),
     )
     return _decode(text, status)
 
 
-def pool() -> urllib3.PoolManager:
-    """This process's connection pool (a new one after a fork: sockets are not shared)."""
-    return _process_pools()[0]
+class _Target(NamedTuple):
+    key: tuple[str, str, int]
+    """(scheme, host, port): one kept connection per thread for each."""
+    path: str
+    """The path (and query) to ask for."""
 
 
-def _process_pools() -> tuple[urllib3.PoolManager, dict[str, tuple[HTTPConnectionPool, str]]]:
-    global _pool
-    with _pool_lock:
-        if _pool is None or _pool[0] != os.getpid():
-            manager = urllib3.PoolManager(num_pools=8, maxsize=POOL_MAXSIZE, block=False)
-            _pool = (os.getpid(), manager, {})
-        return _pool[1], _pool[2]
+class _Kept:
+    """A thread's kept-alive connection to one service, and the requests sent on it."""
+
+    __slots__ = ("connection", "requests")
+
+    def __init__(self, connection: http.client.HTTPConnection) -> None:
+        self.connection = connection
+        self.requests = 0
+
+    def __del__(self) -> None:
+        # The thread that kept it ended (its thread-local dict went away): close the socket
+        # here rather than leave it to the garbage collector, which warns (ResourceWarning).
+        self.connection.close()
 
 
-def _target(url: str) -> tuple[HTTPConnectionPool, str]:
-    """The kept-alive pool of ``url``'s service and the path to ask it for.
-
-    Looked up once per URL and process: going through the PoolManager on every request (parse
-    the URL, normalize a pool key, find the pool, merge its headers) cost a quarter of the
-    client's CPU per effect. A pool the manager has since closed (more than num_pools services)
-    is looked up again.
-    """
-    manager, targets = _process_pools()
-    target = targets.get(url)
-    if target is None or target[0].pool is None:
-        target = (manager.connection_from_url(url), parse_url(url).request_uri)
-        targets[url] = target
-    return target
+_local = threading.local()
 
 
-#: Only failures on the connection are resent (every request here is safe to resend); an answer
-#: with a status goes back to the caller as it is. One object for every request: urllib3 counts
-#: a request's retries in new objects, never in this one.
-_RETRIES = urllib3.Retry(
-    total=RESENDS,
-    connect=RESENDS,
-    read=RESENDS,
-    status=0,
-    other=0,
-    redirect=False,
-    allowed_methods=frozenset({"GET", "POST"}),
-    raise_on_status=False,
-    respect_retry_after_header=False,
-)
+def _kept() -> dict[tuple[str, str, int], _Kept]:
+    """This thread's kept connections (none in a forked child: sockets are not shared)."""
+    if getattr(_local, "pid", None) != os.getpid():
+        _local.pid, _local.kept, _local.opened = os.getpid(), {}, {}
+    return _local.kept
 
 
-def _retries() -> urllib3.Retry:
-    return _RETRIES
+def _opened() -> dict[tuple[str, str, int], int]:
+    _kept()
+    return _local.opened
 
 
 @functools.lru_cache(maxsize=64)
@@ -189,38 +175,98 @@ def _endpoint(url: str, path: str) -> str:
     return urllib.parse.urljoin(url.rstrip("/") + "/", path)
 
 
+@functools.lru_cache(maxsize=64)
+def _target(endpoint: str) -> _Target:
+    parts = urllib.parse.urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise EffectRejected(f"{endpoint}: not an http:// or https:// URL with a host")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return _Target((parts.scheme, parts.hostname, port), path)
+
+
+def _connect(target: _Target, connect_timeout: float) -> _Kept:
+    scheme, host, port = target.key
+    factory = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
+    connection = factory(host, port, timeout=connect_timeout)
+    connection.connect()
+    opened = _opened()
+    opened[target.key] = opened.get(target.key, 0) + 1
+    kept = _Kept(connection)
+    _kept()[target.key] = kept
+    return kept
+
+
+def _drop(target: _Target) -> None:
+    kept = _kept().pop(target.key, None)
+    if kept is not None:
+        kept.connection.close()
+
+
+def _dropped(kept: _Kept) -> bool:
+    """The server closed this idle kept-alive connection (its socket reads as ready: the FIN, or
+    bytes no request asked for): closed here, and no resend is spent on it."""
+    sock = kept.connection.sock
+    try:
+        ready = sock is None or bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        ready = True
+    if ready:
+        kept.connection.close()
+    return ready
+
+
 def _send(
     method: str,
     url: str,
     *,
     headers: dict[str, str],
-    timeout: urllib3.Timeout,
+    timeout: float,
+    connect_timeout: float,
     body: bytes | None = None,
-) -> tuple[int, Any, str]:
-    try:
-        connections, path = _target(url)
-        response = connections.urlopen(
-            method,
-            path,
-            body=body,
-            headers=headers,
-            timeout=timeout,
-            retries=_retries(),
-            redirect=False,
-            preload_content=True,
-        )
-    except (urllib3.exceptions.HTTPError, OSError) as error:  # refused, reset, timeout
-        raise EffectUnavailable(f"{method} {url}: {_reason(error)}") from error
+) -> tuple[int, Message, str]:
+    target = _target(url)
     where = f"{method} {url}"
-    text = response.data.decode("utf-8", errors="replace")
-    if response.status >= 400:
-        raise _http_error(where, response.status, text)
-    return response.status, response.headers, text
+    for sent in range(RESENDS + 1):
+        answer = _exchange(target, method, body, headers, timeout, connect_timeout)
+        if not isinstance(answer, Exception):
+            break
+        if sent == RESENDS:  # refused, reset, closed unanswered, timed out: twice
+            raise EffectUnavailable(f"{where}: {type(answer).__name__}: {answer}") from answer
+    status, message, text = answer
+    if status >= 400:
+        raise _http_error(where, status, text)
+    return status, message, text
 
 
-def _reason(error: Exception) -> str:
-    reason = getattr(error, "reason", None)
-    return f"{type(reason).__name__}: {reason}" if reason is not None else str(error)
+def _exchange(
+    target: _Target,
+    method: str,
+    body: bytes | None,
+    headers: dict[str, str],
+    timeout: float,
+    connect_timeout: float,
+) -> tuple[int, Message, str] | Exception:
+    """One request on this thread's kept connection (a new one if it has none): the answer, or
+    the connection's error, without its traceback. Nothing raised here keeps a frame that holds
+    the connection (an exception a handler keeps would keep its socket past the thread's end)."""
+    try:
+        kept = _kept().get(target.key)
+        if kept is None or _dropped(kept):
+            kept = _connect(target, connect_timeout)
+        sock = kept.connection.sock
+        if sock is not None:
+            sock.settimeout(timeout)  # each read of the answer, from here on
+        kept.requests += 1
+        kept.connection.request(method, target.path, body=body, headers=headers)
+        response = kept.connection.getresponse()
+        data = response.read()
+    except (OSError, http.client.HTTPException) as error:
+        _drop(target)
+        return error.with_traceback(None)
+    if response.will_close:
+        _drop(target)  # the server closes it: the next request opens another
+    return response.status, response.msg, data.decode("utf-8", errors="replace")
 
 
 def _http_error(where: str, status: int, text: str) -> EffectError:

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from effect_project.client import pool, post_effect
+from effect_project.client import kept_connection, post_effect
 
 pytestmark = pytest.mark.acceptance
 
@@ -74,9 +74,9 @@ def test_clients_that_never_read_do_not_delay_a_probe(effect_service, effect_db,
     assert written == len(stuck_sockets)
 
 
-def test_one_process_keeps_one_connection_alive_for_sequential_effects(effect_service, effect_db):
+def test_one_thread_keeps_one_connection_alive_for_sequential_effects(effect_service, effect_db):
+    post_effect(effect_service.url, f"kept-{uuid.uuid4().hex}", {"n": -1})  # one is kept now
+    opened, sent = kept_connection(effect_service.url)
     for n in range(5):
         post_effect(effect_service.url, f"kept-{uuid.uuid4().hex}", {"n": n})
-    connections = pool().connection_from_url(effect_service.url)
-    assert connections.num_connections == 1
-    assert connections.num_requests >= 5
+    assert kept_connection(effect_service.url) == (opened, sent + 5)

@@ -78,7 +78,6 @@ def test_a_feature_without_its_extra_is_a_config_error_naming_it(missing, statem
 @pytest.mark.parametrize(
     "missing, statement",
     [
-        (["urllib3"], "import effect_project.client"),
         (
             ["environ"],
             "from effect_project.dbconfig import database_from_url as f; f('sqlite://:memory:')",

@@ -118,8 +118,9 @@ def kept_connection(url: str) -> tuple[int, int]:
     keeps now): how a caller sees that its effects share one kept-alive connection."""
     endpoint = _endpoint(url, "effects")
     target = _target(endpoint)
-    kept = _kept().get(target.key)
-    return (_opened().get(target.key, 0), kept.requests if kept is not None else 0)
+    state = _state()
+    kept = state.kept.get(target.key)
+    return (state.opened.get(target.key, 0), kept.requests if kept is not None else 0)
 
 
 def _get_json(url: str, path: str, timeout: float) -> dict[str, Any]:
@@ -158,16 +159,12 @@ class _Kept:
 _local = threading.local()
 
 
-def _kept() -> dict[tuple[str, str, int], _Kept]:
-    """This thread's kept connections (none in a forked child: sockets are not shared)."""
+def _state() -> Any:
+    """This thread's kept connections (``kept``) and how many it opened (``opened``), both by
+    (scheme, host, port); none in a forked child: sockets are not shared."""
     if getattr(_local, "pid", None) != os.getpid():
         _local.pid, _local.kept, _local.opened = os.getpid(), {}, {}
-    return _local.kept
-
-
-def _opened() -> dict[tuple[str, str, int], int]:
-    _kept()
-    return _local.opened
+    return _local
 
 
 @functools.lru_cache(maxsize=64)
@@ -190,15 +187,14 @@ def _connect(target: _Target, connect_timeout: float) -> _Kept:
     factory = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
     connection = factory(host, port, timeout=connect_timeout)
     connection.connect()
-    opened = _opened()
-    opened[target.key] = opened.get(target.key, 0) + 1
-    kept = _Kept(connection)
-    _kept()[target.key] = kept
+    state = _state()
+    state.opened[target.key] = state.opened.get(target.key, 0) + 1
+    kept = state.kept[target.key] = _Kept(connection)
     return kept
 
 
 def _drop(target: _Target) -> None:
-    kept = _kept().pop(target.key, None)
+    kept = _state().kept.pop(target.key, None)
     if kept is not None:
         kept.connection.close()
 
@@ -251,7 +247,7 @@ def _exchange(
     the connection's error, without its traceback. Nothing raised here keeps a frame that holds
     the connection (an exception a handler keeps would keep its socket past the thread's end)."""
     try:
-        kept = _kept().get(target.key)
+        kept = _state().kept.get(target.key)
         if kept is None or _dropped(kept):
             kept = _connect(target, connect_timeout)
         sock = kept.connection.sock

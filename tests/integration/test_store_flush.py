@@ -24,6 +24,7 @@ from rivet.stores.postgres import PostgresStore
 from rivet.stores.sqlite import SqliteStore
 from rivet.validation import build_spec
 from rivet.values import WORKER_LOST_SUFFIX, Ack, Lease, Settled, claim_burial
+from tests.effect_service import wait_until
 
 
 def fill(store, queue: str, count: int) -> list[int]:
@@ -228,7 +229,7 @@ def test_a_flush_settles_before_its_claim_locks_anything(postgres, queue):
         ack = Ack(lease=Lease(task_id=leased_id, epoch=claimed.epoch, owner="w1"))
         with ThreadPoolExecutor(1) as pool:
             flushing = pool.submit(flush_on_its_own_connection, [ack], queue)
-            wait_for_lock_waiter(other)
+            wait_until(lambda: lock_waiters(other) > 0, "the flush to wait for the locked row")
             # That worker now settles the task this flush would claim: it must not wait on it.
             other.execute("UPDATE rivet_task SET updated_at = now() WHERE id = %s", [pending_id])
             other.commit()
@@ -245,14 +246,9 @@ def flush_on_its_own_connection(decisions, queue: str):
         connections.close_all()
 
 
-def wait_for_lock_waiter(session: psycopg.Connection, timeout: float = 10.0) -> None:
-    """Until a backend other than ``session``'s waits for a row lock."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        (waiting,) = session.execute(
-            "SELECT count(*) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()"
-        ).fetchone()
-        if waiting:
-            return
-        time.sleep(0.01)
-    raise AssertionError("the flush never waited for the locked row")
+def lock_waiters(session: psycopg.Connection) -> int:
+    """Backends other than ``session``'s waiting for a lock."""
+    (waiting,) = session.execute(
+        "SELECT count(*) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()"
+    ).fetchone()
+    return waiting

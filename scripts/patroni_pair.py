@@ -118,6 +118,9 @@ class Process:
             self.popen = subprocess.Popen(
                 as_owner(owner, command),
                 env=env,
+                # The owner may not enter the caller's directory (a checkout under a mode-700
+                # mktemp folder): Patroni then fails to start PostgreSQL, bootstrapping forever.
+                cwd=log.parent,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -40,12 +40,16 @@ def test_no_tasks_is_refused():
 def test_this_process_burning_cpu_shows_in_its_own_and_the_machine_time():
     before = snapshot({"me": [os.getpid()]})
     start = process_secs(os.getpid()) or 0.0
-    while (process_secs(os.getpid()) or 0.0) - start < 0.2:
+    while (process_secs(os.getpid()) or 0.0) - start < 0.5:
         sum(range(10_000))
     after = snapshot({"me": [os.getpid()]})
     spent = after.processes["me"][os.getpid()] - before.processes["me"][os.getpid()]
-    assert spent >= 0.2
-    assert after.machine - before.machine >= spent - 0.02  # the clock tick's rounding
+    assert spent >= 0.5
+    # /proc/stat counts the machine by sampling each clock tick, while a process's own time is
+    # its measured run time cut into user and system: on a busy virtual machine the two drift
+    # apart by a few ticks (CI once saw 0.19 s of machine time for 0.21 s of this process's).
+    # A tenth and two ticks of slack still catch a machine figure that misses this process.
+    assert after.machine - before.machine >= spent * 0.9 - 0.02
 
 
 def test_a_gone_process_reads_as_none():

@@ -622,12 +622,7 @@ class PostgresStore(BulkEnqueue):
             return Waiting.WAITING  # the listener holds them (above), or nothing listens
         connection = connections[self.using]
         if not waiting:
-            pg = connection.connection
-            if pg is not None and pg in _WAITERS:
-                released = list(_WAITERS[pg][0])
-                with self._translated("wait_release"), self._reading() as cursor:
-                    cursor.execute(self.queries["wait_release"], {"queues": released})
-                _WAITERS.pop(pg, None)
+            self._release_waits(connection.connection)
             return Waiting.WAITING
         if not self._listener.listening:
             return Waiting.NOT_YET  # a notification now would reach nobody
@@ -638,13 +633,21 @@ class PostgresStore(BulkEnqueue):
         if held == names and free:
             return Waiting.WAITING
         if held and held != names:
-            self.wait_for_wakeups(held, False)
+            self._release_waits(pg)
             held = ()
         with self._translated("wait_hold"), self._reading() as cursor:
             cursor.execute(self.queries["wait_hold"], {"queues": list(names), "hold": not held})
             (free,) = cursor.fetchone()
         _WAITERS[pg] = (names, free)
         return Waiting.STARTED if free else Waiting.NOT_YET
+
+    def _release_waits(self, pg: Any) -> None:
+        """Give back the waiter locks this connection holds, if any (``wait_release``)."""
+        if pg is None or pg not in _WAITERS:
+            return
+        with self._translated("wait_release"), self._reading() as cursor:
+            cursor.execute(self.queries["wait_release"], {"queues": list(_WAITERS[pg][0])})
+        _WAITERS.pop(pg, None)
 
     def close(self) -> None:
         self._listener.close()

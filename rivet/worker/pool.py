@@ -31,6 +31,7 @@ from typing import Any
 from django.db import connections
 
 from rivet import logs
+from rivet.stores.postgres import end_worker_session, keeps_session
 
 POOL_TIMEOUT_SECS = 30.0
 
@@ -51,8 +52,6 @@ def tidy_connections(*, idle: bool = False) -> None:
     for wrapper in connections.all(initialized_only=True):
         pg = wrapper.connection
         if pg is not None and wrapper.vendor == "postgresql":
-            from rivet.stores.postgres import end_worker_session, keeps_session
-
             pooled = getattr(wrapper, "pool", None) is not None
             if idle and not wrapper.errors_occurred and (pooled or keeps_session(pg)):
                 continue

@@ -13,9 +13,9 @@ On the SQL stores an enqueue runs on Django's own connection, so inside the call
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, overload
 
 from rivet import tracing
 from rivet.errors import BatchKeyClash, InvalidInput, MixedDatabases
@@ -74,61 +74,125 @@ def enqueue_many(
     """Enqueue several tasks in one transaction: all are written, or none.
 
     Each item is a dict of enqueue's arguments (``kind`` required) or a ``(kind, payload)``
-    tuple. Every item is validated before anything is written; results keep the given order.
-    One batch is one transaction on one database: without ``using``, items whose queues live on
-    different databases are refused (MixedDatabases, nothing written).
+    tuple. Every item is validated before the batch commits, and an invalid item (or a key two
+    items give to different work) writes nothing; results keep the given order. One batch is one
+    transaction on one database: without ``using``, items whose queues live on different
+    databases are refused (MixedDatabases, nothing written).
     """
     limits, trace_context = Limits.read(), tracing.carrier()  # one call, one caller's span
-    specs = [_item_spec(index, item, limits, trace_context) for index, item in enumerate(items)]
-    if not specs:
+    batch = SpecBatch(list(items), limits, trace_context, one_database=using is None)
+    if not batch:
         return []
-    refuse_key_clash(specs)
-    if using is None:
-        refuse_mixed_databases(specs)
-    return store_for_queue(specs[0].queue, using).task_enqueue_many(specs)
+    store = store_for_queue(batch.first().queue, using)
+    if getattr(store, "streams_bulk", False):
+        return store.task_enqueue_many(batch)
+    return store.task_enqueue_many(list(batch))
 
 
-def refuse_mixed_databases(specs: list[TaskSpec]) -> None:
-    """Raise MixedDatabases when the batch's queues live on more than one database alias.
+class SpecBatch(Sequence[TaskSpec]):
+    """An enqueue_many batch, each item validated when it is first read, in order.
 
-    Each queue is routed once: a batch repeats a few queues, and routing one (the routers,
-    the settings) cost more than validating its task.
+    Reading an item validates it and every one before it, once, and makes the batch's checks
+    as each arrives: an idem_key another item gave to different work (BatchKeyClash) and, with
+    ``one_database``, a queue living on another database than item 0's (MixedDatabases). Both
+    checks name the later item, as a check over the whole list would. A store that streams
+    (``streams_bulk``: the PostgreSQL store's COPY) reads the batch inside its transaction, so
+    the server writes the first tasks while Python validates the rest, and an error rolls the
+    batch back; every other store gets the list, read whole before anything is written.
     """
-    first_alias = alias_for_queue(specs[0].queue)
-    aliases = {specs[0].queue: first_alias}
-    for index, spec in enumerate(specs):
-        alias = aliases.get(spec.queue)
-        if alias is None:
-            alias = aliases[spec.queue] = alias_for_queue(spec.queue)
-        if alias != first_alias:
-            raise MixedDatabases(
-                f"item {index}: queue {spec.queue!r} lives on the database {alias!r}, but item "
-                f"0's queue {specs[0].queue!r} lives on {first_alias!r}; one batch is one "
-                "transaction on one database: send one batch per database",
-                index=index,
-            )
 
+    def __init__(
+        self,
+        items: list[Mapping[str, Any] | tuple],
+        limits: Limits,
+        trace_context: Any,
+        *,
+        one_database: bool,
+    ) -> None:
+        self._items = items
+        self._limits = limits
+        self._trace_context = trace_context
+        self._specs: list[TaskSpec] = []
+        self._keys: dict[str, tuple[int, TaskSpec]] = {}  # each key's first item
+        # Each queue is routed once: a batch repeats a few queues, and routing one (the
+        # routers, the settings) costs more than validating its task.
+        self._aliases: dict[str, str] | None = {} if one_database else None
 
-def refuse_key_clash(specs: list[TaskSpec]) -> None:
-    """Raise BatchKeyClash when two items of a batch give one key to different work.
+    def __len__(self) -> int:
+        return len(self._items)
 
-    Caught before anything is written: found by the store, it would name a task of the batch
-    that the rollback then removes.
-    """
-    first: dict[str, int] = {}
-    for index, spec in enumerate(specs):
-        if spec.idem_key is None:
-            continue
-        earlier = first.setdefault(spec.idem_key, index)
-        other = specs[earlier]
+    def first(self) -> TaskSpec:
+        return self[0]
+
+    @overload
+    def __getitem__(self, index: int) -> TaskSpec: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[TaskSpec]: ...
+
+    def __getitem__(self, index: int | slice) -> TaskSpec | list[TaskSpec]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self._items)))]
+        if index < 0:
+            index += len(self._items)
+        if not 0 <= index < len(self._items):
+            raise IndexError(f"item {index} of a batch of {len(self._items)}")
+        while len(self._specs) <= index:
+            self._specs.append(self._validated(len(self._specs)))
+        return self._specs[index]
+
+    def __iter__(self) -> Iterator[TaskSpec]:
+        specs = self._specs  # the store's COPY reads this once per task: no __getitem__ here
+        for index in range(len(self._items)):
+            if index == len(specs):
+                specs.append(self._validated(index))
+            yield specs[index]
+
+    def _validated(self, index: int) -> TaskSpec:
+        try:
+            spec = _item_spec(index, self._items[index], self._limits, self._trace_context)
+        except InvalidInput as exc:  # name the item in a batch of thousands, keep the type
+            if not str(exc).startswith(f"item {index}: "):
+                exc.args = (f"item {index}: {exc}", *exc.args[1:])
+            raise
+        if spec.idem_key is not None:
+            self._refuse_key_clash(index, spec, spec.idem_key)
+        if self._aliases is not None:
+            self._refuse_other_database(index, spec)
+        return spec
+
+    def _refuse_key_clash(self, index: int, spec: TaskSpec, key: str) -> None:
+        """Raise BatchKeyClash when an earlier item gave this key to different work.
+
+        Caught before the batch commits: found by the store, it would name a task of the
+        batch that the rollback then removes.
+        """
+        earlier, other = self._keys.setdefault(key, (index, spec))
         if (other.queue, other.kind, other.payload_json) != (
             spec.queue,
             spec.kind,
             spec.payload_json,
         ):
             raise BatchKeyClash(
-                f"item {index}: idem_key {spec.idem_key!r} is also the key of item {earlier}, "
+                f"item {index}: idem_key {key!r} is also the key of item {earlier}, "
                 "with different work (queue, kind or payload differ); one key names one task",
+                index=index,
+            )
+
+    def _refuse_other_database(self, index: int, spec: TaskSpec) -> None:
+        """Raise MixedDatabases when this item's queue lives on another database than item
+        0's."""
+        assert self._aliases is not None
+        alias = self._aliases.get(spec.queue)
+        if alias is None:
+            alias = self._aliases[spec.queue] = alias_for_queue(spec.queue)
+        first = self._specs[0] if self._specs else spec
+        first_alias = self._aliases[first.queue]
+        if alias != first_alias:
+            raise MixedDatabases(
+                f"item {index}: queue {spec.queue!r} lives on the database {alias!r}, but item "
+                f"0's queue {first.queue!r} lives on {first_alias!r}; one batch is one "
+                "transaction on one database: send one batch per database",
                 index=index,
             )
 

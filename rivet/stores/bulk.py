@@ -12,7 +12,8 @@ the insert and resolved after it, a chunk at once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain, islice
 from typing import Any
 
 from rivet.stores.jsontext import json_text
@@ -58,21 +59,85 @@ class BulkEnqueue(SqlStore):
         """True when a transaction pooler sits between (``PostgresStore.pooled``)."""
         return False
 
+    #: Reads the batch as it writes (``rivet.producer.SpecBatch``): see ``_copy_chunk``.
+    streams_bulk = True
+
     def task_enqueue_many(self, specs: Sequence[TaskSpec]) -> list[EnqueueResult]:
         results: list[EnqueueResult] = []
+        total = len(specs)
+        stream = iter(specs)
         with self._translated("task_enqueue_many"), self._writing() as cursor:
-            for start in range(0, len(specs), BULK_CHUNK):
-                results += self._enqueue_chunk(cursor, specs[start : start + BULK_CHUNK])
+            for start in range(0, total, BULK_CHUNK):
+                count = min(BULK_CHUNK, total - start)
+                results += self._enqueue_chunk(cursor, islice(stream, count), count)
         return results
 
-    def _enqueue_chunk(self, cursor: Any, specs: Sequence[TaskSpec]) -> list[EnqueueResult]:
-        """Insert a chunk in one statement, then resolve the rows a key already had."""
-        if len(specs) >= COPY_MIN_ROWS and all(map(_plain, specs)):
-            return self._copy_direct(cursor, specs)
-        if len(specs) >= COPY_MIN_ROWS:
-            row = self._insert_staged(cursor, specs)
-        else:
-            row = self._rows(cursor, "enqueue_arrays", self._arrays(specs))[0]
+    def _enqueue_chunk(
+        self, cursor: Any, stream: Iterator[TaskSpec], count: int
+    ) -> list[EnqueueResult]:
+        """Write the chunk's next ``count`` tasks: a small chunk as one INSERT over arrays, a
+        large one by COPY (``_copy_chunk``)."""
+        if count >= COPY_MIN_ROWS:
+            return self._copy_chunk(cursor, stream, count)
+        specs = list(stream)
+        return self._resolved(
+            cursor, specs, self._rows(cursor, "enqueue_arrays", self._arrays(specs))[0]
+        )
+
+    def _copy_chunk(
+        self, cursor: Any, stream: Iterator[TaskSpec], count: int
+    ) -> list[EnqueueResult]:
+        """COPY a chunk, reading its tasks as the rows go out.
+
+        Plain tasks go straight into rivet_task; from the first task that is not plain, the
+        rest of the chunk goes through the staging table. The rows stream while the batch is
+        read, so the server inserts the first rows while the producer validates the next
+        (``SpecBatch``); a task that fails validation ends the COPY with its error and the
+        transaction rolls back.
+        """
+        ids = self._chunk_ids(cursor, count)
+        written, rest = self._copy_direct(cursor, ids, stream)
+        results = [EnqueueResult(task_id=task_id) for task_id in ids[:written]]
+        if rest is None:
+            return results
+        staged: list[TaskSpec] = []
+        row = self._insert_staged(cursor, ids[written:], chain((rest,), stream), staged)
+        return results + self._resolved(cursor, staged, row)
+
+    def _copy_direct(
+        self, cursor: Any, ids: list[int], stream: Iterator[TaskSpec]
+    ) -> tuple[int, TaskSpec | None]:
+        """COPY plain tasks from ``stream`` straight into rivet_task under ``ids``, up to the
+        first that is not plain; the number written and that task (None: none was)."""
+        queues: set[str] = set()
+        written = 0
+        rest = None
+        with cursor.copy(self.queries["direct_copy"]) as copy:
+            for task_id, spec in zip(ids, stream, strict=True):
+                if not _plain(spec):
+                    rest = spec
+                    break
+                queues.add(spec.queue)
+                copy.write_row(
+                    (
+                        task_id,
+                        spec.queue,
+                        spec.kind,
+                        spec.payload_param,
+                        spec.max_attempts,
+                        json_text(spec.trace_context),
+                    )
+                )
+                written += 1
+        if queues:
+            self._rows(cursor, "wake_queues", {"queues": sorted(queues)})
+        return written, rest
+
+    def _resolved(
+        self, cursor: Any, specs: list[TaskSpec], row: dict[str, Any]
+    ) -> list[EnqueueResult]:
+        """The results of an insert that skipped ``row['skipped']``: the rows a key already
+        had, each resolved to the task it names."""
         results = [EnqueueResult(task_id=task_id) for task_id in row["ids"]]
         skipped = [specs[position] for position in row["skipped"]]
         for position, result in zip(row["skipped"], self._existing(cursor, skipped), strict=True):
@@ -93,34 +158,20 @@ class BulkEnqueue(SqlStore):
             "trace_contexts": [json_text(spec.trace_context) for spec in specs],
         }
 
-    def _copy_direct(self, cursor: Any, specs: Sequence[TaskSpec]) -> list[EnqueueResult]:
-        """COPY a chunk of plain tasks straight into rivet_task: no staging, no INSERT."""
-        ids = self._chunk_ids(cursor, len(specs), sorted({spec.queue for spec in specs}))
-        with cursor.copy(self.queries["direct_copy"]) as copy:
-            for task_id, spec in zip(ids, specs, strict=True):
-                copy.write_row(
-                    (
-                        task_id,
-                        spec.queue,
-                        spec.kind,
-                        spec.payload_param,
-                        spec.max_attempts,
-                        json_text(spec.trace_context),
-                    )
-                )
-        return [EnqueueResult(task_id=task_id) for task_id in ids]
+    def _chunk_ids(self, cursor: Any, count: int) -> list[int]:
+        """``count`` task ids from the sequence, in order."""
+        return self._rows(cursor, "chunk_ids", {"count": count})[0]["ids"]
 
-    def _chunk_ids(self, cursor: Any, count: int, queues: list[str]) -> list[int]:
-        """``count`` task ids from the sequence, in order; wakes ``queues`` at commit."""
-        return self._rows(cursor, "chunk_ids", {"count": count, "queues": queues})[0]["ids"]
-
-    def _insert_staged(self, cursor: Any, specs: Sequence[TaskSpec]) -> dict[str, Any]:
-        """COPY a chunk into the session's staging table, then insert it in one statement."""
+    def _insert_staged(
+        self, cursor: Any, ids: list[int], stream: Iterable[TaskSpec], staged: list[TaskSpec]
+    ) -> dict[str, Any]:
+        """COPY tasks into the session's staging table under ``ids``, then insert them in one
+        statement; each task read from ``stream`` is kept in ``staged``, in order."""
         # Behind a transaction pooler the table lives for the transaction only (``pooled``).
         cursor.execute(stage_open(self.queries["stage_open"], pooled=self.pooled))
-        ids = self._chunk_ids(cursor, len(specs), [])  # stage_insert wakes the queues
         with cursor.copy(self.queries["stage_copy"]) as copy:
-            for position, (task_id, spec) in enumerate(zip(ids, specs, strict=True)):
+            for position, (task_id, spec) in enumerate(zip(ids, stream, strict=True)):
+                staged.append(spec)
                 copy.write_row(
                     (
                         position,

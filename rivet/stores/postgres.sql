@@ -137,24 +137,21 @@ SELECT
     ) AS woken
 
 -- name: chunk_ids
--- Task ids for a chunk of a bulk enqueue: count of them, in order, from the table's sequence;
--- and the wake-up of each queue of %(queues)s: those a chunk copied straight into rivet_task
--- fills (none for a staged chunk, whose INSERT wakes the queues it filled). A notification is
--- sent at commit (never if the transaction rolls back), so it may be asked for before the rows
--- are written. The sequence is looked up once (the inner SELECT, run once for the statement):
+-- Task ids for a chunk of a bulk enqueue: count of them, in order, from the table's sequence.
+-- The sequence is looked up once (the inner SELECT, run once for the statement):
 -- pg_get_serial_sequence called per row was most of the statement's time (48 ms of 57 for
--- 10 000 ids).
-SELECT
-    (
-        SELECT array_agg(
-            nextval((SELECT pg_get_serial_sequence('rivet_task', 'id')::regclass)) ORDER BY n
-        )
-        FROM generate_series(1, %(count)s::integer) AS n
-    ) AS ids,
-    (
-        SELECT count(pg_notify(%(channel)s::text, woken.queue))
-        FROM (SELECT DISTINCT unnest(%(queues)s::text[]) AS queue) AS woken
-    ) AS woken
+-- 10 000 ids). Ids a chunk does not use (a batch that fails) are gaps, as a rollback leaves.
+SELECT array_agg(
+    nextval((SELECT pg_get_serial_sequence('rivet_task', 'id')::regclass)) ORDER BY n
+) AS ids
+FROM generate_series(1, %(count)s::integer) AS n
+
+-- name: wake_queues
+-- The wake-up of each queue of %(queues)s: those a chunk copied straight into rivet_task
+-- filled, known once the COPY has read the chunk (a staged chunk's INSERT wakes the queues it
+-- filled). A notification is sent at commit, never if the transaction rolls back.
+SELECT count(pg_notify(%(channel)s::text, woken.queue)) AS woken
+FROM (SELECT DISTINCT unnest(%(queues)s::text[]) AS queue) AS woken
 
 -- name: direct_copy
 -- Stream a chunk straight into rivet_task, ids given: only for tasks no key can refuse and

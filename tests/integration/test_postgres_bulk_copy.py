@@ -219,13 +219,14 @@ def rows(queue: str) -> list[tuple]:
 
 @pytest.fixture
 def direct(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The size of every chunk the store copied straight into rivet_task, in order."""
+    """How many tasks each chunk copied straight into rivet_task, in order."""
     sizes: list[int] = []
     copy_direct = BulkEnqueue._copy_direct
 
-    def counted(self, cursor, specs):
-        sizes.append(len(specs))
-        return copy_direct(self, cursor, specs)
+    def counted(self, cursor, ids, stream):
+        written, rest = copy_direct(self, cursor, ids, stream)
+        sizes.append(written)
+        return written, rest
 
     monkeypatch.setattr(BulkEnqueue, "_copy_direct", counted)
     return sizes
@@ -250,7 +251,7 @@ def test_plain_tasks_are_written_as_the_single_enqueue_writes_them(
     assert all(row[-2] and row[-1] for row in written), written
 
 
-def test_one_task_that_is_not_plain_sends_the_chunk_through_the_stage(
+def test_from_the_first_task_that_is_not_plain_the_chunk_goes_through_the_stage(
     store, queue, path, direct
 ) -> None:
     plain = [spec(queue, payload=n) for n in range(3)]
@@ -260,8 +261,10 @@ def test_one_task_that_is_not_plain_sends_the_chunk_through_the_stage(
         spec(queue, payload="keyed", idem_key=f"{queue}:k"),
         spec(queue, kind="pg.unique", payload="one", unique_key="u"),
     ):
-        store.task_enqueue_many([*plain, odd])
-    assert direct == []
+        results = store.task_enqueue_many([*plain, odd, *plain])
+        assert [r.task_id for r in results] == sorted(r.task_id for r in results)
+    assert direct == ([3, 3, 3, 3] if path == "copy" else [])
+    assert len(store.task_list(queue=queue)) == 4 * 7
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT payload #>> '{}', visible_at - created_at, created_at - claim_rank, "

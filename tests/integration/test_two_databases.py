@@ -121,6 +121,16 @@ def test_enqueue_many_on_one_database_is_routed_and_a_mixed_batch_is_refused(rou
     assert [t.id for t in rows("default")] == [r.task_id for r in pinned]
 
 
+def test_a_streamed_batch_that_turns_to_another_database_late_writes_nothing(routed):
+    # 300 items: the store copies the first while later ones are validated; item 250's queue
+    # lives on the default database, so the check fails inside the COPY and all rolls back.
+    items = [{"kind": "noop", "queue": "mail", "payload": n} for n in range(300)]
+    items[250] = {"kind": "noop", "queue": "demo"}
+    with pytest.raises(MixedDatabases, match=r"item 250: queue 'demo' lives on the database "):
+        rivet.enqueue_many(items)
+    assert rows(SECOND_ALIAS) == [] and rows("default") == []
+
+
 def test_the_django_tasks_backend_routes_by_queue_and_reads_results_back(routed, settings):
     settings.TASKS = {
         "default": {

@@ -206,8 +206,11 @@ def test_enqueue_many_validates_every_item_before_writing(store):
         rivet.enqueue_many([{"payload": 1}], using=store)
     with pytest.raises(InvalidInput, match="item 0"):
         rivet.enqueue_many(["just-a-string"], using=store)
-    with pytest.raises(InvalidInput, match="priority"):
+    with pytest.raises(InvalidInput, match="^item 1: priority must be between") as refused:
         rivet.enqueue_many([("a", 1), {"kind": "b", "priority": 500}], using=store)
+    assert refused.value.field == "priority"
+    with pytest.raises(UnknownKind, match="^item 2: unknown job kind 'nobody'"):
+        rivet.enqueue_many([("a", 1), ("b", 2), ("nobody", 3)], using=store)
     assert store.task_list() == []
 
 
@@ -263,3 +266,37 @@ def test_the_job_handle_refuses_an_option_enqueue_does_not_know(store, register)
     with pytest.raises(TypeError, match="unexpected keyword argument 'queu'"):
         definition.enqueue({"n": 1}, using=store, queu="mail")  # type: ignore[call-arg]
     assert store.task_list() == []
+
+
+def test_a_batch_validates_each_item_once_and_only_as_far_as_it_is_read(monkeypatch):
+    read = []
+    validate = api._item_spec
+
+    def counted(index, item, limits, trace_context):
+        read.append(index)
+        return validate(index, item, limits, trace_context)
+
+    monkeypatch.setattr(api, "_item_spec", counted)
+    items = [("a", n) for n in range(5)] + ["not an item"]
+    batch = api.SpecBatch(items, api.Limits.read(), None, one_database=False)
+    assert len(batch) == 6 and read == []
+    assert batch[2].payload == 2 and read == [0, 1, 2]
+    assert [spec.payload for spec in batch[1:4]] == [1, 2, 3] and read == [0, 1, 2, 3]
+    with pytest.raises(InvalidInput, match="^item 5: expected a dict or a"):
+        list(batch)
+    assert read == [0, 1, 2, 3, 4, 5]  # items 0 to 4 were not validated again
+    assert batch[-2].payload == 4
+    with pytest.raises(IndexError):
+        batch[6]
+
+
+def test_a_key_clash_names_the_later_item_whichever_way_the_batch_is_read():
+    items = [
+        {"kind": "a", "payload": 1, "idem_key": "k"},
+        {"kind": "a", "payload": 1, "idem_key": "k"},  # the same work: a duplicate, allowed
+        {"kind": "b", "payload": 1, "idem_key": "k"},
+    ]
+    for read in (list, lambda batch: batch[2]):
+        batch = api.SpecBatch(items, api.Limits.read(), None, one_database=False)
+        with pytest.raises(BatchKeyClash, match="^item 2: idem_key 'k' is also the key of item 0"):
+            read(batch)

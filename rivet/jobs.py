@@ -18,7 +18,7 @@ from rivet.schedules.declare import CronSchedule, code_schedules
 from rivet.stores import store_for_queue
 from rivet.stores.base import Store
 from rivet.validation import CURRENT_TRACE, Limits, build_spec, check_name
-from rivet.values import Claimed, EnqueueResult, TaskSpec
+from rivet.values import Claimed, EnqueueResult, TaskSpec, frozen_instance
 
 __all__ = [
     "JobContext",
@@ -96,8 +96,12 @@ class JobContext:
 
     @classmethod
     def for_claimed(cls, claimed: Claimed, stop: StopSignal) -> JobContext:
-        """The context of a claimed task, stopped through ``stop`` (the worker keeps it)."""
-        return cls(
+        """The context of a claimed task, stopped through ``stop`` (the worker keeps it).
+
+        Made with ``frozen_instance`` (a worker makes one per task): every field is given.
+        """
+        return frozen_instance(
+            cls,
             task_id=claimed.task_id,
             queue=claimed.queue,
             kind=claimed.kind,

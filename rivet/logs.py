@@ -205,10 +205,21 @@ def _direct_json(created: float, level: int, name: str, fields: dict[str, Any]) 
 
 
 def _json_head(created: float, level: int, name: str) -> str:
-    return (
-        f'{{"ts": "{_timestamp(created)}", "level": "{_level_name(level).lower()}", '
-        f'"event": {_quote(name)}, "logger": "{logger.name}"'
-    )
+    rest = _JSON_HEADS.get((level, name))
+    if rest is None:
+        rest = (
+            f'", "level": "{_level_name(level).lower()}", '
+            f'"event": {_quote(name)}, "logger": "{logger.name}"'
+        )
+        if len(_JSON_HEADS) < MAX_JSON_HEADS:
+            _JSON_HEADS[(level, name)] = rest
+    return f'{{"ts": "{_timestamp(created)}{rest}'
+
+
+#: The part of a JSON line's head after its timestamp, by level and event: the same for every
+#: line of that event (a worker writes two a task); at most ``MAX_JSON_HEADS`` are kept.
+_JSON_HEADS: dict[tuple[int, str], str] = {}
+MAX_JSON_HEADS = 512
 
 
 def _json_fields(fields: dict[str, Any]) -> str:

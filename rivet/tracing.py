@@ -179,13 +179,18 @@ def start_attempt(
     attempt: int,
     epoch: int,
     trace_context: Mapping[str, str] | None,
+    is_recording: bool | None = None,
 ) -> AttemptSpan:
-    """Start the span of one attempt, a child of the producer's context when the task has one."""
+    """Start the span of one attempt, a child of the producer's context when the task has one.
+
+    ``is_recording``: what :func:`recording` said, when the caller asked it for a whole claim
+    (the worker does, once per claim batch, not once per task); None: asked here.
+    """
     api = _otel()
     if api is None:
         return NO_SPAN
     trace, propagate, tracer = api
-    if not trace_context and not recording():
+    if not trace_context and not (recording() if is_recording is None else is_recording):
         # No SDK configured and no producer's context: the span would be the invalid one,
         # entered around the handler to no effect; a worker starts one per task.
         return NO_SPAN

@@ -69,7 +69,10 @@ class Attempt:
         started: float,
         lease_ttl: float,
         timeout_secs: float | None,
+        recording: bool | None = None,
     ) -> None:
+        """``recording``: whether a span started now is recorded (``tracing.recording()``,
+        asked once per claim batch by the worker); None: ask."""
         self.claimed = claimed
         #: The lease this attempt holds (the worker's dicts are keyed by it).
         self.lease: Lease = claimed.lease
@@ -97,6 +100,7 @@ class Attempt:
             attempt=claimed.attempt,
             epoch=claimed.epoch,
             trace_context=claimed.trace_context,
+            is_recording=recording,
         )
 
     @property

@@ -89,8 +89,9 @@ class Reporter:
     def report(self, ended: Ended) -> None:
         if ended.exc is not None:
             self.counts["failed"] += 1
-        self.counts[ended.end.value] += 1
-        self.metrics.event(ended.end.value, ended.attempt.claimed)
+        name = ended.end._value_  # the member's value, without the enum's property (per task)
+        self.counts[name] += 1
+        self.metrics.event(name, ended.attempt.claimed)
         self._end_span(ended)
         match ended.end:
             case End.ACKED:
@@ -125,7 +126,8 @@ class Reporter:
     def _acked(self, ended: Ended) -> None:
         logs.task_event("acked", ended.attempt.claimed, self.task_log_level)
         self.send(signals.task_processed, ended.attempt, result=ended.result)
-        self.failpoints.fire("after_ack")
+        if self.failpoints.armed:
+            self.failpoints.fire("after_ack")
 
     def _retried(self, ended: Ended) -> None:
         claimed = ended.attempt.claimed

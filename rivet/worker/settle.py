@@ -178,7 +178,8 @@ class Settler:
                 json.dumps(result)
         except (TypeError, ValueError) as exc:
             return self.fail(attempt, TypeError(f"handler result is not JSON-serialisable: {exc}"))
-        self.failpoints.fire("after_effect_before_ack", task=attempt.claimed.task_id)
+        if self.failpoints.armed:
+            self.failpoints.fire("after_effect_before_ack", task=attempt.claimed.task_id)
         self._queue(attempt, decisions.succeeded(attempt.claimed, result), result=result)
 
     def fail(self, attempt: Attempt, exc: BaseException) -> None:

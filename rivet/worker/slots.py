@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db import connections
 
-from rivet import logs, signals
+from rivet import logs, signals, tracing
 from rivet.errors import UnknownJob
 from rivet.failpoints import Failpoints, fired_by
 from rivet.jobs import JobRegistry
@@ -159,8 +159,12 @@ class Slots:
             self.counts["buried"] += batch.buried
             self.metrics.buried(batch.buried)
             logs.event("buried", owner=self.owner, count=batch.buried)
-        for claimed in batch.claimed:
-            self._start(claimed, started)
+        if batch.claimed:
+            # Asked once per claim, not per task: a tracer provider set meanwhile records the
+            # spans of the next claim's attempts.
+            recording = tracing.recording()
+            for claimed in batch.claimed:
+                self._start(claimed, started, recording)
         return len(batch.claimed)
 
     def _forget_finished(self) -> None:
@@ -172,11 +176,12 @@ class Slots:
                 if a.state is not AttemptState.FINISHED
             }
 
-    def _start(self, claimed: Claimed, started: float) -> None:
+    def _start(self, claimed: Claimed, started: float, recording: bool | None = None) -> None:
         self.counts["claimed"] += 1
         self.metrics.event("claimed", claimed)
         logs.task_event("claimed", claimed, self.reporter.task_log_level)
-        self.failpoints.fire("after_claim")
+        if self.failpoints.armed:
+            self.failpoints.fire("after_claim")
         definition = self.registry.find(claimed.kind)
         timeout = definition.timeout_secs if definition else None
         attempt = Attempt(
@@ -185,6 +190,7 @@ class Slots:
             started=started,
             lease_ttl=self.config.lease_ttl,
             timeout_secs=timeout or self.config.job_timeout,
+            recording=recording,
         )
         self._running[attempt.lease] = attempt
         if definition is None:

@@ -182,3 +182,32 @@ def test_a_text_value_never_breaks_the_line(restore_loggers):
     logs.task_event("retry", CLAIMED, error='bad\nline "x"\u2028end', note="")
     (line,) = lines(stream)
     assert line.endswith(r'error="bad\nline \"x\"\u2028end" note=""')
+
+
+def test_json_heads_are_kept_per_level_and_event_and_stop_being_kept_at_the_bound(
+    restore_loggers, monkeypatch
+):
+    monkeypatch.setattr(logs, "_JSON_HEADS", {})
+    monkeypatch.setattr(logs, "MAX_JSON_HEADS", 2)
+    direct, through = io.StringIO(), io.StringIO()
+    events = [("acked", logging.INFO), ("acked", logging.WARNING), ("claimed", logging.INFO)]
+    logs.configure("json", stream=direct)
+    for _ in range(2):  # the second round reads the kept heads (and the one not kept)
+        for name, level in events:
+            logs.task_event(name, CLAIMED, level)
+    assert len(logs._JSON_HEADS) == 2
+    logs.configure("json", stream=through)
+    logging.getLogger("rivet.worker").addFilter(Passing())  # through logging, no heads kept
+    try:
+        for _ in range(2):
+            for name, level in events:
+                logs.task_event(name, CLAIMED, level)
+    finally:
+        logging.getLogger("rivet.worker").filters.clear()
+    got, want = lines(direct), lines(through)
+    assert [without_ts(line, "json") for line in got] == [without_ts(line, "json") for line in want]
+    assert [(json.loads(line)["event"], json.loads(line)["level"]) for line in got] == [
+        ("acked", "info"),
+        ("acked", "warning"),
+        ("claimed", "info"),
+    ] * 2

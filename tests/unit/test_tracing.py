@@ -131,3 +131,51 @@ def test_without_opentelemetry_nothing_is_stored_or_recorded(monkeypatch, store,
         assert inner is None
     span.end("acked")
     assert [s.name for s in spans.get_finished_spans()] == ["request"]
+
+
+def test_start_attempt_takes_the_callers_answer_on_recording(monkeypatch, spans):
+    asked: list[bool] = []
+
+    def recording() -> bool:
+        asked.append(True)
+        return True
+
+    monkeypatch.setattr(tracing, "recording", recording)
+    task = {"task_id": 1, "queue": "q", "kind": "noop", "attempt": 1, "epoch": 1}
+    assert tracing.start_attempt(**task, trace_context=None, is_recording=False) is tracing.NO_SPAN
+    assert asked == []  # the caller's answer stands: not asked again
+    told = tracing.start_attempt(**task, trace_context=None, is_recording=True)
+    assert told is not tracing.NO_SPAN and asked == []
+    told.end("acked")
+    asked_here = tracing.start_attempt(**task, trace_context=None)
+    assert asked_here is not tracing.NO_SPAN and asked == [True]
+    asked_here.end("acked")
+    assert [s.attributes["rivet.ending"] for s in attempt_spans(spans)] == ["acked", "acked"]
+
+
+def test_the_worker_asks_whether_spans_are_recorded_once_per_claim(monkeypatch, store, jobs):
+    real = tracing.recording
+    asked: list[bool] = []
+
+    def recording() -> bool:
+        asked.append(real())
+        return asked[-1]
+
+    monkeypatch.setattr(tracing, "recording", recording)
+    job("noop", registry=jobs)(lambda ctx: None)
+    for _ in range(3):
+        enqueue(store, "noop")
+    claims: list[int] = []
+    original = store.task_settle_and_claim
+
+    def counting(*args, **kwargs):
+        flushed = original(*args, **kwargs)
+        if flushed.batch.claimed:
+            claims.append(len(flushed.batch.claimed))
+        return flushed
+
+    monkeypatch.setattr(store, "task_settle_and_claim", counting)
+    stats = make_worker(store, jobs, once=True, concurrency=4).run()
+    assert stats.acked == 3
+    assert claims[0] == 3  # one claim leased the three tasks
+    assert len(asked) == len(claims)

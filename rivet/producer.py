@@ -84,9 +84,7 @@ def enqueue_many(
     if not batch:
         return []
     store = store_for_queue(batch.first().queue, using)
-    if getattr(store, "streams_bulk", False):
-        return store.task_enqueue_many(batch)
-    return store.task_enqueue_many(list(batch))
+    return store.task_enqueue_many(batch if store.streams_bulk else list(batch))
 
 
 class SpecBatch(Sequence[TaskSpec]):
@@ -113,7 +111,7 @@ class SpecBatch(Sequence[TaskSpec]):
         self._limits = limits
         self._trace_context = trace_context
         self._specs: list[TaskSpec] = []
-        self._keys: dict[str, tuple[int, TaskSpec]] = {}  # each key's first item
+        self._keys: dict[str, int] = {}  # each key's first item
         # Each queue is routed once: a batch repeats a few queues, and routing one (the
         # routers, the settings) costs more than validating its task.
         self._aliases: dict[str, str] | None = {} if one_database else None
@@ -167,7 +165,10 @@ class SpecBatch(Sequence[TaskSpec]):
         Caught before the batch commits: found by the store, it would name a task of the
         batch that the rollback then removes.
         """
-        earlier, other = self._keys.setdefault(key, (index, spec))
+        earlier = self._keys.setdefault(key, index)
+        if earlier == index:
+            return
+        other = self._specs[earlier]
         if (other.queue, other.kind, other.payload_json) != (
             spec.queue,
             spec.kind,

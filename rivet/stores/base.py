@@ -66,6 +66,10 @@ class Store(ABC):
     joins_django_transaction: bool = False
     #: True when idle workers can sleep on a wake-up (LISTEN) instead of polling.
     supports_wakeup: bool = False
+    #: True when ``task_enqueue_many`` may be given ``rivet.producer.SpecBatch`` itself, read
+    #: while writing (an item it cannot validate raises inside the store's transaction); False:
+    #: the producer hands it the list, validated whole before the call.
+    streams_bulk: bool = False
     #: The Django database alias that holds the store's rows (None: a store without one).
     using: str | None = None
 

@@ -59,7 +59,7 @@ class BulkEnqueue(SqlStore):
         """True when a transaction pooler sits between (``PostgresStore.pooled``)."""
         return False
 
-    #: Reads the batch as it writes (``rivet.producer.SpecBatch``): see ``_copy_chunk``.
+    #: Reads the batch as it writes (``Store.streams_bulk``): see ``_copy_chunk``.
     streams_bulk = True
 
     def task_enqueue_many(self, specs: Sequence[TaskSpec]) -> list[EnqueueResult]:

@@ -90,13 +90,19 @@ def enqueue_many(
 class SpecBatch(Sequence[TaskSpec]):
     """An enqueue_many batch, each item validated when it is first read, in order.
 
-    Reading an item validates it and every one before it, once, and makes the batch's checks
-    as each arrives: an idem_key another item gave to different work (BatchKeyClash) and, with
+    Reading an item validates it and every one before it and makes the batch's checks as each
+    arrives: an idem_key another item gave to different work (BatchKeyClash) and, with
     ``one_database``, a queue living on another database than item 0's (MixedDatabases). Both
     checks name the later item, as a check over the whole list would. A store that streams
     (``streams_bulk``: the PostgreSQL store's COPY) reads the batch inside its transaction, so
     the server writes the first tasks while Python validates the rest, and an error rolls the
     batch back; every other store gets the list, read whole before anything is written.
+
+    Indexing keeps what it validates: an item read by index is validated once. Iterating
+    keeps nothing past what indexing kept, only what the checks need (each idem_key's work,
+    item 0's queue): a streamed batch of thousands leaves no TaskSpec behind it for the
+    garbage collector to walk, whose full collections were a fifth of a bulk enqueue's time.
+    An item iterated past and indexed later is validated again (an equal TaskSpec).
     """
 
     def __init__(
@@ -110,11 +116,14 @@ class SpecBatch(Sequence[TaskSpec]):
         self._items = items
         self._limits = limits
         self._trace_context = trace_context
-        self._specs: list[TaskSpec] = []
-        self._keys: dict[str, int] = {}  # each key's first item
+        self._specs: list[TaskSpec] = []  # items 0.. as indexing read them
+        self._checked = 0  # items validated and checked so far
+        # Each key's first item and its work (queue, kind, payload_json).
+        self._keys: dict[str, tuple[int, str, str, str]] = {}
         # Each queue is routed once: a batch repeats a few queues, and routing one (the
         # routers, the settings) costs more than validating its task.
         self._aliases: dict[str, str] | None = {} if one_database else None
+        self._first_queue = ""
 
     def __len__(self) -> int:
         return len(self._items)
@@ -135,29 +144,34 @@ class SpecBatch(Sequence[TaskSpec]):
             index += len(self._items)
         if not 0 <= index < len(self._items):
             raise IndexError(f"item {index} of a batch of {len(self._items)}")
-        while len(self._specs) <= index:
-            self._specs.append(self._validated(len(self._specs)))
-        return self._specs[index]
+        specs = self._specs
+        while len(specs) <= index:
+            specs.append(self._read(len(specs)))
+        return specs[index]
 
     def __iter__(self) -> Iterator[TaskSpec]:
         specs = self._specs  # the store's COPY reads this once per task: no __getitem__ here
         for index in range(len(self._items)):
-            if index == len(specs):
-                specs.append(self._validated(index))
-            yield specs[index]
+            yield specs[index] if index < len(specs) else self._read(index)
+
+    def _read(self, index: int) -> TaskSpec:
+        """Item ``index`` validated, and checked against the items before it the first time."""
+        spec = self._validated(index)
+        if index == self._checked:
+            if spec.idem_key is not None:
+                self._refuse_key_clash(index, spec, spec.idem_key)
+            if self._aliases is not None:
+                self._refuse_other_database(index, spec)
+            self._checked += 1  # a refused item stays unchecked: read again, it is refused again
+        return spec
 
     def _validated(self, index: int) -> TaskSpec:
         try:
-            spec = _item_spec(index, self._items[index], self._limits, self._trace_context)
+            return _item_spec(index, self._items[index], self._limits, self._trace_context)
         except InvalidInput as exc:  # name the item in a batch of thousands, keep the type
             if not str(exc).startswith(f"item {index}: "):
                 exc.args = (f"item {index}: {exc}", *exc.args[1:])
             raise
-        if spec.idem_key is not None:
-            self._refuse_key_clash(index, spec, spec.idem_key)
-        if self._aliases is not None:
-            self._refuse_other_database(index, spec)
-        return spec
 
     def _refuse_key_clash(self, index: int, spec: TaskSpec, key: str) -> None:
         """Raise BatchKeyClash when an earlier item gave this key to different work.
@@ -165,15 +179,9 @@ class SpecBatch(Sequence[TaskSpec]):
         Caught before the batch commits: found by the store, it would name a task of the
         batch that the rollback then removes.
         """
-        earlier = self._keys.setdefault(key, index)
-        if earlier == index:
-            return
-        other = self._specs[earlier]
-        if (other.queue, other.kind, other.payload_json) != (
-            spec.queue,
-            spec.kind,
-            spec.payload_json,
-        ):
+        work = (spec.queue, spec.kind, spec.payload_json)
+        earlier, *earlier_work = self._keys.setdefault(key, (index, *work))
+        if earlier != index and tuple(earlier_work) != work:
             raise BatchKeyClash(
                 f"item {index}: idem_key {key!r} is also the key of item {earlier}, "
                 "with different work (queue, kind or payload differ); one key names one task",
@@ -187,12 +195,13 @@ class SpecBatch(Sequence[TaskSpec]):
         alias = self._aliases.get(spec.queue)
         if alias is None:
             alias = self._aliases[spec.queue] = alias_for_queue(spec.queue)
-        first = self._specs[0] if self._specs else spec
-        first_alias = self._aliases[first.queue]
+        if index == 0:
+            self._first_queue = spec.queue
+        first_alias = self._aliases[self._first_queue]
         if alias != first_alias:
             raise MixedDatabases(
                 f"item {index}: queue {spec.queue!r} lives on the database {alias!r}, but item "
-                f"0's queue {first.queue!r} lives on {first_alias!r}; one batch is one "
+                f"0's queue {self._first_queue!r} lives on {first_alias!r}; one batch is one "
                 "transaction on one database: send one batch per database",
                 index=index,
             )

@@ -31,10 +31,11 @@ def alias_for_queue(queue: str) -> str:
         alias = hook(queue)
         if alias is not None:
             return known_alias(alias, f"{type(router).__name__}.db_for_queue({queue!r})")
-    mapped = queue_databases().get(queue)
+    mapping, home = rivet_settings.values("QUEUE_DATABASES", "DATABASE_ALIAS")
+    mapped = _mapping(mapping).get(queue)
     if mapped is not None:
         return known_alias(mapped, f"RIVET['QUEUE_DATABASES'][{queue!r}]")
-    return rivet_settings.DATABASE_ALIAS
+    return home
 
 
 def queue_aliases() -> list[str]:
@@ -61,7 +62,11 @@ def queues_by_alias(queues: Iterable[str]) -> dict[str, list[str]]:
 
 def queue_databases() -> dict[str, str]:
     """RIVET['QUEUE_DATABASES'] (queue name -> alias); the system check rivet.E007 vets it."""
-    mapping = rivet_settings.QUEUE_DATABASES
+    return _mapping(rivet_settings.QUEUE_DATABASES)
+
+
+def _mapping(mapping: Any) -> dict[str, str]:
+    """A RIVET['QUEUE_DATABASES'] value, refused unless it is a dict."""
     if not isinstance(mapping, dict):
         raise RivetConfigError(
             "RIVET['QUEUE_DATABASES'] must be a dict of queue names to database aliases, "

@@ -140,8 +140,10 @@ def frozen_instance(cls: type[_T], **fields: Any) -> _T:
     What its ``__init__`` makes (equal, same repr, same hash), without the
     ``object.__setattr__`` per field a frozen dataclass's ``__init__`` calls: about 1.5 µs
     against 0.5 µs for a ``Claimed``, and a worker makes a ``Claimed`` and a ``JobContext``
-    per task. For classes with no ``__post_init__``, no ``__slots__`` and no field made by a
-    default factory that is not given (``tests/unit/test_values.py`` checks both users).
+    per task, and an ``enqueue_many`` a ``TaskSpec`` per item. For classes with no
+    ``__slots__``, no field made by a default factory that is not given, and no
+    ``__post_init__`` the given fields need (TaskSpec's encodes a ``payload_json`` not given;
+    ``rivet.validation.build_spec`` gives it); ``tests/unit/test_values.py`` checks the users.
     """
     instance = object.__new__(cls)
     instance.__dict__.update(fields)

@@ -12,7 +12,11 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator
 
+from django.db import connections
+
+from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput, RivetConfigError
+from rivet.routing import alias_for_queue
 from rivet.stores.base import Store
 
 __all__ = [
@@ -56,9 +60,6 @@ def store_for_queue(queue: str, using: str | Store | None = None) -> Store:
     """
     if using is not None or _override() is not None:
         return resolve_store(using)
-    from rivet.conf import rivet_settings
-    from rivet.routing import alias_for_queue
-
     alias = alias_for_queue(queue)
     if alias == rivet_settings.DATABASE_ALIAS:
         return _configured_store()
@@ -68,7 +69,6 @@ def store_for_queue(queue: str, using: str | Store | None = None) -> Store:
 def queue_stores() -> list[tuple[str, Store]]:
     """(alias, store) for every database that may hold queues (``rivet.routing.queue_aliases``),
     RIVET['DATABASE_ALIAS'] first; under an override, only the override's store."""
-    from rivet.conf import rivet_settings
     from rivet.routing import queue_aliases
 
     home = rivet_settings.DATABASE_ALIAS
@@ -99,29 +99,38 @@ def override_store(store: Callable[[], Store]) -> Iterator[None]:
 
 def store_for_alias(alias: str = "default") -> Store:
     """The SQL store matching the vendor of a Django database alias."""
-    from django.db import connections
-
     vendor = connections[alias].vendor
+    store_class = _STORE_CLASSES.get(vendor) or _store_class(vendor)
+    if store_class is None:
+        raise RivetConfigError(
+            f"database alias {alias!r} is {vendor}; rivet stores run on PostgreSQL or SQLite: "
+            "route rivet's queues (RIVET['DATABASE_ALIAS'], RIVET['QUEUE_DATABASES']) to an "
+            "alias of one of those"
+        )
+    return store_class(using=alias)
+
+
+#: The store class of each database vendor, imported on first use (psycopg only when a
+#: PostgreSQL alias is used): an enqueue finds its store on every call.
+_STORE_CLASSES: dict[str, Callable[..., Store]] = {}
+
+
+def _store_class(vendor: str) -> Callable[..., Store] | None:
+    """The store class for ``vendor`` (None: rivet has none), kept in _STORE_CLASSES."""
     if vendor == "postgresql":
         from rivet.stores.postgres import PostgresStore
 
-        return PostgresStore(using=alias)
-    if vendor == "sqlite":
+        _STORE_CLASSES[vendor] = PostgresStore
+    elif vendor == "sqlite":
         from rivet.stores.sqlite import SqliteStore
 
-        return SqliteStore(using=alias)
-    raise RivetConfigError(
-        f"database alias {alias!r} is {vendor}; rivet stores run on PostgreSQL or SQLite: "
-        "route rivet's queues (RIVET['DATABASE_ALIAS'], RIVET['QUEUE_DATABASES']) to an alias "
-        "of one of those"
-    )
+        _STORE_CLASSES[vendor] = SqliteStore
+    return _STORE_CLASSES.get(vendor)
 
 
 def _configured_store() -> Store:
     """The store named by RIVET['STORE'] on RIVET['DATABASE_ALIAS']."""
-    from rivet.conf import rivet_settings
-
-    kind, alias = rivet_settings.STORE, rivet_settings.DATABASE_ALIAS
+    kind, alias = rivet_settings.values("STORE", "DATABASE_ALIAS")
     if kind == "memory":
         from rivet.stores.memory import MemoryStore
 

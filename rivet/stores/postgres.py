@@ -119,6 +119,16 @@ def lost_prepared(exc: psycopg.Error) -> bool:
 _RAW_CURSORS = threading.local()
 
 
+def _tuple_cursor(alias: str, pg: psycopg.Connection) -> psycopg.Cursor[tuple[Any, ...]]:
+    """``_raw_cursor`` with rows as tuples: for a statement whose columns the caller knows
+    (a single enqueue's id), without a dict built per row."""
+    held: dict[str, psycopg.Cursor[Any]] = _RAW_CURSORS.__dict__.setdefault("tuples", {})
+    raw = held.get(alias)
+    if raw is None or raw.connection is not pg or raw.closed:
+        raw = held[alias] = psycopg.Cursor(pg)
+    return raw
+
+
 def _raw_cursor(alias: str, pg: psycopg.Connection) -> psycopg.Cursor[dict[str, Any]]:
     """The thread's cursor on ``pg`` for server-bound statements, kept from one to the next.
 
@@ -291,9 +301,13 @@ class PostgresStore(BulkEnqueue):
         pooler does to them) fails that one statement, and the store is pooled from then on
         (``pooler_detected``, logged once as ``transaction_pooler_detected``).
         """
+        return self._pooled_on(connections[self.using])
+
+    def _pooled_on(self, connection: Any) -> bool:
+        """``pooled``, for the alias's connection already at hand."""
         if self.pooler_detected:
             return True
-        return bool(connections[self.using].settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"))
+        return bool(connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"))
 
     @property
     def supports_wakeup(self) -> bool:  # type: ignore[override]
@@ -454,27 +468,9 @@ class PostgresStore(BulkEnqueue):
         connection = connections[self.using]
         pg = cursor.cursor.connection
         raw = _raw_cursor(self.using, pg)
-        prepare = not self.pooled
 
         def execute(sql_text: str, values: Any, many: bool, context: dict) -> None:
-            connection.validate_no_broken_transaction()
-            with connection.wrap_database_errors:
-                if prepare and pg.prepare_threshold is None:
-                    # Django turns psycopg's preparing off (threshold None), and prepare=True is
-                    # then ignored too: a threshold no other query reaches prepares only what
-                    # asks for it.
-                    pg.prepare_threshold = ONLY_WHEN_ASKED
-                if prepare and generic and pg not in _WORKER_SESSIONS and _idle_autocommit(pg):
-                    # The flush's connection (a worker's loop): its session's settings, once.
-                    raw.execute(self.queries["worker_session"])
-                    _WORKER_SESSIONS.add(pg)
-                try:
-                    with self._unsorted(pg) if unsorted else nullcontext():
-                        raw.execute(sql_text, values, prepare=prepare)
-                except psycopg.Error as exc:
-                    if prepare and lost_prepared(exc):
-                        self._detected_pooler(exc)
-                    raise
+            self._send_bound(connection, pg, raw, sql_text, values, generic, unsorted)
 
         executor: Callable[..., None] = execute
         for wrapper in reversed(connection.execute_wrappers):
@@ -482,6 +478,38 @@ class PostgresStore(BulkEnqueue):
         context = {"connection": connection, "cursor": cursor}
         executor(sql_text, {**self._common_params(), **params}, False, context)
         return raw.fetchall() if raw.pgresult and raw.pgresult.nfields else []
+
+    def _send_bound(
+        self,
+        connection: Any,
+        pg: psycopg.Connection,
+        raw: psycopg.Cursor[Any],
+        sql_text: str,
+        values: dict[str, Any],
+        generic: bool = False,
+        unsorted: bool = False,
+    ) -> None:
+        """Run ``sql_text`` on ``raw`` as ``_bound_rows`` does, past the execute wrappers:
+        Django's broken-transaction check and error wrapper, prepared unless pooled."""
+        prepare = not self._pooled_on(connection)
+        connection.validate_no_broken_transaction()
+        with connection.wrap_database_errors:
+            if prepare and pg.prepare_threshold is None:
+                # Django turns psycopg's preparing off (threshold None), and prepare=True is
+                # then ignored too: a threshold no other query reaches prepares only what
+                # asks for it.
+                pg.prepare_threshold = ONLY_WHEN_ASKED
+            if prepare and generic and pg not in _WORKER_SESSIONS and _idle_autocommit(pg):
+                # The flush's connection (a worker's loop): its session's settings, once.
+                raw.execute(self.queries["worker_session"])
+                _WORKER_SESSIONS.add(pg)
+            try:
+                with self._unsorted(pg) if unsorted else nullcontext():
+                    raw.execute(sql_text, values, prepare=prepare)
+            except psycopg.Error as exc:
+                if prepare and lost_prepared(exc):
+                    self._detected_pooler(exc)
+                raise
 
     @contextmanager
     def _unsorted(self, pg: psycopg.Connection) -> Iterator[None]:
@@ -554,8 +582,38 @@ class PostgresStore(BulkEnqueue):
         # second statement, which sees the committed row it conflicted with (the retry loop
         # of _enqueue_one covers a row that vanished in between). Inside the caller's
         # transaction, a savepoint keeps a refused statement from aborting it.
-        with self._translated("task_enqueue"), self._one_statement() as cursor:
-            return self._enqueue_one(cursor, spec)
+        connection = connections[self.using]
+        if connection.in_atomic_block or connection.execute_wrappers:
+            # A savepoint in the caller's transaction; or execute wrappers (tracing tools),
+            # whose context gets the Django cursor the statement runs for.
+            with self._translated("task_enqueue"), self._one_statement() as cursor:
+                return self._enqueue_one(cursor, spec)
+        # The usual web request's enqueue: no Django cursor is made (a fifth of the call's
+        # Python), the statement goes straight to the connection (``_insert_one``).
+        with self._translated("task_enqueue"):
+            return self._enqueue_one(None, spec)
+
+    def _insert_one(self, cursor: Any, params: dict[str, Any]) -> int | None:
+        if cursor is not None:
+            return super()._insert_one(cursor, params)
+        # task_enqueue outside a transaction, without execute wrappers: what Django's cursor()
+        # does first (the thread check, the health check, connecting), then the statement.
+        connection = connections[self.using]
+        connection.validate_thread_sharing()
+        connection.close_if_health_check_failed()
+        connection.ensure_connection()
+        pg = connection.connection
+        raw = _tuple_cursor(self.using, pg)
+        values = {**self._common_params(), **params}
+        self._send_bound(connection, pg, raw, self.queries["enqueue"], values)
+        row = raw.fetchone()
+        return None if row is None else row[0]
+
+    def _find_existing(self, cursor: Any, spec: TaskSpec) -> EnqueueResult | None:
+        if cursor is None:  # task_enqueue's insert without a Django cursor met a key
+            with self._reading() as cursor:
+                return super()._find_existing(cursor, spec)
+        return super()._find_existing(cursor, spec)
 
     # -- wake-up -----------------------------------------------------------------------------
 

@@ -200,9 +200,9 @@ class SqlStore(Store):
     def _enqueue_one(self, cursor: Any, spec: TaskSpec) -> EnqueueResult:
         params = self._spec_params(spec)
         for _ in range(INSERT_TRIES):
-            inserted = self._rows(cursor, "enqueue", params)
-            if inserted:
-                return EnqueueResult(task_id=inserted[0]["id"])
+            task_id = self._insert_one(cursor, params)
+            if task_id is not None:
+                return EnqueueResult(task_id=task_id)
             existing = self._find_existing(cursor, spec)
             if existing is not None:
                 return existing
@@ -210,6 +210,11 @@ class SqlStore(Store):
             f"enqueue of {spec.kind!r} on {spec.queue!r} conflicted {INSERT_TRIES} times with "
             "a task that then disappeared; retry the enqueue"
         )
+
+    def _insert_one(self, cursor: Any, params: dict[str, Any]) -> int | None:
+        """Insert one task (``enqueue``); its id, or None when a key already had the task."""
+        inserted = self._rows(cursor, "enqueue", params)
+        return inserted[0]["id"] if inserted else None
 
     def _find_existing(self, cursor: Any, spec: TaskSpec) -> EnqueueResult | None:
         """The task a key already names (idem_key first, then the pending unique job)."""

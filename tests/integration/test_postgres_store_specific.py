@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, connection, connections, transaction
 
 from rivet.decisions import failed
-from rivet.errors import IdempotencyMismatch, StoreError
+from rivet.errors import IdempotencyMismatch, StoreError, StoreUnavailable
 from rivet.models import FencedWrite
 from rivet.stores.bulk import BULK_CHUNK
 from rivet.stores.postgres import QUERIES, SETTLE_COLUMNS, PostgresStore, end_worker_session
-from rivet.values import Ack, Lease, Settled, TaskSpec
+from rivet.values import Ack, EnqueueResult, Lease, Settled, TaskSpec
 from tests.integration.pg_kit import a_waiting_worker, on_other_connection, spec
 
 LONG_WAIT = 60.0  # an upper bound for a wake-up that must come; never reached when it works
@@ -221,6 +221,69 @@ def test_driver_errors_become_store_errors(store: PostgresStore, queue: str) -> 
 
     leased = store.task_claim(queues=[queue], owner="w", limit=1, lease_ttl=30).claimed
     assert len(leased) == 1, "the store works again after a driver error"
+
+
+# -- a single enqueue outside a transaction --------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_single_enqueue_outside_a_transaction_makes_no_django_cursor(
+    store: PostgresStore, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[Any] = []
+    real = connection.create_cursor
+    monkeypatch.setattr(connection, "create_cursor", lambda name=None: made.append(1) or real(name))
+    key = f"{queue}:k"
+    first = store.task_enqueue(spec(queue, idem_key=key, payload={"n": 1}))
+    assert made == [], "the insert went straight to the connection"
+    again = store.task_enqueue(spec(queue, idem_key=key, payload={"n": 1}))
+    assert again == EnqueueResult(task_id=first.task_id, duplicate=True)
+    assert made == [1], "the key's read-back runs on a Django cursor"
+    with pytest.raises(IdempotencyMismatch):
+        store.task_enqueue(spec(queue, idem_key=key, payload={"n": 2}))
+    assert [task.id for task in store.task_list(queue=queue)] == [first.task_id]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_execute_wrappers_see_a_single_enqueue_with_its_django_cursor(
+    store: PostgresStore, queue: str
+) -> None:
+    seen: list[tuple[str, Any]] = []
+
+    def wrapper(execute: Any, sql: str, params: Any, many: bool, context: dict) -> Any:
+        seen.append((sql, context))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        task = store.task_enqueue(spec(queue))
+    ((sql, context),) = seen
+    assert "INSERT INTO rivet_task" in sql
+    assert context["connection"] is connections["default"]
+    assert (
+        context["cursor"].db is connections["default"]
+    )  # Django's CursorWrapper, as its own execute gives
+    assert store.task_get(task.task_id) is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_single_enqueue_on_a_dropped_connection_fails_once_then_reconnects(
+    store: PostgresStore, queue: str
+) -> None:
+    store.task_enqueue(spec(queue))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+
+    def terminate() -> None:
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+    on_other_connection(terminate)
+    with pytest.raises(StoreUnavailable, match="task_enqueue"):
+        store.task_enqueue(spec(queue))
+    assert connection.connection is None, "Django was told to reconnect"
+    store.task_enqueue(spec(queue))
+    assert len(store.task_list(queue=queue)) == 2
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,5 +1,6 @@
 """rivet.enqueue and enqueue_many on the memory store: defaults, validation, store choice."""
 
+import weakref
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -288,6 +289,30 @@ def test_a_batch_validates_each_item_once_and_only_as_far_as_it_is_read(monkeypa
     assert batch[-2].payload == 4
     with pytest.raises(IndexError):
         batch[6]
+
+
+def test_iterating_a_batch_keeps_no_task_spec_behind_it():
+    # A streamed batch of thousands must leave nothing for the garbage collector to walk.
+    items = [{"kind": "a", "payload": {"n": n}, "idem_key": f"k{n % 3}"} for n in range(3)]
+    items += [{"kind": "a", "payload": {"n": n}} for n in range(3, 50)]
+    batch = api.SpecBatch(items, api.Limits.read(), None, one_database=True)
+    first = batch.first()  # what enqueue_many reads first, and keeps
+    seen = [weakref.ref(spec) for spec in batch]
+    assert seen[0]() is first
+    assert [ref for ref in seen[1:] if ref() is not None] == []
+    again = batch[7]  # iterated past, then indexed: validated again, equal
+    assert again == api.task_spec("a", {"n": 7}) and batch[7] is again
+
+
+def test_an_item_refused_by_a_check_is_refused_again_when_read_again():
+    items = [
+        {"kind": "a", "payload": 1, "idem_key": "k"},
+        {"kind": "b", "payload": 1, "idem_key": "k"},
+    ]
+    batch = api.SpecBatch(items, api.Limits.read(), None, one_database=False)
+    for read in (list, list, lambda batch: batch[1]):
+        with pytest.raises(BatchKeyClash, match="^item 1: idem_key 'k' is also the key of item 0"):
+            read(batch)
 
 
 def test_a_key_clash_names_the_later_item_whichever_way_the_batch_is_read():

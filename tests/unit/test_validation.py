@@ -8,7 +8,10 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from rivet import validation
 from rivet.errors import InvalidInput, PayloadTooLarge
 from rivet.validation import (
     build_spec,
@@ -88,6 +91,72 @@ def test_key_length_is_bounded() -> None:
 def test_payload_must_be_json(payload) -> None:
     with refused("payload must be JSON-serialisable"):
         encode_payload(payload)
+
+
+def test_a_payload_that_contains_itself_is_refused_and_the_next_one_is_not() -> None:
+    loop: list = [1]
+    loop.append(loop)
+    with refused("payload must be JSON-serialisable: Circular reference detected"):
+        encode_payload(loop)
+    shared = {"a": 1}
+    assert encode_payload([shared, shared, loop[:1]]) == '[{"a":1},{"a":1},[1]]'
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=6) | st.integers() | st.booleans(), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(JSON_VALUES)
+def test_the_payload_text_is_the_json_encoders(value) -> None:
+    # validation._payload_text calls json's C encoder directly; JSONEncoder.encode is the rule,
+    # refusals included (keys of mixed types cannot be sorted: TypeError from both).
+    assert _outcome(validation._payload_text, value) == _outcome(
+        validation._PAYLOAD_ENCODER.encode, value
+    )
+
+
+def _outcome(encode, value) -> tuple[str, str]:
+    try:
+        return ("text", encode(value))
+    except (TypeError, ValueError) as exc:
+        return (type(exc).__name__, str(exc))
+
+
+def _loop() -> dict:
+    loop: dict = {"a": 1}
+    loop["self"] = loop
+    return loop
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        math.nan,
+        -math.inf,
+        [1.5, math.inf],
+        {"when": datetime(2026, 1, 1)},
+        {1, 2},
+        _loop(),
+        {(1, 2): "tuple key"},
+        b"bytes",
+    ],
+)
+def test_the_payload_text_refuses_what_the_json_encoder_refuses(payload) -> None:
+    with pytest.raises((TypeError, ValueError)) as expected:
+        validation._PAYLOAD_ENCODER.encode(payload)
+    with pytest.raises(expected.type, match=f"^{re.escape(str(expected.value))}$"):
+        validation._payload_text(payload)
 
 
 def test_payload_size_is_counted_encoded(settings) -> None:

@@ -1,6 +1,7 @@
-"""The values a worker makes per task, made without their dataclass ``__init__``.
+"""The values a worker makes per task, and a producer per enqueue, made without their
+dataclass ``__init__``.
 
-``Claimed.from_row`` and ``JobContext.for_claimed`` build their frozen dataclasses with
+``Claimed.from_row``, ``JobContext.for_claimed`` and ``build_spec`` build their frozen dataclasses with
 ``rivet.values.frozen_instance`` (one dict update instead of one ``object.__setattr__`` per
 field); these tests hold them to what the generated ``__init__`` makes.
 """
@@ -14,7 +15,8 @@ import threading
 import pytest
 
 from rivet.jobs import JobContext, StopSignal
-from rivet.values import Claimed, Lease, frozen_instance
+from rivet.validation import build_spec
+from rivet.values import Claimed, Lease, TaskSpec, frozen_instance
 
 ROW = {
     "id": 41,
@@ -124,3 +126,14 @@ def test_frozen_instance_is_equal_to_the_init_for_any_frozen_dataclass_given_eve
     assert made == Lease(task_id=1, epoch=2, owner="w")
     assert hash(made) == hash(Lease(task_id=1, epoch=2, owner="w"))
     assert repr(made) == "Lease(task_id=1, epoch=2, owner='w')"
+
+
+def test_build_spec_makes_what_the_task_spec_init_makes():
+    # build_spec builds its TaskSpec with frozen_instance (an enqueue_many makes one per item).
+    built = build_spec(queue="mail", kind="billing.invoice", payload={"b": 1, "a": [2]})
+    by_init = TaskSpec(**{f.name: getattr(built, f.name) for f in dataclasses.fields(TaskSpec)})
+    assert built == by_init and repr(built) == repr(by_init)
+    assert built.payload_json == '{"a":[2],"b":1}'
+    assert pickle.loads(pickle.dumps(built)) == built
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.queue = "other"  # type: ignore[misc]

@@ -1,9 +1,10 @@
 """The values a worker makes per task, and a producer per enqueue, made without their
 dataclass ``__init__``.
 
-``Claimed.from_row``, ``JobContext.for_claimed`` and ``build_spec`` build their frozen dataclasses with
-``rivet.values.frozen_instance`` (one dict update instead of one ``object.__setattr__`` per
-field); these tests hold them to what the generated ``__init__`` makes.
+``Claimed.from_row``, ``JobContext.for_claimed`` and ``build_spec`` build their frozen
+dataclasses with ``rivet.values.frozen_instance`` (one dict update instead of one
+``object.__setattr__`` per field); these tests hold them to what the generated ``__init__``
+makes.
 """
 
 from __future__ import annotations

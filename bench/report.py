@@ -336,8 +336,10 @@ def _producers_target(enqueue: dict[str, Any] | None) -> Target:
 
 def _producers_bottleneck(enqueue: dict[str, Any], value: float) -> str:
     """The machine's CPU when the producers and their backends keep most cores busy; else the
-    commits: each enqueue's NOTIFY holds PostgreSQL's notification lock through its commit, so
-    the producers' commits are flushed one after another, not together."""
+    commits: the WAL flushes the server's disk gives. Producers at once share flushes (group
+    commit: one flush covers every commit waiting on it), since an enqueue sends a NOTIFY,
+    which would hold PostgreSQL's notification lock through its commit and flush the
+    producers' commits one after another, only while a worker waits on its queue."""
     client, server = enqueue.get("producers_client_us"), enqueue.get("producers_server_us")
     cores = os.cpu_count() or 1
     commits = enqueue.get("commit_rate") or {}
@@ -362,8 +364,8 @@ def _producers_bottleneck(enqueue: dict[str, Any], value: float) -> str:
     if busy >= CPU_BOUND_SHARE * cores:
         return f"the machine's CPU: {split}"
     return (
-        "the commits, flushed one at a time (each enqueue's NOTIFY holds the server's "
-        f"notification lock until its commit is on disk; {fsync}); {split}"
+        f"the commits: the WAL flushes the server's disk gives ({fsync}), shared by the "
+        f"producers' commits (group commit); {split}"
     )
 
 
@@ -643,9 +645,9 @@ def _enqueue_table(enqueue: dict[str, Any]) -> list[str]:
         "producer API around them. One producer's one-call-at-a-time enqueues wait for one WAL "
         "flush each: their ceiling is the flushes per second the server's disk sustains "
         "(`pg_test_fsync`, one 8 kB write synced by the server's `wal_sync_method`). Producers "
-        "at once could share flushes (group commit), but each enqueue's NOTIFY holds the "
-        "server's notification lock until its commit is flushed, so theirs are flushed one at "
-        "a time too; the CPU bounds them next.",
+        "at once share flushes (group commit: one flush covers every commit waiting on it; an "
+        "enqueue notifies only while a worker waits on its queue, and none runs here), so the "
+        "machine's CPU bounds them first.",
         "",
         "| how | tasks | seconds | throughput | ceiling |",
         "|---|--:|--:|--:|--:|",

@@ -308,9 +308,8 @@ def test_the_producers_target_names_the_cpu_or_the_commits(monkeypatch) -> None:
     )
     waits = producers_target(producers_client_us=50.0, producers_server_us=50.0)
     assert waits.bottleneck.startswith(
-        "the commits, flushed one at a time (each enqueue's NOTIFY holds the server's "
-        "notification lock until its commit is on disk; pg_test_fsync: 5,900 flushes/s one at "
-        "a time); 50 µs"
+        "the commits: the WAL flushes the server's disk gives (pg_test_fsync: 5,900 flushes/s "
+        "one at a time), shared by the producers' commits (group commit); 50 µs"
     )
     remote = producers_target(producers_server_us=None, commit_rate=None)
     assert "the server's share unknown" in remote.bottleneck

@@ -167,3 +167,34 @@ def test_a_transaction_pooler_the_alias_does_not_name_is_detected(pgbouncer_tran
         assert len(claimed.claimed) == 5
         assert not store.supports_wakeup
         store.close()
+
+
+def test_single_enqueues_through_a_pooler_the_alias_does_not_name_write_each_task_once(
+    pgbouncer_transaction, caplog
+):
+    """The single enqueue's own prepared statement (rivet_enqueue_<hash>, sent through libpq)
+    meets the pooler too: a server connection without it is found out (26000, the statement did
+    not run) and given it again, and one that has it already (42P05) is used as it is. A second
+    loss in one call fails that enqueue and the store stops preparing. Either way each enqueue
+    that returned wrote its task once, and a refused one wrote nothing."""
+    from rivet.errors import StoreError
+
+    dbname = connections["default"].settings_dict["NAME"]
+    with through(pgbouncer_transaction, flag=False):
+        store = PostgresStore(using="default")
+        written, refused = [], 0
+        for n in range(6):  # another client holds one server connection: the next gets the other
+            with pgbouncer_transaction.connect(dbname) as other, other.transaction():
+                other.execute("SELECT 1")
+                try:
+                    written.append(
+                        store.task_enqueue(TaskSpec(queue=QUEUE, kind="noop", payload=n))
+                    )
+                except StoreError:
+                    refused += 1
+            written.append(store.task_enqueue(TaskSpec(queue=QUEUE, kind="noop", payload=-n)))
+        tasks = store.task_list(queue=QUEUE, limit=100)
+        assert sorted(t.id for t in tasks) == sorted(r.task_id for r in written)
+        assert len(tasks) == 12 - refused and refused <= 1
+        assert refused == 0 or "transaction_pooler_detected" in caplog.text
+        store.close()

@@ -21,7 +21,13 @@ from rivet.decisions import failed
 from rivet.errors import IdempotencyMismatch, StoreError, StoreUnavailable
 from rivet.models import FencedWrite
 from rivet.stores.bulk import BULK_CHUNK
-from rivet.stores.postgres import QUERIES, SETTLE_COLUMNS, PostgresStore, end_worker_session
+from rivet.stores.postgres import (
+    DIRECT_ENQUEUE,
+    QUERIES,
+    SETTLE_COLUMNS,
+    PostgresStore,
+    end_worker_session,
+)
 from rivet.values import Ack, EnqueueResult, Lease, Settled, TaskSpec
 from tests.integration.pg_kit import a_waiting_worker, on_other_connection, spec
 
@@ -284,6 +290,93 @@ def test_a_single_enqueue_on_a_dropped_connection_fails_once_then_reconnects(
     assert connection.connection is None, "Django was told to reconnect"
     store.task_enqueue(spec(queue))
     assert len(store.task_list(queue=queue)) == 2
+
+
+#: The single enqueue's statement name on the server (rivet_enqueue_ and its text's hash).
+DIRECT = DIRECT_ENQUEUE.name.decode()
+
+
+def prepared_statements() -> dict[str, str]:
+    """The statements Django's connection has prepared on the server, by name."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name, statement FROM pg_prepared_statements")
+        return dict(cursor.fetchall())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_single_enqueue_goes_through_libpq_under_rivets_own_statement_name(
+    store: PostgresStore, queue: str
+) -> None:
+    first = store.task_enqueue(spec(queue, payload={"n": 1}, priority=3))
+    before = prepared_statements()
+    assert "INSERT INTO rivet_task" in before[DIRECT]
+    assert not any("rivet_task" in text for name, text in before.items() if name.startswith("_pg3"))
+    second = store.task_enqueue(
+        spec(queue, payload={"n": 2}, run_at=datetime(2030, 1, 2, tzinfo=UTC))
+    )
+    assert prepared_statements() == before, "prepared once per connection"
+    tasks = {task.id: task for task in store.task_list(queue=queue)}
+    assert tasks[first.task_id].payload == {"n": 1} and tasks[first.task_id].priority == 3
+    assert tasks[second.task_id].visible_at == datetime(2030, 1, 2, tzinfo=UTC)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_single_enqueue_after_discard_all_prepares_its_statement_again(
+    store: PostgresStore, queue: str
+) -> None:
+    """A pool that resets its sessions (DISCARD ALL) takes the statement away: the next enqueue
+    finds it gone, prepares it again and is written once."""
+    store.task_enqueue(spec(queue, payload=1))
+    with connection.cursor() as cursor:
+        cursor.execute("DISCARD ALL")
+    assert DIRECT not in prepared_statements()
+    again = store.task_enqueue(spec(queue, payload=2))
+    assert DIRECT in prepared_statements()
+    assert [task.payload for task in store.task_list(queue=queue)] == [1, 2]
+    assert store.task_get(again.task_id) is not None
+    assert not store.pooler_detected
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_session_that_has_the_statement_already_is_taken_as_it_is(
+    store: PostgresStore, queue: str
+) -> None:
+    """A session handed on without a reset holds the statement under the same name (42P05 on
+    preparing): the name carries the text's hash, so the enqueue uses it."""
+    store.task_enqueue(spec(queue, payload=1))
+    DIRECT_ENQUEUE.forget(connection.connection)  # as a new client of that session would be
+    store.task_enqueue(spec(queue, payload=2))
+    assert [task.payload for task in store.task_list(queue=queue)] == [1, 2]
+    assert not store.pooler_detected
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_single_enqueue_the_server_or_the_driver_refuses_raises_and_the_connection_goes_on(
+    store: PostgresStore, queue: str
+) -> None:
+    """Built past build_spec (which refuses NUL): jsonb refuses a NUL escape in the payload's
+    text (the server's error, from the direct path); a raw NUL in a text parameter is left to
+    psycopg, which refuses it before anything is sent (libpq would cut the text there)."""
+    store.task_enqueue(spec(queue, payload=0))
+    with pytest.raises(StoreError, match="task_enqueue.*unsupported Unicode escape"):
+        store.task_enqueue(TaskSpec(queue=queue, kind="pg.noop", payload="a \x00 b"))
+    with pytest.raises(StoreError, match="task_enqueue.*NUL"):
+        store.task_enqueue(TaskSpec(queue=queue, kind="pg.no\x00op", payload=1))
+    store.task_enqueue(spec(queue, payload=1))
+    assert [task.payload for task in store.task_list(queue=queue)] == [0, 1]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_single_enqueue_inside_a_transaction_leaves_libpq_alone(
+    store: PostgresStore, queue: str
+) -> None:
+    """In the caller's atomic() the insert runs on Django's cursor inside a savepoint, so it
+    rolls back with the caller."""
+    with pytest.raises(Rollback), transaction.atomic():
+        store.task_enqueue(spec(queue, payload=1))
+        assert DIRECT not in prepared_statements()
+        raise Rollback
+    assert store.task_list(queue=queue) == []
 
 
 @pytest.mark.django_db(transaction=True)

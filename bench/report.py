@@ -647,16 +647,18 @@ def _enqueue_table(enqueue: dict[str, Any]) -> list[str]:
         "(`pg_test_fsync`, one 8 kB write synced by the server's `wal_sync_method`). Producers "
         "at once share flushes (group commit: one flush covers every commit waiting on it; an "
         "enqueue notifies only while a worker waits on its queue, and none runs here), so the "
-        "machine's CPU bounds them first.",
+        "machine's CPU bounds them first. Each figure is the median of its rounds, every "
+        "round's in brackets.",
         "",
         "| how | tasks | seconds | throughput | ceiling |",
         "|---|--:|--:|--:|--:|",
         f"| `rivet.enqueue`, one call at a time | {enqueue['single']} | "
-        f"{enqueue['single_secs']:.2f} | {_rate(enqueue['single_per_s'])} "
-        f"| {_commit_ceiling(enqueue)} |",
+        f"{enqueue['single_secs']:.2f} | {_rate(enqueue['single_per_s'])}"
+        f"{_runs(enqueue.get('single_runs') or ())} | {_commit_ceiling(enqueue)} |",
         *_producers_row(enqueue),
         f"| `rivet.enqueue_many`, batches of {enqueue['batch']} | {enqueue['bulk']} | "
-        f"{enqueue['bulk_secs']:.2f} | {_rate(enqueue['bulk_per_s'])} | - |",
+        f"{enqueue['bulk_secs']:.2f} | {_rate(enqueue['bulk_per_s'])}"
+        f"{_runs(enqueue.get('bulk_runs') or ())} | - |",
         *_store_rows(enqueue),
     ]
 

@@ -85,6 +85,10 @@ STOP_TIMEOUT_SECS = 30.0
 SOAK_VACUUM_SECS = 10.0
 #: Rows per enqueue_many while a backlog is inserted.
 INSERT_BATCH = 10000
+#: Rounds of the enqueue measurements, each row their median: one round's figure swung by up
+#: to a quarter between runs of the same code (docs/benchmarking.md, "Enqueue figures from run
+#: to run"); three cost about 20 s more than one.
+ENQUEUE_ROUNDS = 3
 #: Seconds between progress lines while a long drain runs.
 DRAIN_REPORT_SECS = 10.0
 #: After this long, a drain asks PostgreSQL how many tasks are pending every 0.5 s, not 0.1 s.
@@ -210,7 +214,7 @@ class BenchOptions:
                 if self.enqueue_producers
                 else ""
             )
-            + f", {self.enqueue_bulk} bulk"
+            + f", {self.enqueue_bulk} bulk, median of {ENQUEUE_ROUNDS} rounds"
             + ("" if self.enqueue_fsync else ", no pg_test_fsync"),
             f"scheduler {self.schedules} one-second schedules on {self.schedule_workers} "
             f"worker(s) for {self.schedule_secs:g} s"
@@ -360,6 +364,7 @@ class Bench:
                 queue=o.queue,
                 producers=o.enqueue_producers,
                 fsync=o.enqueue_fsync,
+                runs=ENQUEUE_ROUNDS,
             )
             self.progress.step(
                 f"enqueue: {enqueue['single_per_s']:,.0f}/s single, "

@@ -127,6 +127,19 @@ def test_the_enqueue_table_shows_the_store_calls_when_measured(tmp_path: Path) -
     assert "the store's `task_enqueue`" not in older.split("## Enqueue")[1].split("##")[0]
 
 
+def test_the_enqueue_rows_give_their_median_and_every_round(tmp_path: Path) -> None:
+    figures = {
+        **ENQUEUE,
+        "single_runs": [3000.0, 3125.0, 3400.0],
+        "bulk_runs": [40000.0, 50000.0, 61000.0],
+    }
+    text = render(setup=[], rows=rows(), enqueue=figures, plot=None, out=tmp_path / "r.md")
+    assert "| 1.60 | 3,125/s (3,000, 3,125, 3,400) |" in text
+    assert "| 4.00 | 50,000/s (40,000, 50,000, 61,000) |" in text
+    one = render(setup=[], rows=rows(), enqueue=ENQUEUE, plot=None, out=tmp_path / "o.md")
+    assert "| 1.60 | 3,125/s |" in one and "| 4.00 | 50,000/s |" in one
+
+
 def test_a_target_without_its_row_reads_not_measured() -> None:
     found = {t.name: t for t in targets([row(1, 1, 1200.0)], None)}
     assert found["one worker, c=16"].met is None

@@ -30,7 +30,7 @@ import math
 import re
 import weakref
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg.pq import ExecStatus, PipelineStatus, TransactionStatus
@@ -104,16 +104,17 @@ class DirectStatement:
                 usable = self._prepare(pg)
             if not usable:
                 return None
-            result = pgconn.exec_prepared(self.name, params)
+            # None is SQL NULL to libpq; psycopg's type hints leave it out.
+            result = pgconn.exec_prepared(self.name, cast("list[bytes]", params))
             if (
                 _sqlstate(result) == b"26000"
                 and pgconn.transaction_status == TransactionStatus.IDLE
             ):
                 # The server lost the statement (a session reset): it did not run. Prepare it
-                # again and send it once more; a pooler's 42P05 or a second loss is raised.
+                # again and send it once more; a second loss is raised (a pooler sits between).
                 del self._prepared[pg]
                 self._prepare(pg)
-                result = pgconn.exec_prepared(self.name, params)
+                result = pgconn.exec_prepared(self.name, cast("list[bytes]", params))
             return self._rows(pg, result)
 
     def forget(self, pg: psycopg.Connection) -> None:
@@ -147,7 +148,9 @@ class DirectStatement:
             raise psycopg.OperationalError(message or "the connection to the server was lost")
         if status == ExecStatus.FATAL_ERROR:
             raise psycopg.errors.error_from_result(result, encoding="utf-8")
-        raise psycopg.InterfaceError(f"unexpected result from the server: {status.name}")
+        raise psycopg.InterfaceError(
+            f"unexpected result from the server: {ExecStatus(status).name}"
+        )
 
 
 def _sqlstate(result: psycopg.pq.abc.PGresult) -> bytes | None:

@@ -132,6 +132,39 @@ def _tuple_cursor(alias: str, pg: psycopg.Connection) -> psycopg.Cursor[tuple[An
     return raw
 
 
+#: Django's logger of the statements its cursors run (with DEBUG on).
+_BACKENDS_LOG = logging.getLogger("django.db.backends")
+
+
+@contextmanager
+def _in_query_log(connection: Any, sql_text: str, values: dict[str, Any]) -> Iterator[None]:
+    """Record a statement rivet sends past Django's cursor where Django's debug cursor records
+    its own (``connection.queries_log`` and the ``django.db.backends`` logger), when the
+    connection logs queries (DEBUG, ``assertNumQueries``, ``CaptureQueriesContext``)."""
+    if not connection.queries_logged:
+        yield
+        return
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        duration = time.monotonic() - start
+        connection.queries_log.append({"sql": sql_text, "time": f"{duration:.3f}"})
+        _BACKENDS_LOG.debug(
+            "(%.3f) %s; args=%s; alias=%s",
+            duration,
+            sql_text,
+            values,
+            connection.alias,
+            extra={
+                "duration": duration,
+                "sql": sql_text,
+                "params": values,
+                "alias": connection.alias,
+            },
+        )
+
+
 def _raw_cursor(alias: str, pg: psycopg.Connection) -> psycopg.Cursor[dict[str, Any]]:
     """The thread's cursor on ``pg`` for server-bound statements, kept from one to the next.
 
@@ -507,7 +540,10 @@ class PostgresStore(BulkEnqueue):
                 raw.execute(self.queries["worker_session"])
                 _WORKER_SESSIONS.add(pg)
             try:
-                with self._unsorted(pg) if unsorted else nullcontext():
+                with (
+                    self._unsorted(pg) if unsorted else nullcontext(),
+                    _in_query_log(connection, sql_text, values),
+                ):
                     raw.execute(sql_text, values, prepare=prepare)
             except psycopg.Error as exc:
                 if prepare and lost_prepared(exc):
@@ -607,9 +643,10 @@ class PostgresStore(BulkEnqueue):
         connection.ensure_connection()
         pg = connection.connection
         values = {**self._common_params(), **params}
-        if not self._pooled_on(connection):
+        if not (self._pooled_on(connection) or connection.queries_logged):
             # Through libpq itself (``rivet.stores.direct``): psycopg's cursor was a third of
             # the call's client CPU. None: a value or a state it does not send; psycopg does.
+            # With queries logged (DEBUG, assertNumQueries) it goes the logged way below.
             connection.validate_no_broken_transaction()
             with connection.wrap_database_errors:
                 try:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Group
 from django.db import DatabaseError, connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
 
 from rivet.decisions import failed
 from rivet.errors import IdempotencyMismatch, StoreError, StoreUnavailable
@@ -335,6 +336,28 @@ def test_a_single_enqueue_after_discard_all_prepares_its_statement_again(
     assert [task.payload for task in store.task_list(queue=queue)] == [1, 2]
     assert store.task_get(again.task_id) is not None
     assert not store.pooler_detected
+
+
+@pytest.mark.django_db(transaction=True)
+def test_django_query_log_sees_the_statements_rivet_sends_past_its_cursor(
+    store: PostgresStore, queue: str
+) -> None:
+    """DEBUG, assertNumQueries and the debug toolbar read connection.queries_log: the single
+    enqueue (in or out of the caller's transaction) and the flush are in it, as Django's own
+    cursor would have put them."""
+    with CaptureQueriesContext(connection) as outside:
+        store.task_enqueue(spec(queue, payload=1))
+    with CaptureQueriesContext(connection) as inside, transaction.atomic():
+        store.task_enqueue(spec(queue, payload=2))
+    with CaptureQueriesContext(connection) as flush:
+        claimed = store.task_claim(queues=[queue], owner="w", limit=2, lease_ttl=30).claimed
+    assert len(claimed) == 2
+    for captured in (outside, inside):
+        assert [q["sql"] for q in captured if "INSERT INTO rivet_task" in q["sql"]] == [
+            QUERIES["enqueue"]
+        ]
+    assert any("FOR UPDATE" in q["sql"] for q in flush.captured_queries)
+    assert [task.payload for task in store.task_list(queue=queue)] == [1, 2]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -26,6 +26,7 @@ from typing import Any
 import psycopg
 from django.db import Error as DjangoDatabaseError
 from django.db import connections, transaction
+from django.db.backends.utils import CursorDebugWrapper
 from psycopg.adapt import Dumper
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
@@ -132,37 +133,16 @@ def _tuple_cursor(alias: str, pg: psycopg.Connection) -> psycopg.Cursor[tuple[An
     return raw
 
 
-#: Django's logger of the statements its cursors run (with DEBUG on).
-_BACKENDS_LOG = logging.getLogger("django.db.backends")
-
-
 @contextmanager
-def _in_query_log(connection: Any, sql_text: str, values: dict[str, Any]) -> Iterator[None]:
-    """Record a statement rivet sends past Django's cursor where Django's debug cursor records
-    its own (``connection.queries_log`` and the ``django.db.backends`` logger), when the
-    connection logs queries (DEBUG, ``assertNumQueries``, ``CaptureQueriesContext``)."""
+def _in_query_log(connection: Any, raw: Any, sql_text: str, values: Any) -> Iterator[None]:
+    """Record a statement rivet sends past Django's cursor as Django's debug cursor records its
+    own (its ``debug_sql``: ``connection.queries_log`` and the ``django.db.backends`` logger),
+    when the connection logs queries (DEBUG, ``assertNumQueries``, ``CaptureQueriesContext``)."""
     if not connection.queries_logged:
         yield
         return
-    start = time.monotonic()
-    try:
+    with CursorDebugWrapper(raw, connection).debug_sql(sql_text, values):
         yield
-    finally:
-        duration = time.monotonic() - start
-        connection.queries_log.append({"sql": sql_text, "time": f"{duration:.3f}"})
-        _BACKENDS_LOG.debug(
-            "(%.3f) %s; args=%s; alias=%s",
-            duration,
-            sql_text,
-            values,
-            connection.alias,
-            extra={
-                "duration": duration,
-                "sql": sql_text,
-                "params": values,
-                "alias": connection.alias,
-            },
-        )
 
 
 def _raw_cursor(alias: str, pg: psycopg.Connection) -> psycopg.Cursor[dict[str, Any]]:
@@ -542,7 +522,7 @@ class PostgresStore(BulkEnqueue):
             try:
                 with (
                     self._unsorted(pg) if unsorted else nullcontext(),
-                    _in_query_log(connection, sql_text, values),
+                    _in_query_log(connection, raw, sql_text, values),
                 ):
                     raw.execute(sql_text, values, prepare=prepare)
             except psycopg.Error as exc:

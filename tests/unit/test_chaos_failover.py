@@ -18,6 +18,7 @@ from chaos_project.chaos.failover import (
     kill_time,
     losses,
     multi_host_url,
+    replayed_all,
     stall,
     worker_writes,
 )
@@ -195,3 +196,18 @@ def test_an_asynchronous_failover_reports_its_losses_and_waives_only_what_they_e
     assert faults.failover().waived == ["F2: stale", "F2: per task"]
     # Nothing lost: nothing waived.
     assert _failover("failover-async", Losses()).judge(_verdict(*F2_PARTS)).violations == F2_PARTS
+
+
+@pytest.mark.parametrize(
+    ("received", "replayed", "done"),
+    [
+        ("0/30A8000", "0/30A8000", True),
+        ("0/30A7FF0", "0/30A7FF8", True),
+        ("0/30A8000", "0/30A7FF0", True),  # the page's last 16 bytes: no record fits there
+        ("0/30A8000", "0/30A7FE0", False),  # 32 bytes: a record could have started there
+        ("0/30A7FF8", "0/30A7FF0", False),  # not at a page boundary: a record is still to come
+        ("1/0", "0/FFFFFFF0", True),
+    ],
+)
+def test_the_standby_has_replayed_all_it_received(received: str, replayed: str, done: bool) -> None:
+    assert replayed_all(received, replayed) is done

@@ -92,8 +92,10 @@ def load_pending(count: int, queue: str = BIG_QUEUE) -> tuple[float, float]:
 
 
 def _claim_params(store: Any, queue: str) -> dict[str, Any]:
+    from rivet.stores.floor import FRONT
+
     params = {"queue": queue, "owner": "w", "ttl": 30.0, "seen": []}
-    params |= store._common_params()
+    params |= store._common_params() | FRONT
     columns = ("task_id", "epoch", "owner", "op", "state", "result", "error", "cancelled_error")
     return params | {f"{column}s": [] for column in (*columns, "delay")}
 

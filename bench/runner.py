@@ -81,8 +81,6 @@ from rivet.worker.prefetch import AUTO, Prefetch
 
 READY_TIMEOUT_SECS = 120.0
 STOP_TIMEOUT_SECS = 30.0
-#: Seconds between the soak's VACUUMs on a server whose autovacuum is off.
-SOAK_VACUUM_SECS = 10.0
 #: Rows per enqueue_many while a backlog is inserted.
 INSERT_BATCH = 10000
 #: Rounds of the enqueue measurements, each row their median: one round's figure swung by up
@@ -122,8 +120,9 @@ class BenchOptions:
     soak: int | None = None
     soak_workers: int = 1
     soak_concurrency: int | None = None  # None: the largest of ``concurrency``
-    #: During the soak, VACUUM rivet_task every this many seconds; None: SOAK_VACUUM_SECS when
-    #: the server's autovacuum is off (nothing else would), never when it is on; 0: never.
+    #: During the soak, VACUUM rivet_task every this many seconds; None or 0: never (only the
+    #: server's autovacuum, if on, reclaims dead rows: the worker's claim floor keeps the
+    #: drain from walking them, rivet.stores.floor).
     soak_vacuum_secs: float | None = None
     enqueue_single: int = 5000
     enqueue_bulk: int = 200000
@@ -557,20 +556,25 @@ class Bench:
         )
 
     def _soak_vacuum_every(self) -> float:
-        """Seconds between the soak's VACUUMs (0: none), from the option or the server."""
-        if self.options.soak_vacuum_secs is not None:
-            return self.options.soak_vacuum_secs
-        warnings = PostgresStore(using="default").server_warnings()  # what a worker would log
-        return SOAK_VACUUM_SECS if any(name == "autovacuum_off" for name, _ in warnings) else 0.0
+        """Seconds between the soak's VACUUMs (0: none): --soak-vacuum-secs, or none."""
+        return self.options.soak_vacuum_secs or 0.0
 
     def _soak_vacuum_note(self) -> str:
+        autovacuum = self._autovacuum()
         if not self.soak_vacuum:
-            return "none by the bench (the server's autovacuum, if on, reclaims the dead rows)"
+            return (
+                f"none by the bench; the server's autovacuum is {autovacuum} (the worker's "
+                "claim floor keeps its claims from walking the dead index entries the drain "
+                "leaves)"
+            )
         return (
             f"`VACUUM rivet_task` every {self.soak_vacuum:g} s while the soak drains, by the "
-            "bench: this server's autovacuum is off (or --soak-vacuum-secs says so), and "
-            "without a vacuum the claim index fills with dead entries that every claim walks"
+            f"bench (--soak-vacuum-secs); the server's autovacuum is {autovacuum}"
         )
+
+    def _autovacuum(self) -> str:
+        warnings = PostgresStore(using="default").server_warnings()  # what a worker would log
+        return "off" if any(name == "autovacuum_off" for name, _ in warnings) else "on"
 
     def _ceiling(self, connections_: int, concurrency: int) -> float:
         o = self.options

@@ -181,7 +181,7 @@ WHERE queue = %(queue)s AND state = 'done'
 #: Before each benchmark measurement (outside any transaction): reclaim dead rows and refresh the
 #: planner's statistics, so a run does not inherit the bloat of the runs before it.
 BENCH_VACUUM = "VACUUM (ANALYZE) rivet_task"
-#: During a soak on a server without autovacuum, every SOAK_VACUUM_SECS: what it would do.
+#: During a soak, every --soak-vacuum-secs (none by default): what autovacuum would do.
 SOAK_VACUUM = "VACUUM rivet_task"
 #: After a backlog is inserted: statistics for the table as the workers will find it.
 BENCH_ANALYZE = "ANALYZE rivet_task"

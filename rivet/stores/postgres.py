@@ -37,6 +37,7 @@ from rivet.stores.base import Waiting
 from rivet.stores.bulk import BulkEnqueue
 from rivet.stores.claim import ClaimPlan, PartlyCommitted, walk_claim
 from rivet.stores.direct import DirectStatement
+from rivet.stores.floor import FRONT, ClaimFloors, claim_through_floor
 from rivet.stores.sqlfile import load_queries
 from rivet.stores.sqlrows import burial_rows
 from rivet.stores.wakeup import WakeupListener
@@ -161,7 +162,7 @@ def _raw_cursor(alias: str, pg: psycopg.Connection) -> psycopg.Cursor[dict[str, 
 
 
 #: Claim parameters of a settle_claim statement that only settles.
-NO_CLAIM: dict[str, Any] = {"queue": None, "limit": 0, "owner": "", "ttl": 0.0, "seen": []}
+NO_CLAIM: dict[str, Any] = {"queue": None, "limit": 0, "owner": "", "ttl": 0.0, "seen": [], **FRONT}
 
 
 @functools.cache
@@ -304,6 +305,8 @@ class PostgresStore(BulkEnqueue):
         )
         #: A prepared statement vanished or clashed: a transaction pooler the alias did not name.
         self.pooler_detected = False
+        #: Where this store's next claim in each queue starts reading (rivet.stores.floor).
+        self.floors = ClaimFloors()
 
     @property
     def pooled(self) -> bool:
@@ -415,7 +418,10 @@ class PostgresStore(BulkEnqueue):
             unburied.extend(row for row in flushed.met if row["doomed"])
             return flushed.met
 
-        claimed, _ = walk_claim(plan, lambda pick: statement({**claim, **pick}))
+        def claim_rows(pick: dict[str, Any]) -> list[dict[str, Any]]:
+            return claim_through_floor(self.floors, {**claim, **pick}, statement, order=claim_order)
+
+        claimed, _ = walk_claim(plan, claim_rows)
         if unburied:
             statement(None)
         return first[0].applied, ClaimBatch(claimed=claimed, buried=buried)

@@ -236,6 +236,9 @@ SELECT id, cancel_requested FROM extended
 -- or met). With limit 0 (or queue NULL) it only settles; with no decisions it only claims.
 -- rank_us (claim_rank in microseconds since the epoch) orders the leased rows as the claim did;
 -- an integer because parsing a timestamp per row was a visible part of a busy worker's CPU.
+-- The claim reads the index from (from_rank, from_id) on: ('-infinity', 0) reads the queue
+-- from its front; a worker's claim floor (rivet.stores.postgres.ClaimFloors) starts it past
+-- the entries of tasks settled since the last VACUUM, which every read from the front walks.
 -- A retry's new rank is its new visible_at less priority x aging_secs (priority aging).
 -- The decisions are applied before the claim locks anything: the first branch of the UNION ALL
 -- below (applied) runs to its end before the second (leased, hence picked) starts. A claim's
@@ -261,6 +264,7 @@ picked AS (
         cancel_requested
     FROM rivet_task
     WHERE state = 'pending' AND queue = %(queue)s::text AND visible_at <= now()
+        AND (claim_rank, id) >= (%(from_rank)s::timestamptz, %(from_id)s::bigint)
         AND NOT (id = ANY(%(task_ids)s::bigint[])) AND NOT (id = ANY(%(seen)s::bigint[]))
     ORDER BY claim_rank, id
     LIMIT %(limit)s::integer

@@ -41,15 +41,18 @@ def shift_fences_sql(vendor: str) -> str:
     return f"UPDATE rivet_fenced_write SET created_at = {shifted}"
 
 
-def shift_timestamps(alias: str):
+def shift_timestamps(alias: str, store: Store | None = None):
     """An ``advance(secs)`` for a SQL store: every rivet_task and rivet_fenced_write timestamp
-    moves secs earlier."""
+    moves secs earlier, and so do the store's claim floors (PostgreSQL's), if it keeps any."""
 
     def advance(secs: float) -> None:
         connection = connections[alias]
         with connection.cursor() as cursor:
             cursor.execute(shift_sql(connection.vendor), {"secs": float(secs)})
             cursor.execute(shift_fences_sql(connection.vendor), {"secs": float(secs)})
+        floors = getattr(store, "floors", None)
+        if floors is not None:
+            floors.elapse(secs)
 
     return advance
 
@@ -57,7 +60,7 @@ def shift_timestamps(alias: str):
 def sql_harness(store: Store, alias: str) -> Harness:
     return Harness(
         store=store,
-        advance=shift_timestamps(alias),
+        advance=shift_timestamps(alias, store),
         concurrent=True,
         atomic=lambda: transaction.atomic(using=alias),
     )

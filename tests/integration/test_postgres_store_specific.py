@@ -22,6 +22,7 @@ from rivet.decisions import failed
 from rivet.errors import IdempotencyMismatch, StoreError, StoreUnavailable
 from rivet.models import FencedWrite
 from rivet.stores.bulk import BULK_CHUNK
+from rivet.stores.floor import FRONT
 from rivet.stores.postgres import (
     DIRECT_ENQUEUE,
     QUERIES,
@@ -52,8 +53,11 @@ def queue() -> str:
     return f"pg-{uuid.uuid4().hex[:12]}"
 
 
-def shift_back(secs: float) -> None:
-    """Move every task timestamp ``secs`` earlier: the server's clock, seen from the rows."""
+def shift_back(secs: float, store: PostgresStore | None = None) -> None:
+    """Move every task timestamp ``secs`` earlier: the server's clock, seen from the rows (and
+    from ``store``'s claim floors)."""
+    if store is not None:
+        store.floors.elapse(secs)
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE rivet_task SET visible_at = visible_at - make_interval(secs => %s), "
@@ -135,7 +139,7 @@ def test_every_way_a_task_becomes_ready_wakes_listeners(store: PostgresStore, qu
     assert store.wait_for_work([queue], SHORT_WAIT) is False, "woken by a burial"
     assert store.task_settle([failed(retried, "later", 60)]) == [Settled.RETRIED]
     assert store.wait_for_work([queue], SHORT_WAIT) is False, "woken by a delayed retry"
-    shift_back(61)
+    shift_back(61, store)
     again = store.task_claim(queues=[queue], owner="w", limit=1, lease_ttl=30).claimed[0]
     assert store.task_settle([failed(again, "at once", 0)]) == [Settled.RETRIED]
     assert store.wait_for_work([queue], LONG_WAIT) is True, "retry due now"
@@ -418,7 +422,7 @@ def test_store_error_inside_the_callers_transaction_reaches_the_caller(
 @pytest.mark.django_db
 def test_claim_reads_the_partial_claim_index(store: PostgresStore, queue: str) -> None:
     params = {"queue": queue, "limit": 4, "owner": "w", "ttl": 30.0, "channel": "c", "seen": []}
-    params |= store._common_params()
+    params |= store._common_params() | FRONT
     params |= {f"{column}s": [] for column in SETTLE_COLUMNS}
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
@@ -433,7 +437,7 @@ def test_claim_reads_the_partial_claim_index(store: PostgresStore, queue: str) -
 def test_claim_buries_every_exhausted_task_it_meets(store: PostgresStore, queue: str) -> None:
     lost = [store.task_enqueue(spec(queue, max_attempts=1)).task_id for _ in range(3)]
     assert len(store.task_claim(queues=[queue], owner="gone", limit=3, lease_ttl=30).claimed) == 3
-    shift_back(31)
+    shift_back(31, store)
     fresh = [store.task_enqueue(spec(queue)).task_id for _ in range(2)]
     batch = store.task_claim(queues=[queue], owner="w", limit=2, lease_ttl=30)
     assert ([c.task_id for c in batch.claimed], batch.buried) == (fresh, 3)

@@ -201,7 +201,7 @@ class Command(BaseCommand):
             type=_non_negative_float,
             metavar="SECS",
             help="during the soak, VACUUM rivet_task every SECS seconds, 0 for never (default: "
-            "10 when the server's autovacuum is off, never when it is on)",
+            "never; only the server's autovacuum, if on)",
         )
         add(
             "--enqueue-single",

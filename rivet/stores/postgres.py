@@ -693,8 +693,9 @@ class PostgresStore(BulkEnqueue):
             (
                 "autovacuum_off",
                 "this PostgreSQL server runs with autovacuum = off: nothing reclaims rivet_task's "
-                "dead rows, every claim walks more dead index entries and throughput falls as "
-                "tasks churn; turn it on, or VACUUM rivet_task often",
+                "dead rows, so the table and its indexes grow as tasks churn and what reads them "
+                "slows with them (a claim from a queue's front, the admin's and the metrics' "
+                "counts); turn it on, or VACUUM rivet_task often",
             ),
         ]
 

@@ -91,13 +91,15 @@ def load_pending(count: int, queue: str = BIG_QUEUE) -> tuple[float, float]:
     return bulk_load(PENDING, {"queue": queue, "rows": count})
 
 
-def _claim_params(store: Any, queue: str) -> dict[str, Any]:
+def claim_params(store: Any, queue: str, start: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Parameters of a settle_claim statement that only claims, in ``queue``, reading from
+    ``start`` (a claim floor's parameters; by default the queue's front)."""
     from rivet.stores.floor import FRONT
+    from rivet.stores.postgres import SETTLE_COLUMNS
 
     params = {"queue": queue, "owner": "w", "ttl": 30.0, "seen": []}
-    params |= store._common_params() | FRONT
-    columns = ("task_id", "epoch", "owner", "op", "state", "result", "error", "cancelled_error")
-    return params | {f"{column}s": [] for column in (*columns, "delay")}
+    params |= store._common_params() | (start or FRONT)
+    return params | {f"{column}s": [] for column in SETTLE_COLUMNS}
 
 
 def nodes(plan: dict) -> Iterator[dict]:
@@ -115,10 +117,10 @@ def claim_plan(store: Any, batch: int, queue: str = BIG_QUEUE) -> tuple[dict, li
     with connection.cursor() as cursor:
         cursor.execute(store.queries["claim_unsorted"])
         (was, _) = cursor.fetchone()
-        cursor.execute("EXPLAIN (FORMAT JSON) " + text, _claim_params(store, queue))
+        cursor.execute("EXPLAIN (FORMAT JSON) " + text, claim_params(store, queue))
         (plan,) = cursor.fetchone()
         plan = json.loads(plan) if isinstance(plan, str) else plan
-        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + text, _claim_params(store, queue))
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + text, claim_params(store, queue))
         analyzed = [row[0] for row in cursor.fetchall()]
         cursor.execute(store.queries["claim_sorted_again"], {"was": was})
     return plan[0]["Plan"], analyzed

@@ -94,10 +94,6 @@ class ClaimFloors:
         rank_us, task_id = min(ranks)
         self._floors[queue] = Floor(rank_us=rank_us, task_id=task_id, read_at=read_at)
 
-    def forget(self) -> None:
-        """Every next claim reads from the front."""
-        self._floors.clear()
-
     def elapse(self, secs: float) -> None:
         """Every floor as if it were ``secs`` older, with its rank: what the test suites do to
         simulate time passing (every stored timestamp, claim_rank included, moved back)."""

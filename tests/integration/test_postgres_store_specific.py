@@ -19,6 +19,7 @@ from django.contrib.auth.models import Group
 from django.db import DatabaseError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
+from bench.bigclaim import RANK_INDEX, claim_params, nodes
 from rivet.decisions import failed, succeeded
 from rivet.errors import IdempotencyMismatch, StoreError, StoreUnavailable
 from rivet.models import FencedWrite
@@ -801,8 +802,7 @@ def drain(store: PostgresStore, queue: str, count: int) -> None:
 def index_blocks(store: PostgresStore, queue: str, start: dict[str, Any]) -> int:
     """Index and heap pages the claim's scan of rivet_task_rank_idx touches, reading from
     ``start`` (EXPLAIN ANALYZE in a transaction rolled back: nothing is leased)."""
-    params = {"queue": queue, "owner": "x", "ttl": 30.0, "seen": [], "channel": "c", **start}
-    params |= store._common_params() | {f"{column}s": [] for column in SETTLE_COLUMNS}
+    params = claim_params(store, queue, start)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_sort = off")
         cursor.execute(
@@ -811,15 +811,8 @@ def index_blocks(store: PostgresStore, queue: str, start: dict[str, Any]) -> int
         (plan,) = cursor.fetchone()
         transaction.set_rollback(True)
     plan = json.loads(plan) if isinstance(plan, str) else plan
-    scans = [node for node in nodes(plan[0]["Plan"]) if node.get("Index Name")]
-    (scan,) = [node for node in scans if node["Index Name"] == "rivet_task_rank_idx"]
+    (scan,) = [node for node in nodes(plan[0]["Plan"]) if node.get("Index Name") == RANK_INDEX]
     return scan["Shared Hit Blocks"] + scan["Shared Read Blocks"]
-
-
-def nodes(plan: dict) -> Iterator[dict]:
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from nodes(child)
 
 
 @pytest.mark.django_db(transaction=True)

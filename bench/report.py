@@ -559,7 +559,8 @@ def _backlog_table(rows: Sequence[Row]) -> list[str]:
     lines = [
         "## Full backlog",
         "",
-        "All tasks inserted before the workers start: read throughput. The ceiling is the same "
+        "The workers started, warmed up and idle, then all tasks inserted in one commit: read "
+        "throughput. The ceiling is the same "
         "claim and ack statements in a bare loop (no worker) at the same batch size "
         "(= concurrency + prefetch: the most one worker claims at once) and connections "
         "(= workers). Throughput is the median of the runs "

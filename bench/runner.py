@@ -3,8 +3,9 @@
 What one run measures (each part can be turned off; see docs/benchmarking.md):
 
 1. enqueue: one ``rivet.enqueue`` call at a time, then ``enqueue_many`` in batches;
-2. full backlog, for every kind x worker count x concurrency: the whole workload inserted,
-   then real ``manage.py rivet_worker`` processes drain it; right after each noop
+2. full backlog, for every kind x worker count x concurrency: real ``manage.py rivet_worker``
+   processes started, listening and warmed up on the empty queue, then the whole workload
+   inserted in one commit, which they drain; right after each noop
    configuration, its **ceiling**: the same store's claim and settle in a bare loop (no
    worker) with batch = concurrency + prefetch (the most one worker claims at once) and
    connections = workers (bench/ceiling.py);
@@ -41,7 +42,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management import call_command
-from django.db import connections
+from django.db import connections, transaction
 from django.db.migrations.executor import MigrationExecutor
 
 from bench import ceiling, cpu, fleet
@@ -420,7 +421,7 @@ class Bench:
 
         Each drain starts from the bench queue emptied and ``VACUUM (ANALYZE)`` (statistics
         of an empty table); the stale one inserts its backlog with no ANALYZE after, the other
-        ANALYZEs it as every other measurement does. One worker at the largest concurrency.
+        ANALYZEs it (as the soak does). One worker at the largest concurrency.
         """
         o = self.options
         rows, concurrency = o.stale_stats_rows, max(o.concurrency)
@@ -517,9 +518,13 @@ class Bench:
             self._empty_effects()
         items = self._workload(kind, tasks)
         window = None
-        if rate is None:
+        if rate is None and mode == SOAK:
+            # a soak's insert takes seconds: its one worker starts once the backlog is in
             self._insert(items)
             workers = self._start(kind, count, concurrency)
+        elif rate is None:
+            workers = self._start_gated(kind, count, concurrency)
+            self._insert(items, analyze=False, at_once=True)
             if kind == "effect":
                 window = cpu.SteadyWindow(tasks, lambda: self._cpu_snapshot(workers))
         else:
@@ -613,9 +618,12 @@ class Bench:
         pad = "x" * self.options.payload_bytes
         return [{"kind": kind, "payload": {"pad": pad}, "queue": self.options.queue}] * tasks
 
-    def _insert(self, items: list[dict], *, analyze: bool = True) -> None:
-        for first in range(0, len(items), INSERT_BATCH):
-            enqueue_many(items[first : first + INSERT_BATCH], using="default")
+    def _insert(self, items: list[dict], *, analyze: bool = True, at_once: bool = False) -> None:
+        """Enqueue ``items`` in batches; ``at_once``: in one transaction, so workers already
+        running find the whole backlog at its commit."""
+        with transaction.atomic(using="default") if at_once else contextlib.nullcontext():
+            for first in range(0, len(items), INSERT_BATCH):
+                enqueue_many(items[first : first + INSERT_BATCH], using="default")
         # Statistics for the table as the workers will find it: what a measurement of rivet at
         # its steady state assumes (a server's autovacuum analyzes a table that grew). The
         # worker's plans no longer depend on it (the stale-statistics part drains without).
@@ -665,6 +673,38 @@ class Bench:
         return fleet.start_workers(
             name, count, self.options.worker_args(concurrency), env, self.log_dir
         )
+
+    def _start_gated(self, kind: str, count: int, concurrency: int) -> list[Child]:
+        """Workers started, listening and warmed up on an empty queue, for a backlog inserted
+        next in one commit: every worker starts draining at that commit. Inserting first and
+        then starting the processes measured their start-up instead: each ``manage.py
+        rivet_worker`` takes about a second of CPU to start, the first worker drained while the
+        others were still importing Django on the same two cores, and a 5 000-task drain lasts
+        under a second (docs/benchmarking.md, "Workers started before the backlog")."""
+        workers = self._start(kind, count, concurrency)
+        self._wait_ready(workers)
+        self._wait_listening(workers)
+        self._warm_up(kind, count * concurrency * WARM_UP_PER_SLOT, workers)
+        return workers
+
+    def _wait_listening(self, workers: list[Child]) -> None:
+        """Until as many sessions as workers sit idle after a LISTEN: each worker's wake-up
+        listener (it listens once its loop's first claim came back empty), asleep until an
+        enqueue notifies it."""
+        deadline = time.monotonic() + READY_TIMEOUT_SECS
+        while True:
+            with connections["default"].cursor() as cursor:
+                cursor.execute(queries.BENCH_LISTENING)
+                (listening,) = cursor.fetchone()
+            if listening >= len(workers):
+                return
+            self._check_alive(workers)
+            if time.monotonic() > deadline:
+                raise BenchError(
+                    f"{listening} of {len(workers)} workers listen for wake-ups after "
+                    f"{READY_TIMEOUT_SECS:g} s"
+                )
+            time.sleep(0.05)
 
     def _wait_ready(self, workers: list[Child]) -> None:
         """Until every worker logged worker_started (offered load must not wait for start-up)."""

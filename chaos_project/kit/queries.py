@@ -186,6 +186,18 @@ SOAK_VACUUM = "VACUUM rivet_task"
 #: After a backlog is inserted: statistics for the table as the workers will find it.
 BENCH_ANALYZE = "ANALYZE rivet_task"
 
+#: Sessions of this database whose last statement was a LISTEN, idle: a worker's wake-up
+#: listener (one per worker, connected straight to the server), asleep on notifications. Its
+#: loop's connection claimed before it, and its last statement is a claim or a waiter lock.
+BENCH_LISTENING = """
+SELECT count(*)
+FROM pg_stat_activity
+WHERE datname = current_database()
+    AND pid <> pg_backend_pid()
+    AND state = 'idle'
+    AND query LIKE 'LISTEN %'
+"""
+
 #: End to end (enqueue to ack) of every done task of a queue, in seconds: the latency plot.
 BENCH_END_TO_END = """
 SELECT extract(epoch FROM updated_at - created_at)::float8

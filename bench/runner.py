@@ -681,20 +681,23 @@ class Bench:
         rivet_worker`` takes about a second of CPU to start, the first worker drained while the
         others were still importing Django on the same two cores, and a 5 000-task drain lasts
         under a second (docs/benchmarking.md, "Workers started before the backlog")."""
+        with connections["default"].cursor() as cursor:
+            cursor.execute(queries.SERVER_NOW)
+            (since,) = cursor.fetchone()
         workers = self._start(kind, count, concurrency)
         self._wait_ready(workers)
-        self._wait_listening(workers)
+        self._wait_listening(workers, since)
         self._warm_up(kind, count * concurrency * WARM_UP_PER_SLOT, workers)
         return workers
 
-    def _wait_listening(self, workers: list[Child]) -> None:
-        """Until as many sessions as workers sit idle after a LISTEN: each worker's wake-up
-        listener (it listens once its loop's first claim came back empty), asleep until an
-        enqueue notifies it."""
+    def _wait_listening(self, workers: list[Child], since: Any) -> None:
+        """Until as many sessions connected since ``since`` (the server's clock) as workers sit
+        idle after a LISTEN: each worker's wake-up listener (it listens once its loop's first
+        claim came back empty), asleep until an enqueue notifies it."""
         deadline = time.monotonic() + READY_TIMEOUT_SECS
         while True:
             with connections["default"].cursor() as cursor:
-                cursor.execute(queries.BENCH_LISTENING)
+                cursor.execute(queries.BENCH_LISTENING, {"since": since})
                 (listening,) = cursor.fetchone()
             if listening >= len(workers):
                 return

@@ -33,8 +33,13 @@ def session_settings() -> dict[str, str]:
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT current_setting('enable_sort'), current_setting('plan_cache_mode'), "
-            "pg_backend_pid()"
+            "SELECT current_setting('enable_sort'), current_setting('enable_seqscan'), "
+            "current_setting('plan_cache_mode'), pg_backend_pid()"
         )
-        sort, plans, pid = cursor.fetchone()
-    return {"enable_sort": sort, "plan_cache_mode": plans, "backend": str(pid)}
+        sort, seqscan, plans, pid = cursor.fetchone()
+    return {
+        "enable_sort": sort,
+        "enable_seqscan": seqscan,
+        "plan_cache_mode": plans,
+        "backend": str(pid),
+    }

@@ -186,17 +186,22 @@ SOAK_VACUUM = "VACUUM rivet_task"
 #: After a backlog is inserted: statistics for the table as the workers will find it.
 BENCH_ANALYZE = "ANALYZE rivet_task"
 
-#: Sessions of this database whose last statement was a LISTEN, idle: a worker's wake-up
-#: listener (one per worker, connected straight to the server), asleep on notifications. Its
-#: loop's connection claimed before it, and its last statement is a claim or a waiter lock.
+#: Sessions of this database, connected since %(since)s, whose last statement was a LISTEN,
+#: idle: a worker's wake-up listener (one per worker, connected straight to the server), asleep
+#: on notifications. Its loop's connection claimed before it, and its last statement is a claim
+#: or a waiter lock. ``since``: before the workers started (a stopped row's listener, not yet
+#: gone from pg_stat_activity, is not one of them).
 BENCH_LISTENING = """
 SELECT count(*)
 FROM pg_stat_activity
 WHERE datname = current_database()
     AND pid <> pg_backend_pid()
+    AND backend_start >= %(since)s
     AND state = 'idle'
-    AND query LIKE 'LISTEN %'
+    AND query LIKE 'LISTEN %%'
 """
+#: The server's clock, for BENCH_LISTENING's ``since``.
+SERVER_NOW = "SELECT now()"
 
 #: End to end (enqueue to ack) of every done task of a queue, in seconds: the latency plot.
 BENCH_END_TO_END = """

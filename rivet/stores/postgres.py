@@ -557,9 +557,12 @@ class PostgresStore(BulkEnqueue):
         idle = pg.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         if not (pg.autocommit and idle):  # in a transaction, or psycopg opens one (Django's)
             replaced = pg.execute(self.queries["claim_unsorted"]).fetchone()
-            assert replaced is not None  # one row: the setting before, the setting now
+            assert replaced is not None  # one row: the settings before, the settings now
             yield
-            pg.execute(self.queries["claim_sorted_again"], {"was": replaced[0]})
+            pg.execute(
+                self.queries["claim_sorted_again"],
+                {"was": replaced[0], "was_seqscan": replaced[1]},
+            )
             return
         try:
             if psycopg.Pipeline.is_supported():  # all four sent at once: one round trip

@@ -367,16 +367,19 @@ WHERE doomed
 -- its session (committed at once: the connection is in autocommit): prepared statements (only
 -- settle_claim's, one per LIMIT) keep the plan made for them instead of being planned again at
 -- each execution (the plan does not depend on the values: the LIMIT is written in the text);
--- and sorting is off, as claim_unsorted sets it for one transaction, so a flush sends nothing
--- more for it. Never behind a transaction pooler, where a session setting would stay on a
--- server connection other clients get next; a producer's connection (the web app's) runs no
--- flush and is left alone.
-SELECT set_config('plan_cache_mode', 'force_generic_plan', false), set_config('enable_sort', 'off', false)
+-- and sorting and sequential scans are off, as claim_unsorted sets them for one transaction, so
+-- a flush sends nothing more for them. Never behind a transaction pooler, where a session
+-- setting would stay on a server connection other clients get next; a producer's connection
+-- (the web app's) runs no flush and is left alone.
+SELECT
+    set_config('plan_cache_mode', 'force_generic_plan', false),
+    set_config('enable_sort', 'off', false),
+    set_config('enable_seqscan', 'off', false)
 
 -- name: worker_session_end
 -- worker_session's settings back to the server's defaults, on a connection that outlives its
 -- use by a worker (the test suite's, between tests).
-RESET plan_cache_mode; RESET enable_sort
+RESET plan_cache_mode; RESET enable_sort; RESET enable_seqscan
 
 -- name: wait_hold
 -- A worker's loop connection relies on notifications for its queues from now on (hold: the
@@ -399,11 +402,19 @@ SELECT rivet_wait_release(%(queues)s::text[])
 -- whole backlog at every flush. No shape of the statement rules it out (any index on queue or
 -- state serves the claim's conditions, and at a one-row estimate the shorter index plus a
 -- sort costs less); with sorting off, the index read in order is the only plan left.
-SELECT current_setting('enable_sort') AS was, set_config('enable_sort', 'off', true) AS now
+-- Sequential scans are off too: a generic plan made while rivet_task held a few pages (a
+-- worker's first flushes after a VACUUM emptied the file) settled its acks by reading the
+-- whole table once per ack, and kept that plan for the session while a backlog filled it
+-- (tests/integration/test_stale_statistics.py); every row the flush touches has an index.
+SELECT
+    current_setting('enable_sort') AS was,
+    current_setting('enable_seqscan') AS was_seqscan,
+    set_config('enable_sort', 'off', true) AS now,
+    set_config('enable_seqscan', 'off', true) AS now_seqscan
 
 -- name: claim_sorted_again
--- After that statement inside a caller's transaction: the setting claim_unsorted replaced.
-SELECT set_config('enable_sort', %(was)s::text, true)
+-- After that statement inside a caller's transaction: the settings claim_unsorted replaced.
+SELECT set_config('enable_sort', %(was)s::text, true), set_config('enable_seqscan', %(was_seqscan)s::text, true)
 
 -- name: autovacuum_setting
 -- Whether the server's autovacuum runs (a worker warns at start when it does not).

@@ -61,9 +61,9 @@ def test_pool_size_bounds_the_connections_a_worker_holds(workers, pool_size):
 
 
 def test_handlers_get_connections_with_the_servers_planner_settings(workers):
-    """The loop's connection carries the worker's session settings (generic plans, sorting off)
-    for rivet's own flush; when it goes back to the pool, a handler may get it next, and a
-    user's queries must not run with them."""
+    """The loop's connection carries the worker's session settings (generic plans, sorting and
+    sequential scans off) for rivet's own flush; when it goes back to the pool, a handler may
+    get it next, and a user's queries must not run with them."""
     worker = workers.start("--queue", "default", "--concurrency", "1", "--pool-size", "3")
     seen = []
     for _ in range(12):  # one at a time: the worker goes idle between them
@@ -73,4 +73,5 @@ def test_handlers_get_connections_with_the_servers_planner_settings(workers):
             time.sleep(0.02)
             result.refresh()
         seen.append(result.return_value)
-    assert {(s["enable_sort"], s["plan_cache_mode"]) for s in seen} == {("on", "auto")}, seen
+    settings = {(s["enable_sort"], s["enable_seqscan"], s["plan_cache_mode"]) for s in seen}
+    assert settings == {("on", "on", "auto")}, seen

@@ -31,6 +31,7 @@ BULK = 250
 SESSION_STATE = """
 SELECT current_setting('plan_cache_mode') AS plan_cache_mode,
        current_setting('enable_sort') AS enable_sort,
+       current_setting('enable_seqscan') AS enable_seqscan,
        (SELECT count(*) FROM pg_prepared_statements) AS prepared,
        (SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema()) AS temp_tables,
        (SELECT count(*) FROM pg_listening_channels()) AS listening,
@@ -86,6 +87,7 @@ def test_no_session_state_is_left_on_the_pooled_server_connections(pgbouncer_tra
             **row,
             "plan_cache_mode": "auto",
             "enable_sort": "on",
+            "enable_seqscan": "on",
             "prepared": 0,
             "temp_tables": 0,
         }
@@ -135,6 +137,7 @@ def test_the_http_api_and_the_admin_through_transaction_pooling(pgbouncer_transa
             **row,
             "plan_cache_mode": "auto",
             "enable_sort": "on",
+            "enable_seqscan": "on",
             "prepared": 0,
             "temp_tables": 0,
         }

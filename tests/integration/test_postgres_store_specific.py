@@ -662,7 +662,8 @@ def test_the_flush_is_prepared_once_per_limit_and_planned_once(
     assert sum(generic for _, generic, _ in flushes) >= 4
     assert [custom for _, _, custom in flushes] == [0] * len(flushes)
     assert plan_cache_mode() == "force_generic_plan"
-    assert rows("SHOW enable_sort") == [("off",)]  # worker_session sets both, in one statement
+    # worker_session sets them all, in one statement
+    assert rows("SHOW enable_sort") == rows("SHOW enable_seqscan") == [("off",)]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -674,6 +675,7 @@ def test_a_connection_that_outlives_its_flushes_gets_the_server_defaults_back(
     pg = connection.connection
     assert end_worker_session(pg) is True
     assert (plan_cache_mode(), rows("SHOW enable_sort")) == ("auto", [("on",)])
+    assert rows("SHOW enable_seqscan") == [("on",)]
     assert end_worker_session(pg) is True  # nothing left to take back: nothing sent
     assert drain_in_flushes(store, queue, limit=2) == 0  # a flush: the settings again
     with transaction.atomic():  # in a transaction they cannot be taken back

@@ -224,3 +224,47 @@ def test_plans_made_while_the_table_was_small_still_fit_it_once_full(
     ], json.dumps(cte(flush, "picked"), indent=1)
     assert_by_primary_key(cte(flush, "leased"))
     assert_by_primary_key(cte(flush, "applied"))
+
+
+#: A LIMIT of its own for the test below (its statement planned on its own table).
+WARM_BATCH = 29
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_plan_made_on_a_vacuumed_table_with_a_few_rows_still_settles_by_primary_key() -> None:
+    """The bench's full-backlog row as found on 2026-12-06: rivet_task emptied by DELETE and
+    VACUUM (which truncates the file: the statistics say 0 pages, 0 rows), a worker warmed up on
+    a few tasks (its flush prepared and planned on a table of a few pages), then a backlog. The
+    flush's settle had been planned as a sequential scan of rivet_task joined to the acks, kept
+    for the session: every flush of a 5 000-task backlog read the whole table once per ack
+    (100 ms a flush of 32)."""
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE rivet_task, rivet_fenced_write")
+        cursor.execute(FILL, {"queue": QUEUE, "rows": ROWS})
+        cursor.execute("DELETE FROM rivet_task")
+        cursor.execute("VACUUM (ANALYZE) rivet_task")
+        cursor.execute(FILL, {"queue": QUEUE, "rows": 4 * WARM_BATCH})
+    store = PostgresStore(using="default")
+    acks: list[Ack] = []
+    while True:  # the warm-up: drained a batch at a time, each acked with the next claim
+        flushed = store.task_settle_and_claim(
+            acks, queues=[QUEUE], owner="w", limit=WARM_BATCH, lease_ttl=30
+        )
+        acks = [Ack(lease=task.lease) for task in flushed.batch.claimed]
+        if not acks:
+            break
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM rivet_task")
+        cursor.execute(FILL, {"queue": QUEUE, "rows": ROWS})
+    first = store.task_settle_and_claim(
+        [], queues=[QUEUE], owner="w", limit=WARM_BATCH, lease_ttl=30
+    )
+    with executed_plans() as plans:
+        acks = [Ack(lease=task.lease) for task in first.batch.claimed]
+        again = store.task_settle_and_claim(
+            acks, queues=[QUEUE], owner="w", limit=WARM_BATCH, lease_ttl=30
+        )
+    assert len(again.batch.claimed) == WARM_BATCH
+    flush = one(plans, "decided_by_worker")
+    assert_by_primary_key(cte(flush, "applied"))
+    assert_by_primary_key(cte(flush, "leased"))

@@ -128,6 +128,17 @@ def flush_and_beat(store: PostgresStore) -> list[dict]:
     return plans
 
 
+def acked_and_claimed(store: PostgresStore, claimed: list[Any], limit: int) -> dict:
+    """The plan of the flush that acks ``claimed`` and claims ``limit`` more (it must get them)."""
+    with executed_plans() as plans:
+        acks = [Ack(lease=task.lease) for task in claimed]
+        again = store.task_settle_and_claim(
+            acks, queues=[QUEUE], owner="w", limit=limit, lease_ttl=30
+        )
+    assert len(again.batch.claimed) == limit
+    return one(plans, "decided_by_worker")
+
+
 def assert_estimate_proof(plans: list[dict]) -> None:
     flush = one(plans, "decided_by_worker")
     picked = task_scans(cte(flush, "picked"))
@@ -211,13 +222,7 @@ def test_plans_made_while_the_table_was_small_still_fit_it_once_full(
         first = store.task_settle_and_claim(
             [], queues=[QUEUE], owner="w", limit=SMALL_BATCH, lease_ttl=30
         )
-    with executed_plans() as plans:
-        acks = [Ack(lease=task.lease) for task in first.batch.claimed]
-        again = store.task_settle_and_claim(
-            acks, queues=[QUEUE], owner="w", limit=SMALL_BATCH, lease_ttl=30
-        )
-    assert len(again.batch.claimed) == SMALL_BATCH
-    flush = one(plans, "decided_by_worker")
+    flush = acked_and_claimed(store, first.batch.claimed, SMALL_BATCH)
     picked = task_scans(cte(flush, "picked"))
     assert [(n["Node Type"], n.get("Index Name")) for n in picked] == [
         ("Index Scan", RANK_INDEX)
@@ -259,12 +264,6 @@ def test_a_plan_made_on_a_vacuumed_table_with_a_few_rows_still_settles_by_primar
     first = store.task_settle_and_claim(
         [], queues=[QUEUE], owner="w", limit=WARM_BATCH, lease_ttl=30
     )
-    with executed_plans() as plans:
-        acks = [Ack(lease=task.lease) for task in first.batch.claimed]
-        again = store.task_settle_and_claim(
-            acks, queues=[QUEUE], owner="w", limit=WARM_BATCH, lease_ttl=30
-        )
-    assert len(again.batch.claimed) == WARM_BATCH
-    flush = one(plans, "decided_by_worker")
+    flush = acked_and_claimed(store, first.batch.claimed, WARM_BATCH)
     assert_by_primary_key(cte(flush, "applied"))
     assert_by_primary_key(cte(flush, "leased"))

@@ -110,22 +110,17 @@ def nodes(plan: dict) -> Iterator[dict]:
 
 def claim_plan(store: Any, batch: int, queue: str = BIG_QUEUE) -> tuple[dict, list[str]]:
     """The settle-and-claim statement's plan (JSON) and its EXPLAIN ANALYZE lines, planned as
-    the store plans it (sorting and sequential scans off for the statement: claim_unsorted);
-    inside a transaction."""
+    the store plans it (the store's own ``_unsorted``: sorting and sequential scans off for the
+    statement); inside a transaction."""
     from rivet.stores.postgres import settle_claim_text
 
     text = settle_claim_text(batch)
-    with connection.cursor() as cursor:
-        cursor.execute(store.queries["claim_unsorted"])
-        was, was_seqscan, _, _ = cursor.fetchone()
+    with connection.cursor() as cursor, store._unsorted(connection.connection):
         cursor.execute("EXPLAIN (FORMAT JSON) " + text, claim_params(store, queue))
         (plan,) = cursor.fetchone()
         plan = json.loads(plan) if isinstance(plan, str) else plan
         cursor.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + text, claim_params(store, queue))
         analyzed = [row[0] for row in cursor.fetchall()]
-        cursor.execute(
-            store.queries["claim_sorted_again"], {"was": was, "was_seqscan": was_seqscan}
-        )
     return plan[0]["Plan"], analyzed
 
 

@@ -47,7 +47,7 @@ from django.db.migrations.executor import MigrationExecutor
 
 from bench import ceiling, cpu, fleet
 from bench.bigclaim import measure_big_claim
-from bench.enqueue import PRODUCERS, measure_enqueue
+from bench.enqueue import PRODUCERS, measure_enqueue, settle_server
 from bench.report import (
     BACKLOG,
     RATE,
@@ -273,6 +273,20 @@ def _csv(values: tuple[int, ...]) -> str:
     return ",".join(map(str, values))
 
 
+def _settle_note(checkpointed: bool) -> str:
+    """What the bench does to the server before each drain and each enqueue measurement."""
+    if checkpointed:
+        return (
+            "the bench queue emptied, `VACUUM (ANALYZE) rivet_task`, then `CHECKPOINT` (no "
+            "measurement shares the disk with the checkpoint of the ones before it)"
+        )
+    return (
+        "the bench queue emptied and `VACUUM (ANALYZE) rivet_task`; no `CHECKPOINT`: this role "
+        "may not ask for one (a superuser or a member of pg_checkpoint may), so a measurement "
+        "may share the disk with the checkpoint of the ones before it"
+    )
+
+
 @dataclass
 class _Progress:
     total: int
@@ -334,6 +348,9 @@ class Bench:
         if self.options.soak:
             self.soak_vacuum = self._soak_vacuum_every()
             setup.append(("soak vacuum", self._soak_vacuum_note()))
+        with connections["default"].cursor() as cursor:
+            checkpointed = settle_server(cursor)
+        setup.append(("before each measurement", _settle_note(checkpointed)))
         self.busy = busy_load()
         for label, value in setup:
             self.say(f"{label}: {value}")
@@ -633,11 +650,12 @@ class Bench:
 
     def _empty(self, *, vacuum: bool = False) -> None:
         """Delete the queue's tasks; with ``vacuum``, also reclaim them (and every earlier
-        run's), so a measurement does not depend on the dead rows the runs before it left."""
+        run's) and checkpoint (``settle_server``), so a measurement does not depend on the dead
+        rows or the dirty pages the runs before it left."""
         with connections["default"].cursor() as cursor:
             cursor.execute(queries.QUEUE_EMPTY_ONE, {"queue": self.options.queue})
             if vacuum:
-                cursor.execute(queries.BENCH_VACUUM)
+                settle_server(cursor)
 
     def _empty_effects(self) -> None:
 

@@ -181,6 +181,10 @@ WHERE queue = %(queue)s AND state = 'done'
 #: Before each benchmark measurement (outside any transaction): reclaim dead rows and refresh the
 #: planner's statistics, so a run does not inherit the bloat of the runs before it.
 BENCH_VACUUM = "VACUUM (ANALYZE) rivet_task"
+#: After BENCH_VACUUM (outside any transaction): write every dirty page now, so a measurement
+#: does not run beside the checkpoint that the runs before it started (their WAL) and share the
+#: disk with its writes. A superuser, or a member of pg_checkpoint (PostgreSQL 15), may.
+BENCH_CHECKPOINT = "CHECKPOINT"
 #: During a soak, every --soak-vacuum-secs (none by default): what autovacuum would do.
 SOAK_VACUUM = "VACUUM rivet_task"
 #: After a backlog is inserted: statistics for the table as the workers will find it.

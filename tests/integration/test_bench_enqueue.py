@@ -1,9 +1,10 @@
 """measure_enqueue, the bench's enqueue figure: it measures, and leaves the queue as it found it."""
 
 import pytest
+from django.db import ProgrammingError, connection
 
 from bench import enqueue as enqueue_bench
-from bench.enqueue import fsync_rate, measure_enqueue, measure_producers
+from bench.enqueue import fsync_rate, measure_enqueue, measure_producers, settle_server
 from rivet.models import Task
 
 
@@ -112,3 +113,58 @@ def test_a_producer_that_dies_before_the_start_fails_the_measurement(monkeypatch
     with pytest.raises(RuntimeError, match="a producer exited before the start"):
         measure_producers(2, 4, "eb-bench", "x")
     assert not Task.objects.filter(queue="eb-bench").exists()
+
+
+def _checkpoint_lsn(cursor) -> str:
+    cursor.execute("SELECT checkpoint_lsn::text FROM pg_control_checkpoint()")
+    return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_settling_the_server_checkpoints_when_the_role_may() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+        assert cursor.fetchone()[0], "the test database's role is expected to be a superuser"
+        before = _checkpoint_lsn(cursor)
+        Task.objects.create(queue="eb-bench", kind="noop")  # WAL since the last checkpoint
+        assert settle_server(cursor) is True
+        assert _checkpoint_lsn(cursor) != before
+
+
+@pytest.fixture
+def unprivileged_role():
+    """A role that may neither vacuum rivet_task (not its owner) nor ask for a checkpoint."""
+    name = "rivet_bench_unprivileged"
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP ROLE IF EXISTS {name}")
+        cursor.execute(f"CREATE ROLE {name} NOSUPERUSER")
+    yield name
+    with connection.cursor() as cursor:
+        cursor.execute("RESET ROLE")
+        cursor.execute(f"DROP ROLE IF EXISTS {name}")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_role_that_may_not_checkpoint_is_told_apart_and_its_connection_goes_on(
+    unprivileged_role,
+) -> None:
+    # Through Django's cursor (its wrapper around psycopg's error) and through psycopg's own.
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET ROLE {unprivileged_role}")
+        before = _checkpoint_lsn(cursor)
+        assert settle_server(cursor) is False
+        assert _checkpoint_lsn(cursor) == before
+        cursor.execute("SELECT 1")
+        cursor.execute("RESET ROLE")
+    raw = connection.connection  # psycopg's connection, in autocommit as Django keeps it
+    with raw.cursor() as cursor:
+        cursor.execute(f"SET ROLE {unprivileged_role}")
+        assert settle_server(cursor) is False
+        cursor.execute("RESET ROLE")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_another_failure_of_the_checkpoint_is_raised(monkeypatch) -> None:
+    monkeypatch.setattr(enqueue_bench.queries, "BENCH_CHECKPOINT", "CHECKPOINT nonsense")
+    with connection.cursor() as cursor, pytest.raises(ProgrammingError, match="syntax"):
+        settle_server(cursor)

@@ -108,6 +108,29 @@ def write_meets_no_lease(zombie: Zombie, epochs: dict[int, tuple]) -> list[int]:
     return tasks
 
 
+def claimed_leases(log_path: Path) -> set[tuple[int, int]]:
+    """The (task, epoch) of every ``claimed`` line in a worker's log: the leases it learned it
+    holds. A claim whose commit reached the server but whose answer never reached the worker (the
+    connection died with the primary in a failover: ``claim_failed``) leaves a lease in the
+    database that the worker does not know, so it can write nothing for that task."""
+    leases: set[tuple[int, int]] = set()
+    try:
+        with log_path.open("rb") as log:
+            for raw in log:
+                if b'"claimed"' in raw:
+                    try:
+                        record = json.loads(raw)
+                    except ValueError:
+                        continue
+                    task, epoch = record.get("task"), record.get("epoch")
+                    if record.get("event") == "claimed" and isinstance(task, int):
+                        if isinstance(epoch, int):
+                            leases.add((task, epoch))
+    except OSError:
+        return set()
+    return leases
+
+
 def failed_writes(log_path: Path) -> set[int]:
     """The tasks a worker's log names in ``write_failed`` lines: writes it gave up because the
     database did not answer."""
@@ -399,7 +422,13 @@ class ChaosLoop:
                 continue
             self.settling.remove((proc, stopped_at))
             params = {"queue": self.queue, "owner": proc.owner}
-            rows = self._rows(queries.HELD_BY_OWNER, params)
+            # Only the leases it logged: one whose claim's answer it never got (lost in a
+            # failover) holds nothing for it to write (its lapse is redelivery, which S1 and S2
+            # judge). A task it got but had not logged when stopped is left out too: untested.
+            known = claimed_leases(proc.child.log_path)
+            leased = self._rows(queries.HELD_BY_OWNER, params)
+            rows = [row for row in leased if row[:2] in known]
+            unknown = {str(task): epoch for task, epoch, _ in leased if (task, epoch) not in known}
             held = {task: epoch for task, epoch, _ in rows}
             paused, proc.paused = proc.paused, False  # a later zombie of it is a SIGSTOP
             if proc.child.returncode is None and held:
@@ -414,12 +443,14 @@ class ChaosLoop:
                     paused_tasks=paused_tasks(proc.child.log_path) if paused else (),
                 )
                 self.open.append(zombie)
-                self.fleet.log.add("stop", held=zombie.record()["held"], **proc.fields())
+                extra = {"unknown_to_it": unknown} if unknown else {}
+                self.fleet.log.add("stop", held=zombie.record()["held"], **extra, **proc.fields())
                 continue
             # Its last tasks ended as it stopped: nothing to test. Continue it, try again.
             self.fleet.thaw(proc)
             proc.watched = False
-            self.fleet.log.add("stop_held_nothing", **proc.fields())
+            extra = {"unknown_to_it": unknown} if unknown else {}
+            self.fleet.log.add("stop_held_nothing", **extra, **proc.fields())
             if self.chaos_on:
                 self.waiting.append(Planned(at=now, kind=ZOMBIE, slot=proc.slot))
 

@@ -287,3 +287,20 @@ def test_a_task_its_own_late_committing_write_finished_was_not_taken_from_it() -
     buried = {17: (1, 1, "dead", ""), 18: (3, 3, "pending", None)}  # a claim's burial
     assert z.observe_epochs(buried, 101.5, give_up=LIMIT)
     assert z.reclaimed == {17: 1}
+
+
+def test_the_leases_a_worker_knows_are_read_from_its_claimed_lines(tmp_path) -> None:
+    """A lease in the database whose claim the worker never saw (the answer lost when the
+    primary died) is not one a zombie can write for: only ``claimed`` lines count."""
+    from chaos_project.chaos.loop import claimed_leases
+
+    log = tmp_path / "w.log"
+    log.write_text(
+        '{"event": "claimed", "task": 7, "epoch": 1, "owner": "w"}\nnot json\n'
+        '{"event": "claim_failed", "error": "server closed the connection unexpectedly"}\n'
+        '{"event": "claimed", "task": 7, "epoch": 3}\n{"event": "acked", "task": 8, "epoch": 1}\n'
+        '{"event": "retry", "task": 9, "epoch": 2, "error": "claimed by nobody"}\n'
+        '{"event": "claimed", "task": "10", "epoch": 1}\n'
+    )
+    assert claimed_leases(log) == {(7, 1), (7, 3)}
+    assert claimed_leases(tmp_path / "missing.log") == set()

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from django.db import connections
 
@@ -77,22 +77,31 @@ PIN_LIMIT_LEASES = 0.5
 PIN_SETTLE_SECS = 0.1
 
 
+def log_events(log_path: Path, event: str) -> Iterator[dict[str, Any]]:
+    """The JSON records of one ``event`` in a worker's log, in order (none if it cannot be read;
+    a line that is not JSON is skipped)."""
+    marker = f'"{event}"'.encode()
+    try:
+        with log_path.open("rb") as log:
+            lines = [raw for raw in log if marker in raw]
+    except OSError:
+        return
+    for raw in lines:
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("event") == event:
+            yield record
+
+
 def paused_tasks(log_path: Path) -> tuple[int, ...]:
     """The tasks a worker's last ``failpoint_fired`` line names (its paused write's tasks: a
     ``task``, or the ``tasks`` of a flush or a heartbeat)."""
     tasks: tuple[int, ...] = ()
-    try:
-        with log_path.open("rb") as log:
-            for raw in log:
-                if b'"failpoint_fired"' in raw:
-                    try:
-                        record = json.loads(raw)
-                    except ValueError:
-                        continue
-                    named = record.get("tasks", [record.get("task")])
-                    tasks = tuple(t for t in named if isinstance(t, int))
-    except OSError:
-        return ()
+    for record in log_events(log_path, "failpoint_fired"):
+        named = record.get("tasks", [record.get("task")])
+        tasks = tuple(t for t in named if isinstance(t, int))
     return tasks
 
 
@@ -113,41 +122,21 @@ def claimed_leases(log_path: Path) -> set[tuple[int, int]]:
     holds. A claim whose commit reached the server but whose answer never reached the worker (the
     connection died with the primary in a failover: ``claim_failed``) leaves a lease in the
     database that the worker does not know, so it can write nothing for that task."""
-    leases: set[tuple[int, int]] = set()
-    try:
-        with log_path.open("rb") as log:
-            for raw in log:
-                if b'"claimed"' in raw:
-                    try:
-                        record = json.loads(raw)
-                    except ValueError:
-                        continue
-                    task, epoch = record.get("task"), record.get("epoch")
-                    if record.get("event") == "claimed" and isinstance(task, int):
-                        if isinstance(epoch, int):
-                            leases.add((task, epoch))
-    except OSError:
-        return set()
-    return leases
+    return {
+        (record["task"], record["epoch"])
+        for record in log_events(log_path, "claimed")
+        if isinstance(record.get("task"), int) and isinstance(record.get("epoch"), int)
+    }
 
 
 def failed_writes(log_path: Path) -> set[int]:
     """The tasks a worker's log names in ``write_failed`` lines: writes it gave up because the
     database did not answer."""
-    tasks: set[int] = set()
-    try:
-        with log_path.open("rb") as log:
-            for raw in log:
-                if b'"write_failed"' in raw:
-                    try:
-                        task = json.loads(raw).get("task")
-                    except ValueError:
-                        continue
-                    if isinstance(task, int):
-                        tasks.add(task)
-    except OSError:
-        return set()
-    return tasks
+    return {
+        record["task"]
+        for record in log_events(log_path, "write_failed")
+        if isinstance(record.get("task"), int)
+    }
 
 
 def heartbeat_failed_after_pause(log_path: Path) -> bool:

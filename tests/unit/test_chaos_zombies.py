@@ -304,3 +304,19 @@ def test_the_leases_a_worker_knows_are_read_from_its_claimed_lines(tmp_path) -> 
     )
     assert claimed_leases(log) == {(7, 1), (7, 3)}
     assert claimed_leases(tmp_path / "missing.log") == set()
+
+
+def test_a_paused_workers_tasks_are_those_of_its_last_failpoint_line(tmp_path) -> None:
+    from chaos_project.chaos.loop import paused_tasks
+
+    log = tmp_path / "w.log"
+    log.write_text(
+        '{"event": "failpoint_fired", "point": "after_effect_before_ack", "task": 4}\n'
+        '{"event": "acked", "task": 4, "note": "not a \\"failpoint_fired\\" line"}\n'
+        "not json\n"
+        '{"event": "failpoint_fired", "point": "before_flush", "tasks": [5, 6, "7"]}\n'
+    )
+    assert paused_tasks(log) == (5, 6)
+    log.write_text('{"event": "failpoint_fired", "point": "after_effect_before_ack", "task": 4}\n')
+    assert paused_tasks(log) == (4,)
+    assert paused_tasks(tmp_path / "missing.log") == ()

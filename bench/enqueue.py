@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from django.db import connections
+from psycopg.errors import InsufficientPrivilege
 
 from chaos_project.kit import queries
 from chaos_project.kit.pidfd import Child
@@ -375,10 +376,6 @@ def empty_queue(queue: str) -> None:
         settle_server(cursor)
 
 
-#: SQLSTATE insufficient_privilege: CHECKPOINT asked by a role that may not.
-INSUFFICIENT_PRIVILEGE = "42501"
-
-
 def settle_server(cursor: Any) -> bool:
     """``VACUUM (ANALYZE) rivet_task``, then ``CHECKPOINT``: the measurement that follows starts
     with no dead rows and no dirty pages left by the ones before it. True when the checkpoint
@@ -394,15 +391,11 @@ def settle_server(cursor: Any) -> bool:
     cursor.execute(queries.BENCH_VACUUM)
     try:
         cursor.execute(queries.BENCH_CHECKPOINT)
-    except Exception as exc:  # Django's wrapper or psycopg's own error, by its SQLSTATE
-        if INSUFFICIENT_PRIVILEGE not in (_sqlstate(exc), _sqlstate(exc.__cause__)):
+    except Exception as exc:  # psycopg's own error, or Django's wrapper with it as the cause
+        if not any(isinstance(e, InsufficientPrivilege) for e in (exc, exc.__cause__)):
             raise
         return False
     return True
-
-
-def _sqlstate(exc: BaseException | None) -> str | None:
-    return getattr(exc, "sqlstate", None)
 
 
 def _time_single(count: int, queue: str, pad: str, key_prefix: str | bool) -> float:

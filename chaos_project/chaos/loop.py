@@ -418,6 +418,7 @@ class ChaosLoop:
             leased = self._rows(queries.HELD_BY_OWNER, params)
             rows = [row for row in leased if row[:2] in known]
             unknown = {str(task): epoch for task, epoch, _ in leased if (task, epoch) not in known}
+            extra = {"unknown_to_it": unknown} if unknown else {}
             held = {task: epoch for task, epoch, _ in rows}
             paused, proc.paused = proc.paused, False  # a later zombie of it is a SIGSTOP
             if proc.child.returncode is None and held:
@@ -432,13 +433,11 @@ class ChaosLoop:
                     paused_tasks=paused_tasks(proc.child.log_path) if paused else (),
                 )
                 self.open.append(zombie)
-                extra = {"unknown_to_it": unknown} if unknown else {}
                 self.fleet.log.add("stop", held=zombie.record()["held"], **extra, **proc.fields())
                 continue
             # Its last tasks ended as it stopped: nothing to test. Continue it, try again.
             self.fleet.thaw(proc)
             proc.watched = False
-            extra = {"unknown_to_it": unknown} if unknown else {}
             self.fleet.log.add("stop_held_nothing", **extra, **proc.fields())
             if self.chaos_on:
                 self.waiting.append(Planned(at=now, kind=ZOMBIE, slot=proc.slot))

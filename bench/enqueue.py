@@ -21,6 +21,7 @@ import shutil
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -267,27 +268,66 @@ def commit_rate() -> dict[str, Any]:
     folder, where = _fsync_folder(data_dir)
     with tempfile.TemporaryDirectory(prefix="rivet-fsync-", dir=folder) as scratch:
         try:
-            done = subprocess.run(
-                [program, "-s", "1", "-f", str(Path(scratch) / "fsync.test")],
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=True,
+            output = first_fsync_table(
+                [program, "-s", "1", "-f", str(Path(scratch) / "fsync.test")]
             )
         except (OSError, subprocess.SubprocessError) as exc:
-            return {"per_s": None, "method": method, "note": f"pg_test_fsync failed: {exc}"}
-    rate = fsync_rate(done.stdout, method)
+            said = " ".join((getattr(exc, "stderr", None) or "").split())
+            note = f"pg_test_fsync failed: {exc}" + (f" ({said})" if said else "")
+            return {"per_s": None, "method": method, "note": note}
+    rate = fsync_rate(output, method)
     if rate is None:
         return {"per_s": None, "method": method, "note": f"pg_test_fsync has no {method} line"}
     return {"per_s": rate, "method": method, "note": where}
 
 
+#: The header of pg_test_fsync's first table, the one ``fsync_rate`` reads.
+ONE_WRITE = "using one 8kB write"
+#: Seconds pg_test_fsync may take to print its first table (five one-second tests) and stop.
+FSYNC_TIMEOUT_SECS = 60.0
+
+
+def first_fsync_table(command: list[str], timeout: float = FSYNC_TIMEOUT_SECS) -> str:
+    """pg_test_fsync's output up to the end of its first table (one 8 kB write per sync), the
+    program stopped there: its later tables (two writes, write sizes, ...) are not read, and at
+    one second a test they took 11 of its 16 s. SIGTERM is what pg_test_fsync cleans up on (it
+    removes its test file). Raises ``CalledProcessError`` when the program ends before the table
+    does, ``TimeoutExpired`` when it has not after ``timeout`` seconds (it is killed then)."""
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
+    )
+    watchdog = threading.Timer(timeout, process.kill)
+    watchdog.start()
+    lines: list[str] = []
+    in_table = done = False
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.append(line)
+            done = in_table and not line.strip()  # the blank line that ends the table
+            if done:
+                break
+            in_table = in_table or ONE_WRITE in line
+    finally:
+        if process.poll() is None:
+            process.terminate()
+        _, stderr = process.communicate()
+        timed_out = not watchdog.is_alive()
+        watchdog.cancel()
+    output = "".join(lines)
+    if timed_out and not done:
+        raise subprocess.TimeoutExpired(command, timeout, output=output, stderr=stderr)
+    if not done:
+        raise subprocess.CalledProcessError(process.returncode, command, output, stderr)
+    return output
+
+
 def fsync_rate(output: str, method: str) -> float | None:
     """Operations per second of ``method`` in pg_test_fsync's output, from its first table
     (one 8 kB write per sync, as a commit of a small transaction); None if absent (n/a)."""
-    if "using one 8kB write" not in output:
+    if ONE_WRITE not in output:
         return None
-    one_write = output.split("using one 8kB write", 1)[1].split("Compare", 1)[0]
+    one_write = output.split(ONE_WRITE, 1)[1].split("Compare", 1)[0]
     rates = {m["method"]: float(m["ops"]) for m in FSYNC_LINE.finditer(one_write)}
     return rates.get(method)
 

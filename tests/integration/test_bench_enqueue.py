@@ -1,10 +1,19 @@
 """measure_enqueue, the bench's enqueue figure: it measures, and leaves the queue as it found it."""
 
+import subprocess
+import sys
+
 import pytest
 from django.db import ProgrammingError, connection
 
 from bench import enqueue as enqueue_bench
-from bench.enqueue import fsync_rate, measure_enqueue, measure_producers, settle_server
+from bench.enqueue import (
+    first_fsync_table,
+    fsync_rate,
+    measure_enqueue,
+    measure_producers,
+    settle_server,
+)
 from rivet.models import Task
 
 
@@ -88,6 +97,70 @@ def test_the_commit_rate_is_read_for_the_servers_sync_method_from_one_write() ->
     assert fsync_rate(PG_TEST_FSYNC, "open_sync") == 9894.411
     assert fsync_rate(PG_TEST_FSYNC, "fsync_writethrough") is None
     assert fsync_rate("pg_test_fsync: could not open output file", "fdatasync") is None
+
+
+#: A stand-in for pg_test_fsync: prints PG_TEST_FSYNC a line at a time, then waits as the real
+#: one goes on testing; on SIGTERM it writes the file argv[1] names (pg_test_fsync removes its
+#: test file then) and exits 1.
+FAKE_FSYNC = """\
+import signal, sys, time
+
+def stopped(signum, frame):
+    open(sys.argv[1], "w").write("terminated")
+    sys.exit(1)
+
+signal.signal(signal.SIGTERM, stopped)
+for line in sys.stdin.read().splitlines():
+    print(line, flush=True)
+time.sleep(int(sys.argv[2]))
+print("still here", flush=True)
+"""
+
+
+def _fake_fsync(tmp_path, text: str, sleep: int) -> list[str]:
+    (tmp_path / "out.txt").write_text(text)
+    script = tmp_path / "fake_pg_test_fsync.py"
+    script.write_text(FAKE_FSYNC)
+    feed = f"exec {sys.executable} {script} {tmp_path / 'stopped'} {sleep} < {tmp_path / 'out.txt'}"
+    return ["sh", "-c", feed]
+
+
+def test_pg_test_fsync_is_stopped_once_its_first_table_is_read(tmp_path) -> None:
+    output = first_fsync_table(_fake_fsync(tmp_path, PG_TEST_FSYNC, 300))
+    assert output == PG_TEST_FSYNC.split("\n\nCompare file sync methods using two")[0] + "\n\n"
+    assert fsync_rate(output, "fdatasync") == 5936.813
+    assert (tmp_path / "stopped").read_text() == "terminated"  # by SIGTERM, not waited for
+
+
+def test_pg_test_fsync_ending_before_its_first_table_is_a_failure_with_its_words(tmp_path) -> None:
+    command = [
+        "sh",
+        "-c",
+        "echo '5 seconds per test'; echo 'could not open output file' >&2; exit 1",
+    ]
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        first_fsync_table(command)
+    assert failed.value.returncode == 1 and failed.value.output == "5 seconds per test\n"
+    assert failed.value.stderr == "could not open output file\n"
+
+
+def test_pg_test_fsync_that_never_finishes_its_table_is_killed_at_the_timeout(tmp_path) -> None:
+    half = PG_TEST_FSYNC.split("        fsync ")[0]  # the table stops after fdatasync's line
+    with pytest.raises(subprocess.TimeoutExpired) as late:
+        first_fsync_table(_fake_fsync(tmp_path, half, 300), timeout=1.0)
+    assert late.value.output == half and not (tmp_path / "stopped").exists()  # SIGKILLed
+
+
+@pytest.mark.django_db
+def test_a_failed_pg_test_fsync_is_named_in_the_commit_rate_note(monkeypatch, tmp_path) -> None:
+    program = tmp_path / "pg_test_fsync"
+    program.write_text("#!/bin/sh\necho 'could not open output file' >&2\nexit 1\n")
+    program.chmod(0o755)
+    monkeypatch.setattr(enqueue_bench, "_pg_test_fsync", lambda: str(program))
+    found = enqueue_bench.commit_rate()
+    assert found["per_s"] is None
+    assert found["note"].startswith("pg_test_fsync failed: Command ")
+    assert found["note"].endswith("returned non-zero exit status 1. (could not open output file)")
 
 
 @pytest.mark.django_db

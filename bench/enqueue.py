@@ -304,8 +304,8 @@ def first_fsync_table(command: list[str], timeout: float = FSYNC_TIMEOUT_SECS) -
         assert process.stdout is not None
         for line in process.stdout:
             lines.append(line)
-            done = in_table and not line.strip()  # the blank line that ends the table
-            if done:
+            if in_table and not line.strip():  # the blank line that ends the table
+                done = True
                 break
             in_table = in_table or ONE_WRITE in line
     finally:

@@ -88,15 +88,33 @@ class RivetSettings:
         if name not in DEFAULTS:
             raise AttributeError(f"unknown rivet setting {name!r}; known: {', '.join(DEFAULTS)}")
         # No copy of the dict: an enqueue reads several settings, each on every call.
-        user = getattr(settings, "RIVET", None) or {}
-        return user.get(name, DEFAULTS[name])
+        return _rivet_dict().get(name, DEFAULTS[name])
 
     def values(self, *names: str) -> tuple[Any, ...]:
         """Several settings at once, ``settings.RIVET`` read once for them all: each read of
         Django's lazy settings costs more than the rest of a lookup, and an enqueue needs
         several on every call."""
-        user = getattr(settings, "RIVET", None) or {}
+        user = _rivet_dict()
         return tuple([user.get(name, DEFAULTS[name]) for name in names])
+
+
+_UNREAD = object()
+
+
+def _rivet_dict() -> dict[str, Any]:
+    """``settings.RIVET`` (``{}`` when unset or None), as read now.
+
+    Django's ``LazySettings`` keeps each setting it has read in its own ``__dict__`` and empties
+    that whenever a setting changes (``override_settings``, an assignment, a deletion), so the
+    value found there is the value now. It is read there first, past ``LazyObject``'s
+    ``__getattribute__``, which on each ``settings.RIVET`` also looks the dict up for a
+    ``_mask_wrapped`` attribute and catches the AttributeError: an enqueue reads the setting
+    five times. Not kept there yet: the usual read, which keeps it.
+    """
+    user = object.__getattribute__(settings, "__dict__").get("RIVET", _UNREAD)
+    if user is _UNREAD:
+        user = getattr(settings, "RIVET", None)
+    return user or {}
 
 
 #: The aging step rivet ranks with when PRIORITY_AGING_SECS is None: one point per ten years,

@@ -58,7 +58,9 @@ def store_for_queue(queue: str, using: str | Store | None = None) -> Store:
     The queue's database is ``rivet.routing.alias_for_queue``; on RIVET['DATABASE_ALIAS'] that
     is the configured store (RIVET['STORE']), elsewhere the store of the alias's vendor.
     """
-    if using is not None or _override() is not None:
+    # The list is read without its lock first: an enqueue asks on every call, and there is
+    # almost never an override (tests set one).
+    if using is not None or (_overrides and _override() is not None):
         return resolve_store(using)
     alias = alias_for_queue(queue)
     if alias == rivet_settings.DATABASE_ALIAS:

@@ -300,13 +300,21 @@ class PostgresStore(BulkEnqueue):
 
     def __init__(self, using: str = "default") -> None:
         self.using = using
-        self._listener = WakeupListener(
-            self._listener_params, QUERIES["listen"], QUERIES["wait_hold"]
-        )
         #: A prepared statement vanished or clashed: a transaction pooler the alias did not name.
         self.pooler_detected = False
-        #: Where this store's next claim in each queue starts reading (rivet.stores.floor).
-        self.floors = ClaimFloors()
+
+    # The listener and the floors are made on first use: an enqueue makes a store on every call
+    # (``rivet.stores.store_for_queue``) and uses neither; only a worker's loop does.
+
+    @functools.cached_property
+    def _listener(self) -> WakeupListener:
+        """The connection a waiting worker LISTENs on (opened on its first wait)."""
+        return WakeupListener(self._listener_params, QUERIES["listen"], QUERIES["wait_hold"])
+
+    @functools.cached_property
+    def floors(self) -> ClaimFloors:
+        """Where this store's next claim in each queue starts reading (rivet.stores.floor)."""
+        return ClaimFloors()
 
     @property
     def pooled(self) -> bool:
@@ -617,9 +625,12 @@ class PostgresStore(BulkEnqueue):
             with self._translated("task_enqueue"), self._one_statement() as cursor:
                 return self._enqueue_one(cursor, spec)
         # The usual web request's enqueue: no Django cursor is made (its making was a seventh
-        # of the call in a profile), the statement goes straight to the connection.
-        with self._translated("task_enqueue"):
+        # of the call in a profile), the statement goes straight to the connection; and no
+        # context manager: _translated's ``except``, written out.
+        try:
             return self._enqueue_one(None, spec)
+        except (DjangoDatabaseError, psycopg.Error) as exc:
+            raise self._store_error("task_enqueue", exc) from exc
 
     def _insert_one(self, cursor: Any, params: dict[str, Any]) -> int | None:
         if cursor is not None:
@@ -752,4 +763,6 @@ class PostgresStore(BulkEnqueue):
         _WAITERS.pop(pg, None)
 
     def close(self) -> None:
-        self._listener.close()
+        listener = self.__dict__.get("_listener")  # none made: nothing to close
+        if listener is not None:
+            listener.close()

@@ -50,6 +50,7 @@ from rivet.values import (
     TaskRecord,
     TaskSpec,
     ending,
+    frozen_instance,
 )
 
 #: How often an enqueue re-inserts after its conflicting row vanished (acked or purged).
@@ -151,12 +152,14 @@ class SqlStore(Store):
         """Parameters every query may use: how many errors a task keeps, the seconds of waiting
         worth one priority point (claim_rank), and the dialect's own; the settings read at once
         (every statement sends them)."""
-        names = [setting for _, setting in self.DIALECT_SETTINGS]
         errors_kept, aging, *own = rivet_settings.values(
-            "MAX_ERRORS_KEPT", "PRIORITY_AGING_SECS", *names
+            "MAX_ERRORS_KEPT",
+            "PRIORITY_AGING_SECS",
+            *[setting for _, setting in self.DIALECT_SETTINGS],
         )
         params = {"errors_kept": errors_kept, "aging_secs": aging_step(aging)}
-        params.update(zip([param for param, _ in self.DIALECT_SETTINGS], own, strict=True))
+        for (param, _), value in zip(self.DIALECT_SETTINGS, own, strict=True):
+            params[param] = value
         return params
 
     def _rows(self, cursor: Any, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -201,8 +204,8 @@ class SqlStore(Store):
         params = self._spec_params(spec)
         for _ in range(INSERT_TRIES):
             task_id = self._insert_one(cursor, params)
-            if task_id is not None:
-                return EnqueueResult(task_id=task_id)
+            if task_id is not None:  # frozen_instance: the dataclass's __init__, quicker
+                return frozen_instance(EnqueueResult, task_id=task_id, duplicate=False)
             existing = self._find_existing(cursor, spec)
             if existing is not None:
                 return existing

@@ -190,16 +190,8 @@ class JobDefinition(Generic[P, R]):
         using: str | Store | None = None,
     ) -> EnqueueResult:
         """Enqueue this kind; the options are rivet.enqueue's."""
-        spec = task_spec(
-            self.name,
-            payload,
-            queue=queue,
-            idem_key=idem_key,
-            delay=delay,
-            run_at=run_at,
-            priority=priority,
-            max_attempts=max_attempts,
-            unique_key=unique_key,
+        spec = spec_of(
+            self.name, payload, queue, idem_key, delay, run_at, priority, max_attempts, unique_key
         )
         return store_for_queue(spec.queue, using).task_enqueue(spec)
 
@@ -346,31 +338,67 @@ def task_spec(
     (``rivet.tracing.carrier()``), read once by the caller (once per bulk call); by default
     both are read here.
     """
-    limits = limits or Limits.read()
     if not ENQUEUE_OPTIONS.issuperset(options):
         unknown = sorted(set(options) - ENQUEUE_OPTIONS)
         raise TypeError(
             f"unknown enqueue options: {', '.join(unknown)}; "
             f"known: {', '.join(sorted(ENQUEUE_OPTIONS))}"
         )
+    get = options.get
+    return spec_of(
+        kind,
+        payload,
+        get("queue"),
+        get("idem_key"),
+        get("delay"),
+        get("run_at"),
+        get("priority"),
+        get("max_attempts"),
+        get("unique_key"),
+        limits,
+        trace_context,
+    )
+
+
+def spec_of(
+    kind: str,
+    payload: Any,
+    queue: str | None,
+    idem_key: str | None,
+    delay: float | timedelta | None,
+    run_at: datetime | None,
+    priority: int | None,
+    max_attempts: int | None,
+    unique_key: str | None,
+    limits: Limits | None = None,
+    trace_context: Any = CURRENT_TRACE,
+) -> TaskSpec:
+    """``task_spec`` with every option given, in ENQUEUE_OPTIONS' order of enqueue's signature
+    (None: not given): how ``rivet.enqueue`` and a job's ``enqueue`` call it, one call per
+    task, without the dict of keyword options ``task_spec`` takes and vets."""
+    limits = limits or Limits.read()
     definition = registry.find(kind) if isinstance(kind, str) else None
-    if definition is None and not limits.allow_unknown_kinds:
-        raise _unknown_kind(check_name("kind", kind, limits.name))
-    queue = _first(options.get("queue"), definition and definition.queue, limits.queue)
-    priority = _first(options.get("priority"), definition and definition.priority, 0)
-    max_attempts = _first(options.get("max_attempts"), definition and definition.max_attempts)
-    unique_key = options.get("unique_key")
-    if unique_key is None and definition is not None:
-        unique_key = definition.unique_key(payload)
+    if definition is None:
+        if not limits.allow_unknown_kinds:
+            raise _unknown_kind(check_name("kind", kind, limits.name))
+        queue = limits.queue if queue is None else queue
+        priority = 0 if priority is None else priority
+    else:
+        # The first that is not None: a job's default of 0 is a real value.
+        queue = _first(queue, definition.queue, limits.queue)
+        priority = _first(priority, definition.priority, 0)
+        max_attempts = definition.max_attempts if max_attempts is None else max_attempts
+        if unique_key is None:
+            unique_key = definition.unique_key(payload)
     return build_spec(
         limits=limits,
         queue=queue,
         kind=kind,
         payload=payload,
-        idem_key=options.get("idem_key"),
+        idem_key=idem_key,
         unique_key=unique_key,
-        delay=options.get("delay"),
-        run_at=options.get("run_at"),
+        delay=delay,
+        run_at=run_at,
         priority=priority,
         max_attempts=max_attempts,
         trace_context=trace_context,

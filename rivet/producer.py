@@ -19,7 +19,7 @@ from typing import Any, overload
 
 from rivet import tracing
 from rivet.errors import BatchKeyClash, InvalidInput, MixedDatabases
-from rivet.jobs import ENQUEUE_OPTIONS, task_spec
+from rivet.jobs import ENQUEUE_OPTIONS, spec_of, task_spec
 from rivet.routing import alias_for_queue
 from rivet.stores import resolve_store, store_for_queue
 from rivet.stores.base import Store
@@ -54,16 +54,8 @@ def enqueue(
     Django database alias, or a Store. Raises InvalidInput (nothing written) for a bad value
     and IdempotencyMismatch when ``idem_key`` already names different work.
     """
-    spec = task_spec(
-        kind,
-        payload,
-        queue=queue,
-        idem_key=idem_key,
-        delay=delay,
-        run_at=run_at,
-        priority=priority,
-        max_attempts=max_attempts,
-        unique_key=unique_key,
+    spec = spec_of(
+        kind, payload, queue, idem_key, delay, run_at, priority, max_attempts, unique_key
     )
     return store_for_queue(spec.queue, using).task_enqueue(spec)
 

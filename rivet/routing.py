@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from django.db import router as django_router
+
 from rivet.conf import rivet_settings
 from rivet.errors import RivetConfigError
 
@@ -90,10 +92,8 @@ def known_alias(alias: Any, source: str) -> str:
 
 def _router_hooks(name: str) -> list[tuple[Any, Callable[..., Any]]]:
     """The routers of settings.DATABASE_ROUTERS that define ``name``, with that method."""
-    from django.db import router
-
     found = []
-    for each in router.routers:
+    for each in django_router.routers:
         hook = getattr(each, name, None)
         if callable(hook):
             found.append((each, hook))

@@ -44,7 +44,8 @@ _api: Any = None  # once looked for: see _otel; False when opentelemetry is not 
 
 
 def _otel() -> Any:
-    """``(trace, propagate, tracer)`` from opentelemetry-api, or None when it is not installed.
+    """``(trace, propagate, tracer, context)`` from opentelemetry-api, or None when it is not
+    installed.
 
     The tracer is looked up once: before the host sets its provider it is a proxy that
     delegates to the provider once there is one.
@@ -52,11 +53,11 @@ def _otel() -> Any:
     global _api
     if _api is None:
         try:
-            from opentelemetry import propagate, trace
+            from opentelemetry import context, propagate, trace
         except ImportError:  # not installed (or another opentelemetry-* package without the API)
             _api = False
         else:
-            _api = (trace, propagate, trace.get_tracer(TRACER_NAME))
+            _api = (trace, propagate, trace.get_tracer(TRACER_NAME), context)
     return _api or None
 
 
@@ -81,8 +82,13 @@ def recording() -> bool:
 def carrier() -> dict[str, str] | None:
     """The current trace context as W3C headers, or None: no current span, or no OpenTelemetry."""
     api = _otel()
-    if api is None or not api[0].get_current_span().get_span_context().is_valid:
-        return None  # the common case, checked cheaply: enqueue_many asks once per task
+    if api is None:
+        return None
+    # The common case, checked cheaply (an enqueue asks once per task): an empty context holds
+    # no span, and a span's own context says whether it may be sent on.
+    current = api[3].get_current()
+    if not current or not api[0].get_current_span(current).get_span_context().is_valid:
+        return None
     headers: dict[str, str] = {}
     api[1].inject(headers)
     return headers or None
@@ -102,7 +108,7 @@ def server_span(name: str, headers: Mapping[str, str], **attributes: Any) -> Ite
     if api is None:
         yield None
         return
-    trace, propagate, tracer = api
+    trace, propagate, tracer, _ = api
     parent = propagate.extract({k.lower(): v for k, v in headers.items()})
     kind = trace.SpanKind.SERVER
     with tracer.start_as_current_span(name, context=parent, kind=kind) as span:
@@ -189,7 +195,7 @@ def start_attempt(
     api = _otel()
     if api is None:
         return NO_SPAN
-    trace, propagate, tracer = api
+    trace, propagate, tracer, _ = api
     if not trace_context and not (recording() if is_recording is None else is_recording):
         # No SDK configured and no producer's context: the span would be the invalid one,
         # entered around the handler to no effect; a worker starts one per task.

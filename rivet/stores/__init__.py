@@ -101,7 +101,7 @@ def override_store(store: Callable[[], Store]) -> Iterator[None]:
 
 def store_for_alias(alias: str = "default") -> Store:
     """The SQL store matching the vendor of a Django database alias."""
-    vendor = connections[alias].vendor
+    vendor = _vendor(alias)
     store_class = _STORE_CLASSES.get(vendor) or _store_class(vendor)
     if store_class is None:
         raise RivetConfigError(
@@ -111,6 +111,24 @@ def store_for_alias(alias: str = "default") -> Store:
         )
     return store_class(using=alias)
 
+
+def _vendor(alias: str) -> str:
+    """The vendor of ``alias``'s backend (``postgresql``, ``sqlite``, ...).
+
+    Known by the alias and its ENGINE once its connection object has been asked: the connection
+    is a thread's own (``connections[alias]`` goes through asgiref's Local, a third of the
+    lookups an enqueue made), the engine's vendor is not.
+    """
+    engine = connections.settings.get(alias, {}).get("ENGINE")
+    vendor = _VENDORS.get((alias, engine))
+    if vendor is None:
+        vendor = connections[alias].vendor  # an alias DATABASES lacks raises Django's error
+        _VENDORS[(alias, engine)] = vendor
+    return vendor
+
+
+#: Each alias's vendor, by the alias and its ENGINE (``_vendor``).
+_VENDORS: dict[tuple[str, str | None], str] = {}
 
 #: The store class of each database vendor, imported on first use (psycopg only when a
 #: PostgreSQL alias is used): an enqueue finds its store on every call.

@@ -110,7 +110,7 @@ class DirectStatement:
             if not usable:
                 return None
             # None is SQL NULL to libpq; psycopg's type hints leave it out.
-            result = pgconn.exec_prepared(self.name, cast("list[bytes]", params))
+            result = pgconn.exec_prepared(self.name, params)  # type: ignore[arg-type]
             if (
                 result.status == _FATAL_ERROR
                 and _sqlstate(result) == b"26000"

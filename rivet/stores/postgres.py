@@ -26,6 +26,7 @@ from typing import Any
 import psycopg
 from django.db import Error as DjangoDatabaseError
 from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorDebugWrapper
 from psycopg.adapt import Dumper
 from psycopg.conninfo import conninfo_to_dict
@@ -625,19 +626,21 @@ class PostgresStore(BulkEnqueue):
             with self._translated("task_enqueue"), self._one_statement() as cursor:
                 return self._enqueue_one(cursor, spec)
         # The usual web request's enqueue: no Django cursor is made (its making was a seventh
-        # of the call in a profile), the statement goes straight to the connection; and no
-        # context manager: _translated's ``except``, written out.
+        # of the call in a profile), the statement goes straight to the connection, handed
+        # down in the cursor's place; and no context manager: _translated's ``except``.
         try:
-            return self._enqueue_one(None, spec)
+            return self._enqueue_one(connection, spec)
         except (DjangoDatabaseError, psycopg.Error) as exc:
             raise self._store_error("task_enqueue", exc) from exc
 
     def _insert_one(self, cursor: Any, params: dict[str, Any]) -> int | None:
-        if cursor is not None:
+        """``cursor``: a Django cursor, or the alias's connection itself (task_enqueue outside a
+        transaction and without execute wrappers), which the statement goes straight to."""
+        if not isinstance(cursor, BaseDatabaseWrapper):
             return super()._insert_one(cursor, params)
-        # task_enqueue outside a transaction, without execute wrappers: what Django's cursor()
-        # does first (the thread check, the health check, connecting), then the statement.
-        connection = connections[self.using]
+        # What Django's cursor() does first (the thread check, the health check, connecting),
+        # then the statement.
+        connection = cursor
         connection.validate_thread_sharing()
         connection.close_if_health_check_failed()
         connection.ensure_connection()
@@ -664,7 +667,7 @@ class PostgresStore(BulkEnqueue):
         return None if row is None else row[0]
 
     def _find_existing(self, cursor: Any, spec: TaskSpec) -> EnqueueResult | None:
-        if cursor is None:  # task_enqueue's insert without a Django cursor met a key
+        if isinstance(cursor, BaseDatabaseWrapper):  # the insert without a cursor met a key
             with self._reading() as cursor:
                 return super()._find_existing(cursor, spec)
         return super()._find_existing(cursor, spec)

@@ -630,7 +630,7 @@ class PostgresStore(BulkEnqueue):
         # down in the cursor's place; and no context manager: _translated's ``except``.
         try:
             return self._enqueue_one(connection, spec)
-        except (DjangoDatabaseError, psycopg.Error) as exc:
+        except (DjangoDatabaseError, *self.driver_errors) as exc:
             raise self._store_error("task_enqueue", exc) from exc
 
     def _insert_one(self, cursor: Any, params: dict[str, Any]) -> int | None:

@@ -78,7 +78,7 @@ class RivetSettings:
     """Lazy view of settings.RIVET with defaults; re-reads Django settings on each access."""
 
     def _user(self) -> dict[str, Any]:
-        return dict(getattr(settings, "RIVET", {}) or {})
+        return dict(_rivet_dict())
 
     def unknown_keys(self) -> list[str]:
         """The keys of ``settings.RIVET`` that rivet does not know, sorted."""

@@ -10,6 +10,7 @@ while idle, one at a time, and a burst from several producers.
 
 from __future__ import annotations
 
+import importlib
 import threading
 import time
 import uuid
@@ -216,3 +217,65 @@ def test_a_burst_from_several_producers_is_all_run_without_polling(store, queue)
     finally:
         worker.stop()
     assert len(worker.ran) == len(set(worker.ran)) == 3 * per_producer * producers
+
+
+def function_language(name: str) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang "
+            "WHERE p.proname = %s",
+            [name],
+        )
+        return cursor.fetchone()[0]
+
+
+def test_the_wake_runs_inside_the_enqueues_own_plan(store, queue):
+    """Migration 0018: rivet_wake is one SQL expression, which the planner puts into the
+    enqueue's statement (no PL/pgSQL call per enqueue), its lock calls in their order."""
+    assert function_language("rivet_wake") == "sql"
+    params = {
+        **store._common_params(),
+        **store._spec_params(build_spec(queue=queue, kind="gate.noop")),
+        "channel": "rivet_task",
+    }
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (VERBOSE) " + store.queries["enqueue"], params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "rivet_wake" not in plan, plan
+    gate, waiter, notify = (
+        plan.index(call)
+        for call in ("pg_advisory_xact_lock_shared", "pg_try_advisory_lock", "pg_notify")
+    )
+    assert gate < waiter < notify, plan
+
+
+def test_the_wake_answers_the_queue_only_while_a_session_waits(queue):
+    def wake() -> str | None:
+        def call() -> str | None:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT rivet_wake(%s, %s)", ["rivet_gate_test", queue])
+                return cursor.fetchone()[0]
+
+        return on_other_connection(call)
+
+    assert wake() is None
+    with connection.cursor() as cursor:  # this session waits on the queue
+        cursor.execute("SELECT pg_advisory_lock_shared(1919514113, hashtext(%s))", [queue])
+    try:
+        assert wake() == queue
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock_shared(1919514113, hashtext(%s))", [queue])
+    assert wake() is None
+
+
+def test_the_inline_wake_migrates_back_to_plpgsql_and_forward():
+    wake_inline = importlib.import_module("rivet.migrations.0018_wake_inline")
+    try:
+        with connection.schema_editor() as editor:
+            wake_inline.restore(None, editor)
+        assert function_language("rivet_wake") == "plpgsql"
+    finally:
+        with connection.schema_editor() as editor:
+            wake_inline.create(None, editor)
+    assert function_language("rivet_wake") == "sql"

@@ -377,19 +377,23 @@ def spec_of(
     (None: not given): how ``rivet.enqueue`` and a job's ``enqueue`` call it, one call per
     task, without the dict of keyword options ``task_spec`` takes and vets."""
     limits = limits or Limits.read()
-    definition = registry.find(kind) if isinstance(kind, str) else None
+    definition = registry._jobs.get(kind) if isinstance(kind, str) else None  # registry.find
     if definition is None:
         if not limits.allow_unknown_kinds:
             raise _unknown_kind(check_name("kind", kind, limits.name))
         queue = limits.queue if queue is None else queue
         priority = 0 if priority is None else priority
     else:
-        # The first that is not None: a job's default of 0 is a real value.
-        queue = _first(queue, definition.queue, limits.queue)
-        priority = _first(priority, definition.priority, 0)
-        max_attempts = definition.max_attempts if max_attempts is None else max_attempts
-        if unique_key is None:
-            unique_key = definition.unique_key(payload)
+        # The first that is not None (a job's default of 0 is a real value), written out: this
+        # runs once per task.
+        if queue is None:
+            queue = limits.queue if definition.queue is None else definition.queue
+        if priority is None:
+            priority = 0 if definition.priority is None else definition.priority
+        if max_attempts is None:
+            max_attempts = definition.max_attempts
+        if unique_key is None and definition.unique is not None:
+            unique_key = definition.unique(payload)  # definition.unique_key
     return build_spec(
         limits=limits,
         queue=queue,
@@ -414,11 +418,3 @@ def _unknown_kind(kind: str) -> UnknownKind:
         "RIVET['ALLOW_UNKNOWN_KINDS'] = True",
         field="kind",
     )
-
-
-def _first(*values: Any) -> Any:
-    """The first value that is not None (a job's default of 0 is a real value)."""
-    for value in values:  # a loop, not next() over a generator: called thrice per task
-        if value is not None:
-            return value
-    return None

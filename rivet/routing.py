@@ -29,15 +29,22 @@ __all__ = ["alias_for_queue", "known_alias", "queue_aliases", "queues_by_alias"]
 
 def alias_for_queue(queue: str) -> str:
     """The Django database alias that holds ``queue`` (routers, QUEUE_DATABASES, DATABASE_ALIAS)."""
+    return placement(queue)[0]
+
+
+def placement(queue: str) -> tuple[str, str, Any]:
+    """``(alias_for_queue(queue), RIVET['DATABASE_ALIAS'], RIVET['STORE'])``, the settings read
+    once: what ``rivet.stores.store_for_queue`` needs on every enqueue."""
+    mapping, home, store = rivet_settings.values("QUEUE_DATABASES", "DATABASE_ALIAS", "STORE")
     for router, hook in _router_hooks("db_for_queue"):
         alias = hook(queue)
         if alias is not None:
-            return known_alias(alias, f"{type(router).__name__}.db_for_queue({queue!r})")
-    mapping, home = rivet_settings.values("QUEUE_DATABASES", "DATABASE_ALIAS")
+            source = f"{type(router).__name__}.db_for_queue({queue!r})"
+            return known_alias(alias, source), home, store
     mapped = _mapping(mapping).get(queue)
     if mapped is not None:
-        return known_alias(mapped, f"RIVET['QUEUE_DATABASES'][{queue!r}]")
-    return home
+        return known_alias(mapped, f"RIVET['QUEUE_DATABASES'][{queue!r}]"), home, store
+    return home, home, store
 
 
 def queue_aliases() -> list[str]:

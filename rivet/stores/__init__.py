@@ -16,7 +16,7 @@ from django.db import connections
 
 from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput, RivetConfigError
-from rivet.routing import alias_for_queue
+from rivet.routing import placement
 from rivet.stores.base import Store
 
 __all__ = [
@@ -62,9 +62,9 @@ def store_for_queue(queue: str, using: str | Store | None = None) -> Store:
     # almost never an override (tests set one).
     if using is not None or (_overrides and _override() is not None):
         return resolve_store(using)
-    alias = alias_for_queue(queue)
-    if alias == rivet_settings.DATABASE_ALIAS:
-        return _configured_store()
+    alias, home, kind = placement(queue)
+    if alias == home:
+        return _configured_store(kind, home)
     return store_for_alias(alias)
 
 
@@ -148,9 +148,11 @@ def _store_class(vendor: str) -> Callable[..., Store] | None:
     return _STORE_CLASSES.get(vendor)
 
 
-def _configured_store() -> Store:
-    """The store named by RIVET['STORE'] on RIVET['DATABASE_ALIAS']."""
-    kind, alias = rivet_settings.values("STORE", "DATABASE_ALIAS")
+def _configured_store(kind: str | None = None, alias: str | None = None) -> Store:
+    """The store named by RIVET['STORE'] on RIVET['DATABASE_ALIAS'] (``kind`` and ``alias``:
+    those settings, when the caller has read them)."""
+    if kind is None or alias is None:
+        kind, alias = rivet_settings.values("STORE", "DATABASE_ALIAS")
     if kind == "memory":
         from rivet.stores.memory import MemoryStore
 

@@ -30,6 +30,7 @@ import math
 import re
 import weakref
 from datetime import datetime
+from itertools import repeat
 from typing import Any, cast
 
 import psycopg
@@ -142,9 +143,8 @@ class DirectStatement:
         status = result.status
         if status == _TUPLES_OK:
             value, columns = result.get_value, range(result.nfields)
-            return [
-                tuple([value(row, column) for column in columns]) for row in range(result.ntuples)
-            ]
+            width = len(columns)  # each row read by map, not a comprehension of its own
+            return [tuple(map(value, repeat(row, width), columns)) for row in range(result.ntuples)]
         if status == ExecStatus.COMMAND_OK:
             return []
         if pg.pgconn.status != psycopg.pq.ConnStatus.OK:

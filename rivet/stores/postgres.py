@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 import weakref
+from asyncio import _get_running_loop  # events.__all__: a loop running in this thread, or None
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass, replace
@@ -639,11 +640,16 @@ class PostgresStore(BulkEnqueue):
         if not isinstance(cursor, BaseDatabaseWrapper):
             return super()._insert_one(cursor, params)
         # What Django's cursor() does first (the thread check, the health check, connecting),
-        # then the statement.
+        # then the statement. The last two are called only where they can act (this runs once
+        # per enqueue): the health check when on and not yet done in this request; connecting
+        # when there is no connection, or in an event loop, where Django's own async-safety
+        # check refuses (or DJANGO_ALLOW_ASYNC_UNSAFE allows) the call as it would the cursor.
         connection = cursor
         connection.validate_thread_sharing()
-        connection.close_if_health_check_failed()
-        connection.ensure_connection()
+        if connection.health_check_enabled and not connection.health_check_done:
+            connection.close_if_health_check_failed()
+        if connection.connection is None or _get_running_loop() is not None:
+            connection.ensure_connection()
         pg = connection.connection
         values = {**self._common_params(), **params}
         if not (self._pooled_on(connection) or connection.queries_logged):
@@ -651,13 +657,13 @@ class PostgresStore(BulkEnqueue):
             # the call's client CPU. None: a value or a state it does not send; psycopg does.
             # With queries logged (DEBUG, assertNumQueries) it goes the logged way below.
             connection.validate_no_broken_transaction()
-            with connection.wrap_database_errors:
-                try:
-                    rows = DIRECT_ENQUEUE.run(pg, values)
-                except psycopg.Error as exc:
-                    if lost_prepared(exc):
-                        DIRECT_ENQUEUE.forget(pg)
-                        self._detected_pooler(exc)
+            try:
+                rows = DIRECT_ENQUEUE.run(pg, values)
+            except psycopg.Error as exc:
+                if lost_prepared(exc):
+                    DIRECT_ENQUEUE.forget(pg)
+                    self._detected_pooler(exc)
+                with connection.wrap_database_errors:  # raised as Django's error, from this one
                     raise
             if rows is not None:
                 return int(rows[0][0]) if rows else None

@@ -7,6 +7,7 @@ timestamps taken from the server's clock, and the claim floor.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import uuid
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group
+from django.core.exceptions import SynchronousOnlyOperation
 from django.db import DatabaseError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
@@ -298,6 +300,59 @@ def test_a_single_enqueue_on_a_dropped_connection_fails_once_then_reconnects(
     assert connection.connection is None, "Django was told to reconnect"
     store.task_enqueue(spec(queue))
     assert len(store.task_list(queue=queue)) == 2
+
+
+def terminate_this_backend() -> None:
+    """End the server process of the test's connection, from another connection."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+
+    def terminate() -> None:
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+    on_other_connection(terminate)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_single_enqueue_health_checks_its_connection_first_as_djangos_cursor_does(
+    store: PostgresStore, queue: str
+) -> None:
+    """CONN_HEALTH_CHECKS: the first statement of a request checks the connection and opens a
+    new one if it is gone. The single enqueue makes no Django cursor, so it asks the same."""
+    store.task_enqueue(spec(queue))
+    terminate_this_backend()
+    connection.health_check_enabled = True  # what CONN_HEALTH_CHECKS gives at connect
+    connection.health_check_done = False  # what a new request (close_old_connections) does
+    try:
+        store.task_enqueue(spec(queue))  # checked, reconnected: no error
+    finally:
+        connection.health_check_enabled = False
+    assert len(store.task_list(queue=queue)) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_single_enqueue_inside_an_event_loop_is_refused_as_djangos_cursor_is(
+    store: PostgresStore, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Connected already, the enqueue still asks Django's async-safety check: in a running
+    event loop it raises SynchronousOnlyOperation unless DJANGO_ALLOW_ASYNC_UNSAFE is set."""
+
+    async def in_a_loop() -> None:
+        monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        try:
+            store.task_enqueue(spec(queue))  # allowed: connects the loop's own connection
+            assert connections["default"].connection is not None
+            monkeypatch.delenv("DJANGO_ALLOW_ASYNC_UNSAFE")
+            with pytest.raises(SynchronousOnlyOperation):
+                store.task_enqueue(spec(queue))  # connected, and refused all the same
+        finally:
+            monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+            connections["default"].close()
+
+    asyncio.run(in_a_loop())
+    assert len(store.task_list(queue=queue)) == 1
 
 
 #: The single enqueue's statement name on the server (rivet_enqueue_ and its text's hash).

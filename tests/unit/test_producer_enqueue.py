@@ -178,7 +178,7 @@ def test_using_an_alias_asks_the_store_factory(monkeypatch, store):
 
 
 def test_using_none_takes_the_configured_store(monkeypatch, store):
-    monkeypatch.setattr("rivet.stores._configured_store", lambda: store)
+    monkeypatch.setattr("rivet.stores._configured_store", lambda *settings: store)
     rivet.enqueue("k")
     assert len(store.task_list()) == 1
 

@@ -644,7 +644,7 @@ class PostgresStore(BulkEnqueue):
         # per enqueue): the health check when on and not yet done in this request; connecting
         # when there is no connection, or in an event loop, where Django's own async-safety
         # check refuses (or DJANGO_ALLOW_ASYNC_UNSAFE allows) the call as it would the cursor.
-        connection = cursor
+        connection: Any = cursor  # the health check's attributes are not in Django's stubs
         connection.validate_thread_sharing()
         if connection.health_check_enabled and not connection.health_check_done:
             connection.close_if_health_check_failed()

@@ -281,27 +281,6 @@ def test_execute_wrappers_see_a_single_enqueue_with_its_django_cursor(
     assert store.task_get(task.task_id) is not None
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_single_enqueue_on_a_dropped_connection_fails_once_then_reconnects(
-    store: PostgresStore, queue: str
-) -> None:
-    store.task_enqueue(spec(queue))
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        (pid,) = cursor.fetchone()
-
-    def terminate() -> None:
-        with connections["default"].cursor() as cursor:
-            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
-
-    on_other_connection(terminate)
-    with pytest.raises(StoreUnavailable, match="task_enqueue"):
-        store.task_enqueue(spec(queue))
-    assert connection.connection is None, "Django was told to reconnect"
-    store.task_enqueue(spec(queue))
-    assert len(store.task_list(queue=queue)) == 2
-
-
 def terminate_this_backend() -> None:
     """End the server process of the test's connection, from another connection."""
     with connection.cursor() as cursor:
@@ -313,6 +292,19 @@ def terminate_this_backend() -> None:
             cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
 
     on_other_connection(terminate)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_single_enqueue_on_a_dropped_connection_fails_once_then_reconnects(
+    store: PostgresStore, queue: str
+) -> None:
+    store.task_enqueue(spec(queue))
+    terminate_this_backend()
+    with pytest.raises(StoreUnavailable, match="task_enqueue"):
+        store.task_enqueue(spec(queue))
+    assert connection.connection is None, "Django was told to reconnect"
+    store.task_enqueue(spec(queue))
+    assert len(store.task_list(queue=queue)) == 2
 
 
 @pytest.mark.django_db(transaction=True)

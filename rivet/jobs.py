@@ -377,7 +377,7 @@ def spec_of(
     (None: not given): how ``rivet.enqueue`` and a job's ``enqueue`` call it, one call per
     task, without the dict of keyword options ``task_spec`` takes and vets."""
     limits = limits or Limits.read()
-    definition = registry._jobs.get(kind) if isinstance(kind, str) else None  # registry.find
+    definition = registry.find(kind) if isinstance(kind, str) else None
     if definition is None:
         if not limits.allow_unknown_kinds:
             raise _unknown_kind(check_name("kind", kind, limits.name))
@@ -392,8 +392,8 @@ def spec_of(
             priority = 0 if definition.priority is None else definition.priority
         if max_attempts is None:
             max_attempts = definition.max_attempts
-        if unique_key is None and definition.unique is not None:
-            unique_key = definition.unique(payload)  # definition.unique_key
+        if unique_key is None:
+            unique_key = definition.unique_key(payload)
     return build_spec(
         limits=limits,
         queue=queue,

@@ -263,11 +263,8 @@ def build_spec(
         kind=check_name("kind", kind, limits.name),
         payload=payload,
         payload_json=payload_json,
-        # Each check returns None for None; not called for it (twice per task).
-        idem_key=None if idem_key is None else check_idem_key(idem_key, limits.key),
-        unique_key=None
-        if unique_key is None
-        else check_key("unique_key", unique_key, allow_empty=True, limit=limits.key),
+        idem_key=check_idem_key(idem_key, limits.key),
+        unique_key=check_key("unique_key", unique_key, allow_empty=True, limit=limits.key),
         delay_secs=float(delay),
         run_at=run_at,
         priority=_check_int("priority", priority, PRIORITY_MIN, PRIORITY_MAX),

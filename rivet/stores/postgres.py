@@ -16,7 +16,6 @@ import logging
 import threading
 import time
 import weakref
-from asyncio import _get_running_loop  # events.__all__: a loop running in this thread, or None
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass, replace
@@ -640,16 +639,11 @@ class PostgresStore(BulkEnqueue):
         if not isinstance(cursor, BaseDatabaseWrapper):
             return super()._insert_one(cursor, params)
         # What Django's cursor() does first (the thread check, the health check, connecting),
-        # then the statement. The last two are called only where they can act (this runs once
-        # per enqueue): the health check when on and not yet done in this request; connecting
-        # when there is no connection, or in an event loop, where Django's own async-safety
-        # check refuses (or DJANGO_ALLOW_ASYNC_UNSAFE allows) the call as it would the cursor.
-        connection: Any = cursor  # the health check's attributes are not in Django's stubs
+        # then the statement.
+        connection = cursor
         connection.validate_thread_sharing()
-        if connection.health_check_enabled and not connection.health_check_done:
-            connection.close_if_health_check_failed()
-        if connection.connection is None or _get_running_loop() is not None:
-            connection.ensure_connection()
+        connection.close_if_health_check_failed()
+        connection.ensure_connection()
         pg = connection.connection
         values = {**self._common_params(), **params}
         if not (self._pooled_on(connection) or connection.queries_logged):

@@ -26,6 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psycopg
+import psycopg.conninfo
+import psycopg.pq
 from django.db import connections
 from psycopg.errors import InsufficientPrivilege
 
@@ -64,10 +67,13 @@ def measure_enqueue(
     ``{"single_per_s", "bulk_per_s", "single_store_per_s", "bulk_store_per_s", "single_secs",
     "bulk_secs", "single_runs", "bulk_runs", "single", "bulk", "batch", "payload_bytes",
     "keyed", "producers", "producers_per_s", "producers_runs", "producers_client_us",
-    "producers_server_us", "commit_rate"}``, the ``*_runs`` being every round's figure and
+    "producers_server_us", "producers_ceiling_per_s", "producers_ceiling_runs",
+    "producers_ceiling_note", "commit_rate"}``, the ``*_runs`` being every round's figure and
     ``*_store_per_s`` the same tasks through the store's own call, validated beforehand (what
     the statements allow). ``producers`` > 0 also times ``single`` one-at-a-time enqueues
-    shared among that many processes at once (``measure_producers``); ``fsync`` measures the
+    shared among that many processes at once (``measure_producers``), and their statement
+    alone from as many pgbench connections (``statement_rate``: the ``producers_ceiling_*``
+    figures; None, with the note saying why, without pgbench); ``fsync`` measures the
     server disk's commit rate once (``commit_rate``; None when not asked). The bench queue is
     emptied before each measurement and after the last. A count of 0 skips that measurement
     (its rate and seconds read 0.0).
@@ -81,6 +87,7 @@ def measure_enqueue(
     pad = "x" * payload_bytes
     single_runs, bulk_runs, single_store, bulk_store = [], [], [], []
     crowd: list[dict[str, Any]] = []
+    statement: list[dict[str, Any]] = []
     try:
         for round_ in range(runs):
             tag = f"{time.time_ns()}-{round_}"
@@ -93,6 +100,8 @@ def measure_enqueue(
             if single and producers:
                 empty_queue(queue)
                 crowd.append(measure_producers(producers, single, queue, pad))
+                empty_queue(queue)
+                statement.append(statement_rate(producers, single, queue, pad))
             if bulk:
                 empty_queue(queue)
                 bulk_runs.append(_time_bulk(bulk, batch, queue, pad, keyed and f"b{tag}"))
@@ -102,6 +111,7 @@ def measure_enqueue(
     finally:
         empty_queue(queue)
     server_us = [c["server_us"] for c in crowd if c["server_us"] is not None]
+    ceilings = [c["per_s"] for c in statement if c["per_s"] is not None]
     return {
         "single_per_s": _median(single_runs),
         "bulk_per_s": _median(bulk_runs),
@@ -121,6 +131,10 @@ def measure_enqueue(
         "producers_runs": [c["per_s"] for c in crowd],
         "producers_client_us": _median([c["client_us"] for c in crowd]) if crowd else None,
         "producers_server_us": _median(server_us) if server_us else None,
+        # The producers' ceiling: their statement alone from as many pgbench connections.
+        "producers_ceiling_per_s": _median(ceilings) if ceilings else None,
+        "producers_ceiling_runs": ceilings,
+        "producers_ceiling_note": statement[-1]["note"] if statement else None,
         "commit_rate": commit_rate() if fsync and single else None,
     }
 
@@ -170,6 +184,87 @@ def measure_producers(producers: int, tasks: int, queue: str, pad: str) -> dict[
         "per_s": sum(shares) / (ended - started),
         "client_us": sum(r["client_cpu"] for r in reports) / sum(shares) * 1e6,
         "server_us": None if None in servers else sum(servers) / sum(shares) * 1e6,
+    }
+
+
+#: pgbench's rate line (PostgreSQL 13 on), and its older form.
+TPS_LINE = re.compile(
+    r"^tps = (?P<tps>[0-9.]+) \((?:without initial connection time|excluding)", re.MULTILINE
+)
+#: A positional parameter of the enqueue statement's text.
+POSITIONAL = re.compile(r"\$(\d+)")
+
+
+def statement_rate(clients: int, tasks: int, queue: str, pad: str) -> dict[str, Any]:
+    """The concurrent-producer row's ceiling: the store's own enqueue statement, the one a
+    ``rivet.enqueue`` outside a transaction sends, prepared and run ``tasks`` times from
+    ``clients`` pgbench connections at once, each execution its own commit, with the values a
+    producer sends for the bench's task. pgbench is C: what this leaves out is the producers'
+    Python, so the rate is what the server (and the machine it shares with the clients) gives
+    that statement at that many connections. Returns ``{"per_s": float | None, "clients",
+    "note"}``; ``per_s`` is None, and ``note`` says why, when pgbench could not be run.
+
+    NULL values are written into the statement's text (pgbench's variables are never NULL);
+    the others are pgbench variables, which ``-M prepared`` sends as parameters, as libpq does
+    for the producer. The rows it inserts are the bench queue's, emptied after it as after
+    every measurement.
+    """
+    from rivet.stores.postgres import DIRECT_ENQUEUE, PostgresStore  # noqa: PLC0415
+
+    base = {"per_s": None, "clients": clients}
+    store = resolve_store()
+    if not isinstance(store, PostgresStore):
+        return {**base, "note": f"the store is {type(store).__name__}, not PostgreSQL"}
+    program = _pg_program("pgbench")
+    if program is None:
+        return {**base, "note": "pgbench not found"}
+    spec = task_spec(KIND, {"n": 0, "pad": pad}, queue=queue)
+    # The values the store's single enqueue binds for this task, in $1, $2, ... order.
+    encoded = DIRECT_ENQUEUE.encode({**store._common_params(), **store._spec_params(spec)})
+    if encoded is None:
+        return {**base, "note": "the bench task's values are not the direct statement's kinds"}
+    text = POSITIONAL.sub(
+        lambda m: "NULL" if encoded[int(m[1]) - 1] is None else f":p{m[1]}",
+        DIRECT_ENQUEUE.text.decode(),
+    )
+    variables = [
+        arg
+        for n, value in enumerate(encoded, 1)
+        if value is not None
+        for arg in ("-D", f"p{n}={value.decode()}")
+    ]
+    params = connections[store.using].get_connection_params()
+    libpq = {d.keyword.decode() for d in psycopg.pq.Conninfo.get_defaults()}
+    conninfo = psycopg.conninfo.make_conninfo(
+        "",
+        **{k: v for k, v in params.items() if k in libpq and k != "password" and v is not None},
+    )
+    env = dict(os.environ)
+    if params.get("password"):
+        env["PGPASSWORD"] = str(params["password"])
+    per_client = -(-tasks // clients)
+    with tempfile.TemporaryDirectory(prefix="rivet-pgbench-") as folder:
+        script = Path(folder) / "enqueue.sql"
+        script.write_text(text + ";\n")
+        command = [
+            program, "-n", "-M", "prepared", "-c", str(clients),
+            "-j", str(min(clients, os.cpu_count() or 1)), "-t", str(per_client),
+            "-f", str(script), *variables, conninfo,
+        ]  # fmt: skip
+        try:
+            done = subprocess.run(
+                command, env=env, capture_output=True, text=True, timeout=PRODUCER_TIMEOUT_SECS
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return {**base, "note": f"pgbench failed: {exc}"}
+    found = TPS_LINE.search(done.stdout) if done.returncode == 0 else None
+    if found is None:
+        said = " ".join((done.stderr or done.stdout).split())[-300:]
+        return {**base, "note": f"pgbench failed (exit {done.returncode}): {said}"}
+    return {
+        **base,
+        "per_s": float(found["tps"]),
+        "note": f"pgbench -M prepared, {clients} clients, {per_client * clients} statements",
     }
 
 
@@ -333,7 +428,12 @@ def fsync_rate(output: str, method: str) -> float | None:
 
 
 def _pg_test_fsync() -> str | None:
-    found = shutil.which("pg_test_fsync")
+    return _pg_program("pg_test_fsync")
+
+
+def _pg_program(name: str) -> str | None:
+    """PostgreSQL's program ``name``: on the PATH, else in ``pg_config --bindir``."""
+    found = shutil.which(name)
     if found:
         return found
     try:
@@ -342,7 +442,7 @@ def _pg_test_fsync() -> str | None:
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
-    program = Path(bindir) / "pg_test_fsync"
+    program = Path(bindir) / name
     return str(program) if os.access(program, os.X_OK) else None
 
 

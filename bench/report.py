@@ -361,11 +361,19 @@ def _producers_bottleneck(enqueue: dict[str, Any], value: float) -> str:
         f"{client:,.0f} µs of CPU per enqueue in the producer and {server:,.0f} µs in its "
         f"server backend: {busy:.1f} of {cores} cores at this rate"
     )
+    ceiling = enqueue.get("producers_ceiling_per_s")
+    if ceiling and ceiling < PRODUCERS_GOAL[1]:
+        return (
+            f"the server: the statement alone from {enqueue.get('producers')} pgbench "
+            f"connections ran {ceiling:,.0f}/s, under the goal, and the producers "
+            f"{value / ceiling:.0%} of it; {split}"
+        )
+    against = f"; the statement alone (pgbench) {ceiling:,.0f}/s" if ceiling else ""
     if busy >= CPU_BOUND_SHARE * cores:
-        return f"the machine's CPU: {split}"
+        return f"the machine's CPU: {split}{against}"
     return (
         f"the commits: the WAL flushes the server's disk gives ({fsync}), shared by the "
-        f"producers' commits (group commit); {split}"
+        f"producers' commits (group commit); {split}{against}"
     )
 
 
@@ -648,8 +656,10 @@ def _enqueue_table(enqueue: dict[str, Any]) -> list[str]:
         "(`pg_test_fsync`, one 8 kB write synced by the server's `wal_sync_method`). Producers "
         "at once share flushes (group commit: one flush covers every commit waiting on it; an "
         "enqueue notifies only while a worker waits on its queue, and none runs here), so the "
-        "machine's CPU bounds them first. Each figure is the median of its rounds, every "
-        "round's in brackets.",
+        "machine's CPU bounds them first; their ceiling is the same statement with the same "
+        "values from as many pgbench connections (C, prepared, each execution its own "
+        "commit): what the server and this machine give it without the producers' Python. "
+        "Each figure is the median of its rounds, every round's in brackets.",
         "",
         "| how | tasks | seconds | throughput | ceiling |",
         "|---|--:|--:|--:|--:|",
@@ -683,8 +693,19 @@ def _producers_row(enqueue: dict[str, Any]) -> list[str]:
     runs = _runs(enqueue.get("producers_runs") or ())
     return [
         f"| `rivet.enqueue`, one call at a time, {producers} producer processes at once "
-        f"| {count} | {count / rate:.2f} | {_rate(rate)}{runs} | - |"
+        f"| {count} | {count / rate:.2f} | {_rate(rate)}{runs} | {_statement_ceiling(enqueue)} |"
     ]
+
+
+def _statement_ceiling(enqueue: dict[str, Any]) -> str:
+    """The producers row's ceiling: their statement alone from pgbench, or why it is missing
+    (runs before it was measured: a dash)."""
+    rate, note = enqueue.get("producers_ceiling_per_s"), enqueue.get("producers_ceiling_note")
+    if not note:
+        return "-"
+    if not rate:
+        return f"not measured: {note}"
+    return f"{_rate(rate)}{_runs(enqueue.get('producers_ceiling_runs') or ())} ({note})"
 
 
 def _store_rows(enqueue: dict[str, Any]) -> list[str]:

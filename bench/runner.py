@@ -273,6 +273,11 @@ def _csv(values: tuple[int, ...]) -> str:
     return ",".join(map(str, values))
 
 
+def _or_none(rate: float | None) -> str:
+    """A rate for the progress lines, or "not measured"."""
+    return "not measured" if not rate else f"{rate:,.0f}/s"
+
+
 def _settle_note(checkpointed: bool) -> str:
     """What the bench does to the server before each drain and each enqueue measurement."""
     if checkpointed:
@@ -385,7 +390,8 @@ class Bench:
             )
             self.progress.step(
                 f"enqueue: {enqueue['single_per_s']:,.0f}/s single, "
-                f"{enqueue['producers_per_s']:,.0f}/s from {enqueue['producers']} producers, "
+                f"{enqueue['producers_per_s']:,.0f}/s from {enqueue['producers']} producers "
+                f"(their statement from pgbench: {_or_none(enqueue['producers_ceiling_per_s'])}), "
                 f"{enqueue['bulk_per_s']:,.0f}/s bulk"
             )
         rows: list[Row] = []

@@ -40,6 +40,11 @@ def test_bench_writes_every_mode_with_ceilings_rss_and_the_plot(
     assert "\n## Soak: 300 tasks\n" in text
     # The single enqueues again from 8 producers at once, and one producer's commit ceiling.
     assert "| `rivet.enqueue`, one call at a time, 8 producer processes at once | 50 |" in text
+    # Their ceiling: the statement alone from 8 pgbench connections (50 shared: 7 each).
+    crowd = re.search(r"8 producer processes at once \| 50 \|.*\| (.*) \|\n", text)
+    assert crowd and re.match(
+        r"[\d,]+/s \([\d, ]+\) \(pgbench -M prepared, 8 clients, 56 statements\)", crowd[1]
+    ), text
     single = re.search(r"\| `rivet.enqueue`, one call at a time \| 50 \|.*\| (.*) \|\n", text)
     assert single and re.match(r"[\d,]+/s \(pg_test_fsync, |not measured: ", single[1]), text
     assert "| enqueue, one call at a time, 8 producers | >= 6,000/s |" in text

@@ -13,6 +13,7 @@ from bench.enqueue import (
     measure_enqueue,
     measure_producers,
     settle_server,
+    statement_rate,
 )
 from rivet.models import Task
 
@@ -66,6 +67,48 @@ def test_one_producer_process_enqueues_every_task_it_was_given() -> None:
     # Its 7, and the one it connected with (outside the timing).
     assert Task.objects.filter(queue="eb-bench").count() == 8
     Task.objects.filter(queue="eb-bench").delete()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_statement_ceiling_runs_the_producers_statement_from_pgbench() -> None:
+    found = statement_rate(3, 10, "eb-bench", "x" * 5)
+    assert found["per_s"] > 0 and found["clients"] == 3
+    assert found["note"] == "pgbench -M prepared, 3 clients, 12 statements"
+    # Four each (10 shared among 3, rounded up), each the task a producer would have written.
+    tasks = Task.objects.filter(queue="eb-bench")
+    assert tasks.count() == 12
+    assert set(tasks.values_list("kind", "state", "max_attempts", "priority", "idem_key")) == {
+        ("noop", "pending", 3, 0, None)
+    }
+    assert {task.payload["pad"] for task in tasks} == {"xxxxx"}
+    tasks.delete()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_producers_ceiling_is_measured_each_round_and_leaves_nothing_behind() -> None:
+    figures = measure_enqueue(single=6, bulk=0, queue="eb-bench", runs=2, producers=2)
+    assert len(figures["producers_ceiling_runs"]) == 2
+    assert figures["producers_ceiling_per_s"] > 0
+    assert figures["producers_ceiling_note"].startswith("pgbench -M prepared, 2 clients")
+    assert not Task.objects.filter(queue="eb-bench").exists()
+
+
+@pytest.mark.django_db
+def test_without_pgbench_the_statement_ceiling_says_why(monkeypatch) -> None:
+    monkeypatch.setattr(enqueue_bench, "_pg_program", lambda name: None)
+    found = statement_rate(8, 100, "eb-bench", "x")
+    assert found == {"per_s": None, "clients": 8, "note": "pgbench not found"}
+
+
+@pytest.mark.django_db
+def test_a_failing_pgbench_is_named_with_its_words(monkeypatch, tmp_path) -> None:
+    program = tmp_path / "pgbench"
+    program.write_text("#!/bin/sh\necho 'connection to server failed' >&2\nexit 1\n")
+    program.chmod(0o755)
+    monkeypatch.setattr(enqueue_bench, "_pg_program", lambda name: str(program))
+    found = statement_rate(8, 100, "eb-bench", "x")
+    assert found["per_s"] is None
+    assert found["note"] == "pgbench failed (exit 1): connection to server failed"
 
 
 def test_measure_enqueue_refuses_negative_producers() -> None:

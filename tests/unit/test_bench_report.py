@@ -331,6 +331,47 @@ def test_the_producers_target_names_the_cpu_or_the_commits(monkeypatch) -> None:
     assert producers_target(producers_per_s=0.0).measured == "not measured"
 
 
+def test_a_statement_ceiling_under_the_goal_names_the_server(monkeypatch) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    slow = producers_target(producers_ceiling_per_s=5_000.0)
+    assert slow.bottleneck == (
+        "the server: the statement alone from 8 pgbench connections ran 5,000/s, under the "
+        "goal, and the producers 80% of it; 250 µs of CPU per enqueue in the producer and "
+        "150 µs in its server backend: 1.6 of 2 cores at this rate"
+    )
+    # A ceiling above the goal leaves the producers' side named, the ceiling beside it.
+    fast = producers_target(producers_ceiling_per_s=12_000.0)
+    assert fast.bottleneck.startswith("the machine's CPU: 250 µs")
+    assert fast.bottleneck.endswith("; the statement alone (pgbench) 12,000/s")
+    waits = producers_target(
+        producers_client_us=50.0, producers_server_us=50.0, producers_ceiling_per_s=9_000.0
+    )
+    assert waits.bottleneck.startswith("the commits: ")
+    assert waits.bottleneck.endswith("; the statement alone (pgbench) 9,000/s")
+
+
+def test_the_producers_row_gives_the_statements_ceiling_or_why_not(tmp_path: Path) -> None:
+    ceiling = {
+        "producers_ceiling_per_s": 6_700.0,
+        "producers_ceiling_runs": [6_500.0, 6_700.0, 5_800.0],
+        "producers_ceiling_note": "pgbench -M prepared, 8 clients, 5000 statements",
+    }
+    figures = {**ENQUEUE, **PRODUCERS, **ceiling}
+    text = render(setup=[], rows=rows(), enqueue=figures, plot=None, out=tmp_path / "r.md")
+    assert (
+        "| 4,000/s (3,900, 4,000, 4,100) | 6,700/s (6,500, 6,700, 5,800) (pgbench -M prepared, "
+        "8 clients, 5000 statements) |" in text
+    )
+    missing = {
+        **figures,
+        "producers_ceiling_per_s": None,
+        "producers_ceiling_runs": [],
+        "producers_ceiling_note": "pgbench not found",
+    }
+    text = render(setup=[], rows=rows(), enqueue=missing, plot=None, out=tmp_path / "m.md")
+    assert "| 4,000/s (3,900, 4,000, 4,100) | not measured: pgbench not found |" in text
+
+
 def test_the_enqueue_table_gives_the_producers_row_and_the_commit_ceiling(tmp_path: Path) -> None:
     figures = {**ENQUEUE, **PRODUCERS}
     text = render(setup=[], rows=rows(), enqueue=figures, plot=None, out=tmp_path / "r.md")

@@ -62,6 +62,8 @@ class Row:
     ceiling: float | None = None
     runs: tuple[float, ...] = ()
     ceiling_runs: tuple[float, ...] = ()
+    #: end to end of each run (p50, p95, p99 for offered load), the row's being their medians
+    end_to_end_runs: tuple[tuple[float, ...], ...] = ()
     rate: float | None = None
     first: Window | None = None
     last: Window | None = None
@@ -113,6 +115,7 @@ def median_row(runs: Sequence[Row]) -> Row:
         redelivered=max(r.redelivered for r in runs),
         rss_mb=max(rss) if rss else None,
         runs=tuple(r.throughput for r in runs),
+        end_to_end_runs=tuple(r.end_to_end for r in runs),
     )
 
 
@@ -261,11 +264,13 @@ def _rate_targets(rows: Sequence[Row]) -> list[Target]:
         value = row.end_to_end[index]
         met = value <= goal
         waiting = value - row.service[index]
+        each = [duration(run[index]) for run in row.end_to_end_runs]
         found.append(
             Target(
                 name=label,
                 goal=f"<= {goal * 1000:g} ms",
-                measured=duration(value),
+                # The median of the runs, each run's in brackets (one run: none).
+                measured=duration(value) + (f" ({', '.join(each)})" if len(each) > 1 else ""),
                 met=met,
                 bottleneck=""
                 if met
@@ -739,6 +744,7 @@ def row_json(row: Row) -> dict[str, Any]:
         "throughput_runs": [round(x, 1) for x in row.runs],
         "ceiling": None if row.ceiling is None else round(row.ceiling, 1),
         "ceiling_runs": [round(x, 1) for x in row.ceiling_runs],
+        "e2e_runs_ms": [[_ms(x) for x in run] for run in row.end_to_end_runs],
         "ratio": None if row.ratio is None else round(row.ratio, 3),
         "e2e_p50_ms": _ms(row.end_to_end[0]),
         "e2e_p95_ms": _ms(row.end_to_end[1]),

@@ -118,6 +118,9 @@ class BenchOptions:
     rate_tasks: int = 3000
     rate_workers: int = 1
     rate_concurrency: int = 4
+    #: Runs of the offered-load row: its latencies are the median of these, so one run that
+    #: something beside it disturbed cannot decide its p99 (with two, their mean could).
+    rate_runs: int = 3
     soak: int | None = None
     soak_workers: int = 1
     soak_concurrency: int | None = None  # None: the largest of ``concurrency``
@@ -202,7 +205,7 @@ class BenchOptions:
             f"each, median of {self.runs} run(s)",
             "ceiling beside each noop row" if self.ceiling else "no ceiling",
             f"offered load {self.rate:g}/s x {self.rate_tasks} tasks at {self.rate_workers} "
-            f"worker(s), concurrency {self.rate_concurrency}"
+            f"worker(s), concurrency {self.rate_concurrency}, median of {self.rate_runs} run(s)"
             if self.rate
             else "no offered load",
             f"soak {self.soak} tasks at {self.soak_workers} worker(s), concurrency {self.soak_at}"
@@ -245,6 +248,7 @@ class BenchOptions:
             f"--tasks {self.tasks} --effect-tasks {self.effect_tasks} --runs {self.runs} "
             f"--rate {self.rate or 0:g} --rate-tasks {self.rate_tasks} "
             f"--rate-workers {self.rate_workers} --rate-concurrency {self.rate_concurrency} "
+            f"--rate-runs {self.rate_runs} "
             f"--enqueue-single {self.enqueue_single} --enqueue-bulk {self.enqueue_bulk} "
             f"--enqueue-producers {self.enqueue_producers} "
             f"--payload-bytes {self.payload_bytes} --lease-ttl-secs {self.lease_ttl:g}"
@@ -325,7 +329,7 @@ class Bench:
         o = self.options
         grid = len(o.workers) * len(o.concurrency) * o.runs
         steps = grid * len(o.kinds) + (grid if o.ceiling and "noop" in o.kinds else 0)
-        steps += o.runs if o.rate else 0
+        steps += o.rate_runs if o.rate else 0
         steps += 1 if o.soak else 0
         steps += 1 if o.enqueue_single or o.enqueue_bulk else 0
         steps += 1 if o.schedules else 0
@@ -404,7 +408,7 @@ class Bench:
                         rows.append(self._configuration(kind, workers, concurrency, ceilings))
         if o.rate:
             runs = []
-            for n in range(o.runs):
+            for n in range(o.rate_runs):
                 runs.append(
                     self._measure(
                         RATE, "noop", o.rate_workers, o.rate_concurrency, o.rate_tasks, o.rate

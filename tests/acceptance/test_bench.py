@@ -24,7 +24,7 @@ def test_bench_writes_every_mode_with_ceilings_rss_and_the_plot(
         "bench",
         *("--workers", "1", "--concurrency", "1,2", "--kind", "noop,effect"),
         *("--tasks", "100", "--effect-tasks", "40", "--runs", "1"),
-        *("--rate", "200", "--rate-tasks", "100", "--soak", "300"),
+        *("--rate", "200", "--rate-tasks", "100", "--rate-runs", "2", "--soak", "300"),
         *("--enqueue-single", "50", "--enqueue-bulk", "500", "--out", str(out)),
         *("--schedules", "20", "--schedule-workers", "2", "--schedule-secs", "2"),
         *("--big-claim-rows", "20000", "--stale-stats-rows", "2000"),
@@ -55,7 +55,7 @@ def test_bench_writes_every_mode_with_ceilings_rss_and_the_plot(
         autovacuum = cursor.fetchone()[0]
     # no VACUUM by the bench, whatever the server's autovacuum (which the setup names)
     assert f"- soak vacuum: none by the bench; the server's autovacuum is {autovacuum} " in text
-    assert "[####################] 13/13 " in done.stdout  # the progress bar reached its end
+    assert "[####################] 14/14 " in done.stdout  # the progress bar reached its end
 
     rows = json.loads((tmp_path / "bench" / "results.json").read_text())["rows"]
     backlog = [r for r in rows if r["mode"] == "backlog"]
@@ -71,6 +71,7 @@ def test_bench_writes_every_mode_with_ceilings_rss_and_the_plot(
         assert r["redelivered"] == 0
     (rate,) = [r for r in rows if r["mode"] == "rate"]
     assert rate["tasks"] == 100 and len(rate["e2e_sample_ms"]) == 100
+    assert len(rate["e2e_runs_ms"]) == 2  # --rate-runs 2: each run's p50, p95, p99
     assert 0 < rate["e2e_p50_ms"] <= rate["e2e_p99_ms"]
     (soak,) = [r for r in rows if r["mode"] == "soak"]
     assert soak["tasks"] == 300 and soak["concurrency"] == 2

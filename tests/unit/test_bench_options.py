@@ -73,7 +73,7 @@ def test_the_defaults_cover_the_issue_table() -> None:
     options = parse()
     assert options.bench_workers == (1, 2, 4) and options.bench_concurrency == (1, 4, 16)
     assert options.bench_kinds == ("noop", "effect")
-    assert options.rate == 300.0 and options.runs == 2
+    assert options.rate == 300.0 and options.runs == 2 and options.rate_runs == 3
     assert options.soak is None
     assert parse("--soak").soak == 500000
     assert parse("--soak", "2000").soak == 2000
@@ -89,6 +89,7 @@ def test_the_defaults_cover_the_issue_table() -> None:
         (("--rate", "-1"), "must be a number >= 0, got '-1'"),
         (("--enqueue-bulk", "x"), "must be an integer >= 0, got 'x'"),
         (("--enqueue-producers", "-2"), "must be an integer >= 0, got '-2'"),
+        (("--rate-runs", "0"), "argument --rate-runs: must be an integer >= 1, got 0"),
     ],
 )
 def test_a_bad_list_is_refused_with_what_was_expected(args, message) -> None:

@@ -182,6 +182,12 @@ class Command(BaseCommand):
         add("--rate-workers", type=_positive_int, default=1, help=default)
         add("--rate-concurrency", type=_positive_int, default=4, help=default)
         add(
+            "--rate-runs",
+            type=_positive_int,
+            default=3,
+            help="runs of the offered-load row; its latencies are their median " + default,
+        )
+        add(
             "--soak",
             type=_positive_int,
             nargs="?",
@@ -496,6 +502,7 @@ class Command(BaseCommand):
                 rate_tasks=options["rate_tasks"],
                 rate_workers=options["rate_workers"],
                 rate_concurrency=options["rate_concurrency"],
+                rate_runs=options["rate_runs"],
                 soak=options["soak"],
                 soak_workers=options["soak_workers"],
                 soak_concurrency=options["soak_concurrency"],

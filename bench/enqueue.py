@@ -36,6 +36,7 @@ from chaos_project.kit import queries
 from chaos_project.kit.pidfd import Child
 from rivet.conf import rivet_settings
 from rivet.producer import enqueue, enqueue_many, resolve_store, task_spec
+from rivet.stores import store_for_queue
 from rivet.values import TaskSpec
 
 #: Kind of the measured tasks: the bench's noop, never run here (no worker is started).
@@ -212,14 +213,15 @@ def statement_rate(clients: int, tasks: int, queue: str, pad: str) -> dict[str, 
     from rivet.stores.postgres import DIRECT_ENQUEUE, PostgresStore  # noqa: PLC0415
 
     base = {"per_s": None, "clients": clients}
-    store = resolve_store()
+    store = store_for_queue(queue)  # the producers' store: rivet.enqueue routes the queue
     if not isinstance(store, PostgresStore):
         return {**base, "note": f"the store is {type(store).__name__}, not PostgreSQL"}
     program = _pg_program("pgbench")
     if program is None:
         return {**base, "note": "pgbench not found"}
     spec = task_spec(KIND, {"n": 0, "pad": pad}, queue=queue)
-    # The values the store's single enqueue binds for this task, in $1, $2, ... order.
+    # The values the store's single enqueue binds for this task, in $1, $2, ... order (the
+    # store's own parameter builders: the bench reads them, it does not copy them).
     encoded = DIRECT_ENQUEUE.encode({**store._common_params(), **store._spec_params(spec)})
     if encoded is None:
         return {**base, "note": "the bench task's values are not the direct statement's kinds"}

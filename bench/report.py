@@ -340,11 +340,13 @@ def _producers_target(enqueue: dict[str, Any] | None) -> Target:
 
 
 def _producers_bottleneck(enqueue: dict[str, Any], value: float) -> str:
-    """The machine's CPU when the producers and their backends keep most cores busy; else the
-    commits: the WAL flushes the server's disk gives. Producers at once share flushes (group
-    commit: one flush covers every commit waiting on it), since an enqueue sends a NOTIFY,
-    which would hold PostgreSQL's notification lock through its commit and flush the
-    producers' commits one after another, only while a worker waits on its queue."""
+    """The server when the producers' statement alone (pgbench) runs under the goal: no
+    producer can then meet it. Else the machine's CPU when the producers and their backends
+    keep most cores busy; else the commits: the WAL flushes the server's disk gives. Producers
+    at once share flushes (group commit: one flush covers every commit waiting on it), since an
+    enqueue sends a NOTIFY, which would hold PostgreSQL's notification lock through its commit
+    and flush the producers' commits one after another, only while a worker waits on its
+    queue."""
     client, server = enqueue.get("producers_client_us"), enqueue.get("producers_server_us")
     cores = os.cpu_count() or 1
     commits = enqueue.get("commit_rate") or {}
@@ -353,20 +355,21 @@ def _producers_bottleneck(enqueue: dict[str, Any], value: float) -> str:
         if commits.get("per_s")
         else "the disk's flush rate was not measured"
     )
+    ceiling = enqueue.get("producers_ceiling_per_s")
     if client is None:
-        return f"not split: no CPU figures ({fsync})"
-    if server is None:
-        return (
+        split = f"not split: no CPU figures ({fsync})"
+    elif server is None:
+        split = (
             f"the producers' CPU: {client:,.0f} µs per enqueue, {client * value / 1e6:.1f} of "
             f"{cores} cores at this rate; the server's share unknown (not on this machine); "
             + fsync
         )
-    busy = (client + server) * value / 1e6
-    split = (
-        f"{client:,.0f} µs of CPU per enqueue in the producer and {server:,.0f} µs in its "
-        f"server backend: {busy:.1f} of {cores} cores at this rate"
-    )
-    ceiling = enqueue.get("producers_ceiling_per_s")
+    else:
+        busy = (client + server) * value / 1e6
+        split = (
+            f"{client:,.0f} µs of CPU per enqueue in the producer and {server:,.0f} µs in its "
+            f"server backend: {busy:.1f} of {cores} cores at this rate"
+        )
     if ceiling and ceiling < PRODUCERS_GOAL[1]:
         return (
             f"the server: the statement alone from {enqueue.get('producers')} pgbench "
@@ -374,6 +377,8 @@ def _producers_bottleneck(enqueue: dict[str, Any], value: float) -> str:
             f"{value / ceiling:.0%} of it; {split}"
         )
     against = f"; the statement alone (pgbench) {ceiling:,.0f}/s" if ceiling else ""
+    if client is None or server is None:
+        return split + against
     if busy >= CPU_BOUND_SHARE * cores:
         return f"the machine's CPU: {split}{against}"
     return (

@@ -370,6 +370,10 @@ def test_a_statement_ceiling_under_the_goal_names_the_server(monkeypatch) -> Non
     )
     assert waits.bottleneck.startswith("the commits: ")
     assert waits.bottleneck.endswith("; the statement alone (pgbench) 9,000/s")
+    # The server is named whatever CPU figures there are (a server on another machine).
+    remote = producers_target(producers_server_us=None, producers_ceiling_per_s=5_000.0)
+    assert remote.bottleneck.startswith("the server: the statement alone from 8 pgbench ")
+    assert "; the producers' CPU: 250 µs per enqueue, " in remote.bottleneck
 
 
 def test_the_producers_row_gives_the_statements_ceiling_or_why_not(tmp_path: Path) -> None:

@@ -51,9 +51,12 @@ $(STAMP): pyproject.toml
 # scripts/build_docs.py builds the documentation site with mkdocs build --strict into a temporary
 # folder: a broken link or anchor, or a stale mkdocstrings reference, fails the run.
 # scripts/tree_unchanged.py fails the run when the suite left the checkout other than it found it.
+# scripts/suite_record.py records a passed whole suite (its Python, Django and tree) in .venv/:
+# the matrix cell of those same versions (CI's py3.11-django5.2) then does not run it again.
 test: venv
 	$(VPY) scripts/find_chromium.py >/dev/null
 	$(VPY) scripts/tree_unchanged.py snapshot
+	$(VPY) scripts/suite_record.py start
 	$(VPY) scripts/find_promtool.py >/dev/null
 	$(VPY) scripts/find_locales.py >/dev/null
 	$(VPY) scripts/find_pgbouncer.py >/dev/null
@@ -62,6 +65,7 @@ test: venv
 	$(MAKE) --no-print-directory lint
 	$(VPY) scripts/build_docs.py
 	$(VPY) scripts/tree_unchanged.py check
+	$(VPY) scripts/suite_record.py passed
 
 # Every supported Python + Django pair (noxfile.py), each in a fresh virtualenv under .nox/, on
 # databases named after the cell. nox comes with the test extras; a missing interpreter fails.

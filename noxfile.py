@@ -7,7 +7,11 @@ so cells never share one. The ``wheel`` tests (minutes of fresh virtualenvs) and
 runs (chaos runs, the mutation row, the bench, the API fuzz, the first-hour command runs, the
 German-speaking server, the claim on a million rows) run in one cell only, the one marked
 ``full``, and in ``make test`` (Python 3.11 + Django 5.2); the other cells say so in their logs
-and leave them out, which keeps CI within its time.
+and leave them out, which keeps CI within its time. A cell whose Python and Django (patch
+releases included) are the ones ``make test`` has just passed the whole suite on, on the same
+tree (``scripts/suite_record.py``: in CI, the py3.11-django5.2 cell), checks its own fresh
+install (the unit tests, the whole suite's collection) instead of running the same tests
+again, and says so; ``RIVET_MATRIX_REPEAT=1`` runs its whole suite anyway.
 
 ``nox -l`` lists the cells; ``nox -s py3.12-django6.0`` runs one; arguments after ``--`` go to
 pytest. Interpreters: ``RIVET_PYTHON_3_12=/path/to/python3.12`` names one; otherwise pyenv's
@@ -30,6 +34,7 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import find_postgres  # noqa: E402
+import suite_record  # noqa: E402
 
 nox.options.default_venv_backend = "uv|venv"  # uv when it is installed (the dev group has it)
 nox.options.reuse_venv = "no"  # every run starts from a fresh virtualenv
@@ -70,6 +75,10 @@ FULL_ONLY = ("wheel", "long")
 #: The markers only ``make test`` runs: tests of PostgreSQL's own arrangement (a primary and its
 #: standby killed and promoted, a Patroni pair), which no Python or Django version changes.
 MAKE_TEST_ONLY = ("topology",)
+
+#: Set to 1 to run a cell's whole suite even when ``make test`` has just passed it on the cell's
+#: own Python, Django and tree (see ``repeats_make_test``).
+REPEAT_VARIABLE = "RIVET_MATRIX_REPEAT"
 
 _PROBE = "import ensurepip, sys; print('%d.%d' % sys.version_info[:2])"
 
@@ -177,6 +186,19 @@ _VERSIONS = (
 )
 
 
+def repeats_make_test(
+    python_version: str, django_version: str, record: dict | None, environ: dict | None = None
+) -> bool:
+    """Whether ``make test`` passed the whole suite on exactly this Python and Django (patch
+    releases included) and on the tree as it is now (``record``: ``suite_record.passed_record``),
+    so that a cell of these versions would only run the same tests again. CI's ``make test``
+    is the py3.11-django5.2 pair; ``RIVET_MATRIX_REPEAT=1`` asks for the repeat anyway."""
+    environ = os.environ if environ is None else environ
+    if environ.get(REPEAT_VARIABLE, "") not in ("", "0") or record is None:
+        return False
+    return (record.get("python"), record.get("django")) == (python_version, django_version)
+
+
 def run_cell(session: nox.Session, cell: Cell) -> None:
     # pip reads pyproject's dependency groups from 25.1 on; a venv may start with an older one.
     session.install("pip>=25.1")
@@ -193,6 +215,23 @@ def run_cell(session: nox.Session, cell: Cell) -> None:
             f"{django_version}, not Python {cell.python} and Django {cell.django}"
         )
     session.log(f"{cell.name}: Python {python_version}, Django {django_version}")
+    record = suite_record.passed_record()
+    if not session.posargs and repeats_make_test(python_version, django_version, record):
+        assert record is not None
+        session.log(
+            f"{cell.name}: `make test` passed the whole suite at {record['at']} on this same "
+            f"Python {python_version} + Django {django_version} and this same tree "
+            "(.venv/suite-passed.json); this cell checks its own fresh install instead of "
+            "running those tests again: the unit tests, and the collection of the whole suite. "
+            f"{REPEAT_VARIABLE}=1 runs the whole suite here"
+        )
+        session.run(python, "-m", "pytest", "-q", "tests/unit", env=cell_environment(cell))
+        session.run(
+            python, "-m", "pytest", "-q", "--collect-only", env=cell_environment(cell),
+            silent=True,
+        )  # fmt: skip
+        session.log(f"{cell.name}: the whole suite collects on this install")
+        return
     selection: list[str] = []
     if not session.posargs:
         left_out = MAKE_TEST_ONLY if cell.full else FULL_ONLY + MAKE_TEST_ONLY

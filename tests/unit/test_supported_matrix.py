@@ -120,3 +120,27 @@ def test_a_python_that_answers_with_another_version_is_not_taken():
     assert noxfile.runs_as(sys.executable, "{}.{}".format(*sys.version_info[:2]))
     assert not noxfile.runs_as(sys.executable, "2.7")
     assert not noxfile.runs_as("/nonexistent/python3.99", "3.99")
+
+
+RECORD = {"python": "3.11.7", "django": "5.2.20", "tree": "t", "at": "now"}
+
+
+@pytest.mark.parametrize(
+    ("python", "django_version", "environ", "repeats"),
+    [
+        ("3.11.7", "5.2.20", {}, True),
+        ("3.11.7", "5.2.20", {"RIVET_MATRIX_REPEAT": "0"}, True),
+        ("3.11.7", "5.2.20", {"RIVET_MATRIX_REPEAT": "1"}, False),
+        ("3.11.8", "5.2.20", {}, False),  # another patch release of Python
+        ("3.11.7", "5.2.19", {}, False),  # another patch release of Django
+        ("3.13.0", "6.1", {}, False),
+    ],
+)
+def test_a_cell_skips_the_repeat_only_on_exactly_the_recorded_versions(
+    python, django_version, environ, repeats
+):
+    assert noxfile.repeats_make_test(python, django_version, RECORD, environ) is repeats
+
+
+def test_without_a_record_every_cell_runs_its_whole_suite():
+    assert noxfile.repeats_make_test("3.11.7", "5.2.20", None, {}) is False

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import platform
 import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -412,6 +413,7 @@ def describe_setup(options: Any) -> list[tuple[str, str]]:
     return [
         ("date", datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")),
         ("machine", machine()),
+        ("cpu check", cpu_check()),
         ("os", f"{platform.system()} {platform.release()}; load average at start {load()}"),
         ("PostgreSQL", server),
         (
@@ -424,8 +426,26 @@ def describe_setup(options: Any) -> list[tuple[str, str]]:
     ]
 
 
-def machine() -> str:
-    return f"{_cpu_model()}, {os.cpu_count()} cores, {_memory()} memory"
+def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    return f"{_cpu_model(cpuinfo)}{_cpu_clock(cpuinfo)}, {os.cpu_count()} cores, {_memory()} memory"
+
+
+#: The CPU check's loop: about a second on the hosts the bench has run on.
+CPU_CHECK_ADDITIONS = 10_000_000
+
+
+def cpu_check(additions: int = CPU_CHECK_ADDITIONS) -> str:
+    """One core's speed, timed: ``additions`` additions in a Python loop.
+
+    Hosts whose CPUs have the same model name differ: two 2-core "AMD EPYC" hosts ran this
+    loop in 2.0 s and 0.64 s, and every figure of the bench by about as much. A reader compares
+    two results.md by this line before comparing their rows."""
+    started = time.perf_counter()
+    total = 0
+    for n in range(additions):
+        total += n
+    secs = time.perf_counter() - started
+    return f"{additions:,} additions in a Python loop took {secs:.2f} s (one core, at the start)"
 
 
 def load() -> str:
@@ -438,14 +458,26 @@ def busy_load() -> float | None:
     return now if now > (os.cpu_count() or 1) else None
 
 
-def _cpu_model() -> str:
+def _cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     try:
-        for text in Path("/proc/cpuinfo").read_text().splitlines():
+        for text in cpuinfo.read_text().splitlines():
             if text.startswith("model name"):
                 return text.split(":", 1)[1].strip()
     except OSError:
         pass
     return platform.processor() or "unknown CPU"
+
+
+def _cpu_clock(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """`` at 2.6 GHz``: the first CPU's clock as the kernel reports it (``cpu MHz``), or ''
+    where it reports none."""
+    try:
+        for text in cpuinfo.read_text().splitlines():
+            if text.startswith("cpu MHz"):
+                return f" at {float(text.split(':', 1)[1]) / 1000:.1f} GHz"
+    except (OSError, ValueError):
+        pass
+    return ""
 
 
 def _memory() -> str:

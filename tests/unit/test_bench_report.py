@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
+from bench import report
 from bench.report import (
     Row,
     Target,
@@ -447,3 +449,23 @@ def test_the_stale_statistics_part_shows_both_drains_and_its_target(tmp_path: Pa
 def test_the_stale_statistics_target_is_not_measured_without_the_part() -> None:
     (found,) = [t for t in targets(rows(), None) if t.name.startswith("stale statistics")]
     assert (found.name, found.met) == ("stale statistics backlog (200,000)", None)
+
+
+def test_the_machine_line_gives_the_cpu_s_clock_when_the_kernel_reports_one(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        "processor\t: 0\nmodel name\t: AMD EPYC\ncpu MHz\t\t: 2596.130\n"
+        "processor\t: 1\nmodel name\t: AMD EPYC\ncpu MHz\t\t: 1999.999\n"
+    )
+    assert report.machine(cpuinfo).startswith(f"AMD EPYC at 2.6 GHz, {os.cpu_count()} cores, ")
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Neoverse-N1\n")  # no clock reported
+    assert report.machine(cpuinfo).startswith(f"Neoverse-N1, {os.cpu_count()} cores, ")
+    cpuinfo.write_text("model name\t: X\ncpu MHz\t\t: unknown\n")
+    assert report.machine(cpuinfo).startswith("X, ")
+
+
+def test_the_cpu_check_times_its_loop_and_says_what_it_timed():
+    line = report.cpu_check(200_000)
+    assert re.fullmatch(
+        r"200,000 additions in a Python loop took \d+\.\d\d s \(one core, at the start\)", line
+    ), line

@@ -437,9 +437,9 @@ CPU_CHECK_ADDITIONS = 10_000_000
 def cpu_check(additions: int = CPU_CHECK_ADDITIONS) -> str:
     """One core's speed, timed: ``additions`` additions in a Python loop.
 
-    Hosts whose CPUs have the same model name differ: two 2-core "AMD EPYC" hosts ran this
-    loop in 2.0 s and 0.64 s, and every figure of the bench by about as much. A reader compares
-    two results.md by this line before comparing their rows."""
+    Hosts whose CPUs have the same model name differ: two 2-core "AMD EPYC" hosts ran such a
+    loop 3x apart, and every figure of the bench by about as much. A reader compares two
+    results.md by this line before comparing their rows."""
     started = time.perf_counter()
     total = 0
     for n in range(additions):

@@ -459,25 +459,27 @@ def busy_load() -> float | None:
 
 
 def _cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    try:
-        for text in cpuinfo.read_text().splitlines():
-            if text.startswith("model name"):
-                return text.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+    return _cpuinfo_field(cpuinfo, "model name") or platform.processor() or "unknown CPU"
 
 
 def _cpu_clock(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """`` at 2.6 GHz``: the first CPU's clock as the kernel reports it (``cpu MHz``), or ''
     where it reports none."""
     try:
+        return f" at {float(_cpuinfo_field(cpuinfo, 'cpu MHz') or '') / 1000:.1f} GHz"
+    except ValueError:
+        return ""
+
+
+def _cpuinfo_field(cpuinfo: Path, name: str) -> str | None:
+    """The first CPU's ``name`` line in /proc/cpuinfo, or None."""
+    try:
         for text in cpuinfo.read_text().splitlines():
-            if text.startswith("cpu MHz"):
-                return f" at {float(text.split(':', 1)[1]) / 1000:.1f} GHz"
-    except (OSError, ValueError):
+            if text.startswith(name):
+                return text.split(":", 1)[1].strip()
+    except OSError:
         pass
-    return ""
+    return None
 
 
 def _memory() -> str:

@@ -82,6 +82,14 @@ def check_rivet_settings(app_configs=None, **kwargs):
                 id="rivet.E002",
             )
         )
+    if rivet_settings.IDLE_IN_TRANSACTION_TIMEOUT_SECS is None:
+        errors.append(
+            Error(
+                "RIVET['IDLE_IN_TRANSACTION_TIMEOUT_SECS'] must be a number of seconds, got None",
+                hint="0 turns the bound off (rivet.stores.idle); the default is 30",
+                id="rivet.E002",
+            )
+        )
     for key in _FLAGS:
         value = getattr(rivet_settings, key)
         if not isinstance(value, bool):

@@ -44,6 +44,10 @@ DEFAULTS: dict[str, Any] = {
     "CONNECT_TIMEOUT_SECS": 5.0,
     "JOB_TIMEOUT_SECS": None,
     "SHUTDOWN_TIMEOUT_SECS": 30.0,
+    # PostgreSQL ends the session of a transaction rivet opened (a scheduler pass, an operator's
+    # requeue or cancel) that sits idle longer than this, so a stalled process frees its locks
+    # (rivet.stores.idle); 0: no bound.
+    "IDLE_IN_TRANSACTION_TIMEOUT_SECS": 30.0,
     # Level of the routine per-task worker lines (claimed, acked, retry): "info" or "debug".
     "TASK_LOG_LEVEL": "info",
     # Modules imported at worker start so their @rivet.job functions register.

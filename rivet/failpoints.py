@@ -27,6 +27,11 @@ Two points fire at a write of several tasks rather than at one task's step:
   for a second one (at most until half its lease is left), so that a batch forms.
 - ``before_heartbeat``: the guard is about to extend the leases of the tasks in flight.
 
+One point fires in the scheduler rather than at a task:
+
+- ``scheduler_pass_locked``: a scheduler pass holds the rows of the due schedules it locked and
+  has enqueued none of their ticks yet (the chaos harness's ``scheduler-stall`` stops it here).
+
 ``RIVET_FAILPOINT_ACTION=stop`` makes a point stop the process (SIGSTOP) instead of aborting
 it: a pause, as a VM freeze or a long garbage collection makes, at a chosen moment, once (the
 point is disarmed as it fires). Whoever continues it (SIGCONT) sees the write it was about to
@@ -67,6 +72,7 @@ POINTS = (
     "after_error_before_bury",
     "before_flush",
     "before_heartbeat",
+    "scheduler_pass_locked",
 )
 FORMAT = "name:probability[,name:probability], e.g. after_effect_before_ack:1.0"
 

@@ -20,6 +20,10 @@ and inherit the break. Nothing here is importable from rivet or the host project
   scheduler that assumes it runs alone (a Celery beat run twice). Every worker's scheduler
   wakes at the same tick, so passes overlap and enqueue one tick more than once: T1 must fail.
 - ``tick-unlocked``: the lock gone, the key kept: T1 must hold (the key absorbs the repeats).
+- ``unbounded``: the workers put no idle bound on the transactions they open, whatever their
+  ``--idle-in-transaction-timeout-secs`` says. Run with ``--faults scheduler-stall``: the
+  stalled pass keeps its schedules' rows until it is continued, so they do not fire again
+  while it is stopped, and T2 must fail.
 """
 
 from __future__ import annotations
@@ -94,12 +98,19 @@ def break_tick_key_and_lock() -> None:
     break_tick_lock()
 
 
+def break_idle_bound() -> None:
+    from rivet.stores import idle
+
+    idle.idle_timeout_secs = lambda: None
+
+
 BREAKS = {
     "keyless": break_key,
     "fenceless": break_fence,
     "tickless": break_tick_key,
     "tick-unlocked": break_tick_lock,
     "tickless-unlocked": break_tick_key_and_lock,
+    "unbounded": break_idle_bound,
 }
 
 

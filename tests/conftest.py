@@ -23,7 +23,14 @@ from django.test.testcases import LiveServerThread
 # Fixture modules shared by several directories: the effect service (a throwaway database, real
 # servers), the headless Chromium the admin's browser tests drive, PgBouncer in front of the
 # test server (transaction and session pooling), and a second PostgreSQL cluster.
-pytest_plugins = ["tests.effect_service", "tests.chromium", "tests.pgbouncer", "tests.two_clusters"]
+# tests.hangguard gives every test a time limit and ends the processes a test leaves behind.
+pytest_plugins = [
+    "tests.hangguard",
+    "tests.effect_service",
+    "tests.chromium",
+    "tests.pgbouncer",
+    "tests.two_clusters",
+]
 
 # pytest's filterwarnings=error covers this process; child processes (workers, manage.py, the
 # effect service, the chaos harness) inherit this instead, so a deprecated call in rivet's code

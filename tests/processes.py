@@ -7,7 +7,9 @@ A child runs ``chaos_project.settings`` against the database a test names, with
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -39,27 +41,47 @@ def child_environ(database_url: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """Run a management command to completion (migrate, rivet_enqueue, rivet_stats...)."""
-    return subprocess.run(
-        [sys.executable, str(MANAGE), *args],
+def run_tree(
+    argv: list[str], *, env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess:
+    """Run ``argv`` to completion in a process group of its own; past ``timeout``, kill the
+    whole group and fail with what it printed.
+
+    Whatever it started in its group dies with it; the chaos harness's workers, in sessions of
+    their own, die with it too (chaos_project.kit.lifeline), and tests.hangguard ends any
+    process that is left.
+    """
+    process = subprocess.Popen(
+        argv,
         env=env,
         stdin=subprocess.DEVNULL,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=120,
-        check=False,
+        start_new_session=True,
     )
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+        raise AssertionError(
+            f"{' '.join(argv[1:3])} ran past {timeout:g} s; its process group was killed. "
+            f"Output:\n{out}\n{err}"
+        ) from None
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+
+def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Run a management command to completion (migrate, rivet_enqueue, rivet_stats...)."""
+    return run_tree([sys.executable, str(MANAGE), *args], env=env, timeout=120)
 
 
 def broken_chaos(*args: str, effect_database_url: str) -> subprocess.CompletedProcess:
     """Run tests/broken_chaos.py (a chaos run with one guard broken on purpose) to completion."""
-    return subprocess.run(
+    return run_tree(
         [sys.executable, str(Path(__file__).with_name("broken_chaos.py")), *args],
         env=child_environ(postgres_url(), EFFECT_DATABASE_URL=effect_database_url),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
         timeout=240,
-        check=False,
     )

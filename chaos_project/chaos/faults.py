@@ -13,6 +13,9 @@
   once, the primary is SIGKILLed and the standby promoted, and everyone finds it through a
   multi-host connection string (``failover``). Not part of ``all``: they and ``db-restart`` each
   put the queue on a cluster of their own, so they cannot be combined.
+- ``scheduler-stall``: a worker stops itself (SIGSTOP) inside its scheduler pass, holding its
+  schedules' rows; the schedules must fire again within the idle bound while it is stopped
+  (``stall``). Needs ``--schedules N``; not part of ``all``, which runs without schedules.
 
 Each fault is a ``Fault``: the chaos loop calls ``start`` when the chaos begins, ``tick`` about
 every 50 ms, ``stop`` when the chaos is over (the drain runs without faults), and each fault
@@ -48,6 +51,7 @@ from chaos_project.chaos.pgcluster import Cluster, ClusterError
 from chaos_project.chaos.proxy import DELAY, DROP, RESET, FaultyProxy, NetFaultRates
 from chaos_project.chaos.queuecluster import queue_on_cluster, wait_until_answers
 from chaos_project.chaos.report import line
+from chaos_project.chaos.stall import SCHEDULER_STALL, SchedulerStall, stall_times
 from chaos_project.chaos.verifier import Verdict, Violation
 from chaos_project.kit.pidfd import describe_exit
 from rivet.errors import RivetError
@@ -55,7 +59,7 @@ from rivet.errors import RivetError
 DB_RESTART = "db-restart"
 EFFECT_RESTART = "effect-restart"
 EFFECT_NET = "effect-net"
-FAULTS = (DB_RESTART, EFFECT_RESTART, EFFECT_NET, FAILOVER, FAILOVER_ASYNC)
+FAULTS = (DB_RESTART, EFFECT_RESTART, EFFECT_NET, FAILOVER, FAILOVER_ASYNC, SCHEDULER_STALL)
 ALL = "all"
 #: What ``all`` names: every fault that runs beside every other one. The failovers put the
 #: queue on a pair of clusters of their own, as db-restart puts it on one: one of them at a time.
@@ -233,6 +237,7 @@ class EffectRestart(Scheduled):
             "status": describe_exit(status),
             "killed_at": time.monotonic(),
         }
+        self.service.spawn()  # here, on the main thread: it dies with the harness, not a thread
         self._starting = threading.Thread(
             target=self._start, name="chaos-effect-restart", daemon=True
         )
@@ -240,7 +245,7 @@ class EffectRestart(Scheduled):
 
     def _start(self) -> None:
         try:
-            self.service.start(timeout=EFFECT_START_TIMEOUT_SECS)
+            self.service.wait_ready(timeout=EFFECT_START_TIMEOUT_SECS)
         except RuntimeError as exc:
             self._pending["error"] = str(exc)
 
@@ -326,8 +331,13 @@ class FaultSet:
     def rng(self, name: str) -> random.Random:
         return random.Random(f"{self.seed}/{name}")
 
-    def check(self, *, keep: bool, effect_url: str | None) -> None:
+    def check(self, *, keep: bool, effect_url: str | None, schedules: int = 0) -> None:
         """Refuse options a fault cannot work with, before anything is touched."""
+        if SCHEDULER_STALL in self.names and not schedules:
+            raise FaultError(
+                "scheduler-stall stops a worker inside its scheduler pass, so the run needs "
+                "schedules: add --schedules N (8 is plenty)"
+            )
         for name in OWN_QUEUE_CLUSTER:
             if name in self.names and keep:
                 raise FaultError(
@@ -378,6 +388,13 @@ class FaultSet:
                     self.rng(EFFECT_RESTART), self.duration, MEAN_GAP_SECS[EFFECT_RESTART]
                 )
                 self.faults[EFFECT_RESTART] = EffectRestart(times)
+            if SCHEDULER_STALL in self.names:
+                times = stall_times(self.rng(SCHEDULER_STALL), self.duration)
+                self.faults[SCHEDULER_STALL] = SchedulerStall(times, self.queue)
+                self.say(
+                    f"scheduler-stall: a worker stopped inside its scheduler pass, planned at "
+                    f"{_secs(times)}"
+                )
             if EFFECT_NET in self.names:
                 net = EffectNet(seed=f"{self.seed}/{EFFECT_NET}")
                 stack.callback(net.close)
@@ -393,6 +410,17 @@ class FaultSet:
                 f"effect-restart: SIGKILL of the effect service (pid {service.pid}) and its "
                 f"workers, then a restart, planned at {_secs(restart.times)}"
             )
+
+    def fleet_started(self, fleet: Any) -> None:
+        """The run's workers (a Fleet): what scheduler-stall stops."""
+        stall = self.faults.get(SCHEDULER_STALL)
+        if stall is not None:
+            stall.fleet = fleet
+
+    def worker_args(self) -> list[str]:
+        """Worker flags a fault needs (scheduler-stall: a short idle bound)."""
+        stall = self.faults.get(SCHEDULER_STALL)
+        return stall.worker_args() if stall is not None else []
 
     def worker_effect_url(self, service_url: str) -> str:
         """The effect service URL the workers get: the faulty proxy's, with effect-net."""
@@ -445,6 +473,9 @@ class FaultSet:
         """The verdict with the failover's part: a synchronous standby must lose nothing
         acknowledged (L1); an asynchronous one's losses are reported, and the F2 checks that a
         rolled-back write defeats (a claim's epoch handed out again) are not judged."""
+        stall = self.faults.get(SCHEDULER_STALL)
+        if stall is not None:
+            verdict = replace(verdict, violations=(*verdict.violations, *stall.judge()))
         failover = self.failover()
         if failover is None or failover.loss is None:
             return verdict
@@ -472,10 +503,14 @@ class FaultSet:
 
     def summary(self) -> dict[str, Any]:
         """The failover's figures for the run's JSON; nothing without it."""
+        found: dict[str, Any] = {}
+        stall = self.faults.get(SCHEDULER_STALL)
+        if stall is not None:
+            found["scheduler_stall"] = stall.summary()
         failover = self.failover()
-        if failover is None:
-            return {}
-        return {"failover": failover.summary()}
+        if failover is not None:
+            found["failover"] = failover.summary()
+        return found
 
     def report_lines(self, records: list[dict[str, Any]]) -> list[str]:
         """The report's lines on faults; none when no fault was enabled."""
@@ -487,6 +522,17 @@ class FaultSet:
         if EFFECT_NET in self.faults:
             net = self.faults[EFFECT_NET]
             lines.append(line("effect-net faults", net.count(), f"({net.detail()})"))
+        stall = self.faults.get(SCHEDULER_STALL)
+        if stall is not None:
+            longest = stall.longest_refire()
+            lines.append(
+                line(
+                    "scheduler stalls",
+                    stall.count(),
+                    f"({stall.detail()}; stalled schedules fired again after at most "
+                    f"{'-' if longest is None else f'{longest:.1f}'} s)",
+                )
+            )
         failover = self.failover()
         if failover is not None:
             lines += failover.report_lines()

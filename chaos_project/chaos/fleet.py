@@ -112,6 +112,7 @@ class WorkerProcess:
     pausing: bool = False  # armed to stop itself at its point (a pausing zombie), not yet stopped
     paused: bool = False  # it stopped itself at its point
     pause_point: str = PAUSE_POINT  # where a pausing worker stops itself
+    stalling: bool = False  # armed to stop itself in its scheduler pass (scheduler-stall)
     started: bool = False  # its log says worker_started: it claims tasks
 
     def ready(self) -> bool:
@@ -201,17 +202,19 @@ class Fleet:
         *,
         pause: bool = False,
         pause_point: str = PAUSE_POINT,
+        stall_point: str | None = None,
     ) -> WorkerProcess:
         """Start the slot's worker: armed to abort at its failpoint (``failpoint_seed``), or to
-        stop itself there once (``pause``: a pausing zombie), or clean."""
+        stop itself there once (``pause``: a pausing zombie; ``stall_point``: a worker the
+        scheduler-stall fault follows, not a zombie), or clean."""
         self.generations[slot] += 1
         owner = f"chaos-w{slot}-g{self.generations[slot]}"
         env = dict(self.env)
         if failpoint_seed is not None:
             env["RIVET_FAILPOINT"] = f"after_effect_before_ack:{FAILPOINT_PROBABILITY}"
             env["RIVET_FAILPOINT_SEED"] = str(failpoint_seed)
-        if pause:
-            env["RIVET_FAILPOINT"] = f"{pause_point}:1.0"
+        if pause or stall_point:
+            env["RIVET_FAILPOINT"] = f"{stall_point or pause_point}:1.0"
             env["RIVET_FAILPOINT_ACTION"] = "stop"
         args = [*self.worker_args, "--owner", owner]
         log_path = self.log_dir / f"{owner}.log"
@@ -221,11 +224,24 @@ class Fleet:
             child = Child([*self.command, *args], env=env, log_path=log_path)
         armed = failpoint_seed is not None
         proc = WorkerProcess(
-            slot=slot, owner=owner, child=child, armed=armed, pausing=pause, pause_point=pause_point
+            slot=slot,
+            owner=owner,
+            child=child,
+            armed=armed,
+            pausing=pause,
+            pause_point=pause_point,
+            stalling=stall_point is not None,
         )
         self.slots[slot] = proc
         point = pause_point if pause else None
-        self.log.add("start", armed=armed, pausing=pause, pause_point=point, **proc.fields())
+        self.log.add(
+            "start",
+            armed=armed,
+            pausing=pause,
+            pause_point=point,
+            stall_point=stall_point,
+            **proc.fields(),
+        )
         return proc
 
     # -- observing ---------------------------------------------------------------------------
@@ -303,8 +319,20 @@ class Fleet:
     @staticmethod
     def _free(proc: WorkerProcess) -> bool:
         busy = proc.frozen or proc.pinned or proc.armed or proc.pausing or proc.watched
-        busy = busy or proc.kill_sent or proc.term_sent
+        busy = busy or proc.kill_sent or proc.term_sent or proc.stalling
         return proc.child.returncode is None and not busy
+
+    def is_free(self, proc: WorkerProcess) -> bool:
+        """Whether no event is using the worker (see ``pick``)."""
+        return self._free(proc)
+
+    def arm_stall(self, slot: int, point: str) -> WorkerProcess | None:
+        """Retire the slot's worker for one that stops itself at ``point`` (scheduler-stall)."""
+        proc = self.slots[slot]
+        if proc is None or not self._terminate(proc):
+            return None
+        self.retiring.append(proc)
+        return self.start(slot, stall_point=point)
 
     def kill(self, slot: int) -> bool:
         proc = self.slots[slot]
@@ -344,9 +372,10 @@ class Fleet:
         """SIGSTOP a working worker for a moment (it holds a zombie's task); True if stopped.
 
         Never a worker that is to stop itself at a failpoint (its own stop would be taken for
-        this one), nor one already stopped or on its way out.
+        this one, a pausing zombie's or a scheduler stall's), nor one already stopped or on its
+        way out.
         """
-        if not proc.working() or proc.pausing or proc.paused:
+        if not proc.working() or proc.pausing or proc.paused or proc.stalling:
             return False
         if not self._signal(proc, signal.SIGSTOP) or proc.child.poll() is not None:
             return False
@@ -374,7 +403,7 @@ class Fleet:
     def disarm(self) -> None:
         """Replace every armed (or still pausing) worker with a clean one."""
         for proc in self.alive():
-            if (proc.armed or proc.pausing) and self._terminate(proc):
+            if (proc.armed or proc.pausing or proc.stalling) and self._terminate(proc):
                 self.retiring.append(proc)
                 self.start(proc.slot)
 

@@ -147,7 +147,7 @@ class ChaosRun:
                 "by another one, or the fence is never tested (F2)"
             )
         o = self.options
-        self.faults.check(keep=o.keep, effect_url=o.effect_url)  # faults hook
+        self.faults.check(keep=o.keep, effect_url=o.effect_url, schedules=o.schedules)
         if o.schedules and o.keep:
             raise ChaosError(
                 "--schedules judges every tick task of the queue (T1, T2), so it needs the "
@@ -371,7 +371,7 @@ class ChaosRun:
         env = worker_env(database_url(), EFFECT_SERVICE_URL=worker_effect_url)
         fleet = Fleet(
             size=o.workers,
-            worker_args=o.worker_args(),
+            worker_args=[*o.worker_args(), *self.faults.worker_args()],  # faults hook
             env=env,
             log_dir=log_dir,
             log=log,
@@ -397,6 +397,7 @@ class ChaosRun:
         try:
             schedules.create()
             loop.sources.append(schedules)
+            self.faults.fleet_started(fleet)  # faults hook: what scheduler-stall stops
             fleet.start_all()
             self.faults.start(log)  # faults hook
             loop.sources.append(self.faults)
@@ -418,6 +419,7 @@ class ChaosRun:
                 loop.sources.remove(self.faults)
             loop.close()
             fleet.stop_all()
+            schedules.close()  # no worker is left to hold a schedule's row
         return loop.outcome
 
     # -- the end -----------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import connections
+from django.db import OperationalError, connections, transaction
 
 from chaos_project.kit import queries
 from rivet.schedules.cron import check_timezone, next_tick, ticks_after
@@ -37,6 +37,9 @@ from rivet.schedules.models import Schedule
 from rivet.schedules.values import MAX_MISSED_LIMIT, Missed
 
 TICK_KIND = "chaos.tick"
+#: How long the harness's own write to the schedules waits for a row lock before it defers.
+LOCK_WAIT_MS = 200
+LOCK_NOT_AVAILABLE = "55P03"
 EVERY_SECOND = "* * * * * *"
 #: The zones the schedules are spread over: a tick's identity is its instant, whatever the zone.
 ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata")
@@ -185,6 +188,7 @@ class ChaosSchedules:
         self.until: datetime | None = None
         self.over_at = 0.0
         self.disabled = count == 0
+        self.deferred = 0  # disables put off: a worker's pass held a schedule's row
 
     @staticmethod
     def remove_earlier() -> int:
@@ -235,7 +239,8 @@ class ChaosSchedules:
         waited = self.clock() - self.over_at
         if behind and waited < self.catch_up_limit:
             return
-        self._disable()
+        if not self._disable():
+            return
         if behind:
             self.say(
                 f"schedules: {behind} had not caught up with the end of the chaos after "
@@ -245,13 +250,33 @@ class ChaosSchedules:
             self.say(f"schedules: caught up with the end of the chaos in {waited:.1f} s; disabled")
 
     def close(self) -> None:
+        """Disable the schedules if no one holds them; the harness calls it again once every
+        worker is gone, when nothing can."""
         if not self.disabled:
             self._disable()
 
-    def _disable(self) -> None:
-        self._rows().update(enabled=False, next_tick_at=None)
+    def _disable(self) -> bool:
+        """Disable the schedules; False (retried later) while a worker's pass holds a row.
+
+        A worker stopped inside its scheduler pass (a zombie's SIGSTOP can land there, and the
+        scheduler-stall fault stops one there on purpose) holds its schedules' rows until it
+        is continued or its session is ended. The harness must never wait for it: it is the
+        one that continues it.
+        """
+        try:
+            with transaction.atomic(), connections["default"].cursor() as cursor:
+                cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{LOCK_WAIT_MS}ms"])
+                self._rows().update(enabled=False, next_tick_at=None)
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            self.deferred += 1
+            if self.deferred == 1:
+                self.log("schedules_disable_deferred", reason="a worker's pass holds a schedule")
+            return False
         self.disabled = True
         self.log("schedules_disabled")
+        return True
 
     def _rows(self):
         return Schedule.objects.filter(kind=TICK_KIND, queue=self.queue)

@@ -23,6 +23,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connections
 
+from chaos_project.kit.lifeline import die_with_parent, preexec, require_main_thread
 from rivet.errors import RivetError
 
 
@@ -57,13 +58,15 @@ class Forked:
     """A child forked from this process, with the part of Popen's interface Child uses."""
 
     def __init__(self, main: Callable[[], int], log_path: Path) -> None:
+        require_main_thread("a worker")
         sys.stdout.flush()
         sys.stderr.flush()
         connections.close_all()  # the child must not share this process's database sockets
         self.returncode: int | None = None
+        parent = os.getpid()
         self.pid = os.fork()
         if self.pid == 0:  # pragma: no cover (runs in the child, which never returns here)
-            _run_forked(main, log_path)
+            _run_forked(main, log_path, parent)
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -81,10 +84,11 @@ class Forked:
         return self.returncode
 
 
-def _run_forked(main: Callable[[], int], log_path: Path) -> None:
+def _run_forked(main: Callable[[], int], log_path: Path, parent: int) -> None:
     """The child's side of a fork: output to ``log_path``, run ``main``, exit with its code."""
     code = 70
     try:
+        die_with_parent(parent)  # chaos_project.kit.lifeline
         os.setsid()  # see _own_session
         out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(out, 1)
@@ -126,6 +130,7 @@ class Child:
         if main is not None:
             self.process = Forked(main, log_path)
         else:
+            require_main_thread("a worker")
             with open(log_path, "ab") as log:
                 self.process = subprocess.Popen(
                     self.argv,
@@ -134,7 +139,7 @@ class Child:
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    preexec_fn=_no_core_dumps,
+                    preexec_fn=preexec(os.getpid(), _no_core_dumps),
                     start_new_session=True,  # see _own_session
                 )
         self._pidfd: int | None = os.pidfd_open(self.process.pid)

@@ -17,6 +17,7 @@ import psycopg
 from django.conf import settings
 from django.db import connections
 
+from chaos_project.kit.lifeline import preexec, require_main_thread
 from chaos_project.kit.pidfd import open_children
 from effect_project.client import EffectUnavailable, fetch_health
 from rivet.errors import RivetConfigError
@@ -126,9 +127,18 @@ class EffectService:
         self._pidfd: int | None = None
 
     def start(self, timeout: float = 30.0) -> EffectService:
+        self.spawn()
+        return self.wait_ready(timeout)
+
+    def spawn(self) -> None:
+        """Start the process (from the main thread: see chaos_project.kit.lifeline)."""
         self.process = self._spawn()
         if hasattr(os, "pidfd_open"):
             self._pidfd = os.pidfd_open(self.process.pid)
+
+    def wait_ready(self, timeout: float = 30.0) -> EffectService:
+        """Wait until the spawned service answers (any thread may wait); stop it on failure."""
+        assert self.process is not None
         deadline = time.monotonic() + timeout
         last = "no answer yet"
         while time.monotonic() < deadline:
@@ -151,9 +161,16 @@ class EffectService:
         )
 
     def _spawn(self) -> subprocess.Popen:
+        require_main_thread("the effect service")
         options = {"env": self._env, "cwd": settings.BASE_DIR, "stdin": subprocess.DEVNULL}
         with self.log_path.open("ab") as log:
-            return subprocess.Popen(self._argv, stdout=log, stderr=subprocess.STDOUT, **options)
+            return subprocess.Popen(
+                self._argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=preexec(os.getpid()),  # it dies with whoever started it
+                **options,
+            )
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

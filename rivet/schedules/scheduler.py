@@ -22,12 +22,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
 from django.db.models import F, Min
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from rivet import logs
+from rivet import failpoints, logs
 from rivet.background import Periodic
 from rivet.conf import rivet_settings
 from rivet.errors import IdempotencyMismatch, InvalidInput
@@ -38,6 +37,7 @@ from rivet.schedules.models import Schedule
 from rivet.schedules.values import SCHEDULED_AT, Missed, Source
 from rivet.stores import store_for_alias
 from rivet.stores.base import Store
+from rivet.stores.idle import bounded_atomic
 from rivet.values import EnqueueResult, TaskSpec
 
 __all__ = ["Pass", "Scheduler", "run_due", "sync_code_schedules"]
@@ -49,6 +49,8 @@ MIN_PAUSE_SECS = 0.02
 #: Most ticks one pass enqueues (but all of one schedule's): a catch-up after a long stop is
 #: many short transactions, and a worker told to stop waits for one of them at most.
 MAX_TICKS_PER_PASS = 5_000
+#: The failpoint a pass reaches once it holds its schedules' rows (rivet.failpoints).
+SCHEDULER_POINT = "scheduler_pass_locked"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +63,7 @@ class Pass:
     skipped: int = 0  # ticks the missed-tick policy skipped
     failed: int = 0  # schedules whose ticks could not be enqueued (last_error says why)
     full: bool = False  # more schedules may be due now: pass again at once
+    held_elsewhere: bool = False  # due schedules exist, all locked by other passes
 
 
 def run_due(store: Store, *, alias: str, batch_size: int = 500) -> Pass:
@@ -69,7 +72,7 @@ def run_due(store: Store, *, alias: str, batch_size: int = 500) -> Pass:
     The ticks of every schedule of the pass go in one enqueue of many tasks, and schedules
     left in the same state (every one-second schedule, say) are saved by one UPDATE.
     """
-    with transaction.atomic(using=alias):
+    with bounded_atomic(alias):
         rows = list(
             Schedule.objects.using(alias)
             .select_for_update(skip_locked=True)
@@ -77,8 +80,12 @@ def run_due(store: Store, *, alias: str, batch_size: int = 500) -> Pass:
             .annotate(db_now=Now())
             .order_by("next_tick_at")[:batch_size]
         )
-        if not rows:
-            return Pass()
+        if not rows:  # none due, or every due one held by another pass
+            held = Schedule.objects.using(alias).filter(enabled=True, next_tick_at__lte=Now())
+            return Pass(held_elsewhere=held.exists())
+        # The rows are locked until the commit: a process stopped from here on holds them, for
+        # the idle bound at most (rivet.stores.idle). The chaos harness stops one here.
+        failpoints.active().fire(SCHEDULER_POINT, schedules=[row.name for row in rows])
         plans = _plans(rows)
         specs = [spec for plan in plans for spec in plan.specs]
         results = iter(_enqueue(store, alias, specs))
@@ -205,14 +212,14 @@ def _enqueue_on(store: Store, alias: str, specs: list[TaskSpec]) -> list[Enqueue
     it fired, so it is not enqueued again.
     """
     try:
-        with transaction.atomic(using=alias):
+        with bounded_atomic(alias):
             return list(store.task_enqueue_many(specs))
     except IdempotencyMismatch:
         pass
     results: list[EnqueueResult | None] = []
     for spec in specs:
         try:
-            with transaction.atomic(using=alias):
+            with bounded_atomic(alias):
                 results.append(store.task_enqueue(spec))
         except IdempotencyMismatch:
             results.append(None)
@@ -322,10 +329,14 @@ class Scheduler(Periodic):
             sync_code_schedules(self.definitions(), alias=self.alias)
             self._synced = True
         done = run_due(self.store, alias=self.alias, batch_size=self.batch_size)
-        return done, self._pause()
+        return done, self._pause(held_elsewhere=done.held_elsewhere)
 
-    def _pause(self) -> float:
-        """Seconds until the earliest next tick, within [MIN_PAUSE_SECS, every]."""
+    def _pause(self, *, held_elsewhere: bool = False) -> float:
+        """Seconds until the earliest next tick, within [MIN_PAUSE_SECS, every].
+
+        Due schedules that another pass holds (``held_elsewhere``), possibly a stalled one, are
+        looked at again after ``every``, not at once and over and over until that pass ends.
+        """
         soonest = (
             Schedule.objects.using(self.alias)
             .filter(enabled=True)
@@ -334,4 +345,6 @@ class Scheduler(Periodic):
         if soonest is None:
             return self.every
         wait = (soonest - timezone.now()).total_seconds()
+        if held_elsewhere:
+            return self.every
         return min(max(wait, MIN_PAUSE_SECS), self.every)

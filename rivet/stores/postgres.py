@@ -39,6 +39,7 @@ from rivet.stores.bulk import BulkEnqueue
 from rivet.stores.claim import ClaimPlan, PartlyCommitted, walk_claim
 from rivet.stores.direct import DirectStatement
 from rivet.stores.floor import FRONT, ClaimFloors, claim_through_floor
+from rivet.stores.idle import bound_transaction
 from rivet.stores.sqlfile import load_queries
 from rivet.stores.sqlrows import burial_rows
 from rivet.stores.wakeup import WakeupListener
@@ -349,7 +350,11 @@ class PostgresStore(BulkEnqueue):
 
     @contextmanager
     def _writing(self) -> Iterator[Any]:
+        connection = connections[self.using]
+        outermost = not connection.in_atomic_block
         with transaction.atomic(using=self.using), self._reading() as cursor:
+            if outermost:  # a transaction of rivet's own: a stalled process frees its locks
+                bound_transaction(cursor, "postgresql")
             yield cursor
 
     def _one_statement(self) -> AbstractContextManager[Any]:

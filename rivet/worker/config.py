@@ -34,6 +34,7 @@ class WorkerConfig:
     job_timeout: float | None = None
     shutdown_timeout: float = 30.0
     connect_timeout: float = 5.0
+    idle_in_transaction_timeout: float = 30.0  # 0: no bound
     retention: float | None = None
     prune_every: float = 300.0
     prune_batch_size: int = 1000

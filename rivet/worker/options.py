@@ -280,6 +280,17 @@ OPTIONS = (
         help="at start, how long to wait for the database to answer before exiting 1",
     ),
     Option(
+        dest="idle_in_transaction_timeout",
+        flag="--idle-in-transaction-timeout-secs",
+        env="RIVET_IDLE_IN_TRANSACTION_TIMEOUT_SECS",
+        setting="IDLE_IN_TRANSACTION_TIMEOUT_SECS",
+        parse=non_negative_secs(DAY),
+        help=(
+            "PostgreSQL ends the session of a transaction the worker opened (a scheduler pass) "
+            "that sits idle longer than this, freeing its locks; 0 for no bound"
+        ),
+    ),
+    Option(
         dest="retention",
         flag="--retention",
         env="RIVET_RETENTION",

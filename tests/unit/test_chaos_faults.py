@@ -28,7 +28,7 @@ def test_fault_names_parse_and_all_means_every_one_that_combines() -> None:
     assert parse_faults(" effect-net , db-restart ") == {"effect-net", "db-restart"}
     assert parse_faults("all") == set(ALL_FAULTS) == {"db-restart", "effect-restart", "effect-net"}
     assert parse_faults("failover,effect-net") == {"failover", "effect-net"}
-    assert set(FAULTS) == set(ALL_FAULTS) | {"failover", "failover-async"}
+    assert set(FAULTS) == set(ALL_FAULTS) | {"failover", "failover-async", "scheduler-stall"}
 
 
 @pytest.mark.parametrize(
@@ -40,9 +40,8 @@ def test_a_bad_fault_name_is_refused_with_the_valid_ones(text: str, named: str) 
         parse_faults(text)
     message = str(raised.value)
     assert named in message
-    assert "valid: db-restart, effect-restart, effect-net, failover, failover-async, or all" in (
-        message
-    )
+    valid = "db-restart, effect-restart, effect-net, failover, failover-async, scheduler-stall"
+    assert f"valid: {valid}, or all" in message
 
 
 def test_fault_times_are_seeded_inside_the_window_and_at_least_one() -> None:
@@ -138,9 +137,11 @@ class SlowService:
     def kill(self) -> int:
         return -signal.SIGKILL
 
-    def start(self, timeout: float) -> None:
-        assert self.started.wait(timeout)
+    def spawn(self) -> None:
         self.pid += 1
+
+    def wait_ready(self, timeout: float) -> None:
+        assert self.started.wait(timeout)
 
 
 def test_an_effect_restart_due_while_the_service_comes_back_is_skipped(tmp_path) -> None:

@@ -28,6 +28,7 @@ from rivet.routing import queues_by_alias
 from rivet.schedules.declare import code_schedules
 from rivet.schedules.scheduler import Scheduler
 from rivet.stores.base import Store
+from rivet.stores.idle import set_idle_timeout
 from rivet.worker import EXIT_STORE_ERROR, Worker
 from rivet.worker.config import WorkerConfig
 from rivet.worker.group import WorkerGroup
@@ -78,6 +79,7 @@ class Command(RivetCommand):
         except RivetConfigError as exc:
             raise CommandError(str(exc), returncode=2) from exc
         logs.configure(config.log_format)
+        set_idle_timeout(config.idle_in_transaction_timeout)
         groups = route_queues(config.queues)
         for alias in groups:
             check_database(alias, config.connect_timeout)

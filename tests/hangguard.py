@@ -7,14 +7,14 @@ Three parts, for every test of the suite (and so for every matrix cell):
   so the suite can still find it and end it.
 - **Each test leaves no process behind.** Processes that appeared while a test ran and are still
   there after it (fixtures of a wider scope set up before it are not counted) get a short grace
-  to exit, then SIGKILL (a stopped one too); the leak is reported on stderr with each command
-  line.
+  to exit, then SIGKILL (a stopped one too); the run's summary names each, with the test.
 - **Each test has a time limit** (``HANG_LIMIT_SECS``; ``long`` and ``topology`` tests
   ``LONG_HANG_LIMIT_SECS``; ``@pytest.mark.timeout(SECS)`` to set one). When it runs out, the
   stack of every thread is written to stderr, every process the test started is killed
   (whatever it held, such as a row lock a stopped worker kept, is freed), and the test fails
   with ``HangTimeout``; the suite goes on. A test still stuck ``LAST_GRACE_SECS`` later (a call
-  that never returns to Python) ends the whole run with exit code 3 instead of hanging it.
+  that never returns to Python; ``RIVET_HANG_LAST_GRACE_SECS``, default 60) ends the whole run
+  with exit code 3 instead of hanging it.
 """
 
 from __future__ import annotations
@@ -28,12 +28,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 HANG_LIMIT_SECS = 300.0
 LONG_HANG_LIMIT_SECS = 900.0
-LAST_GRACE_SECS = 60.0
+LAST_GRACE_SECS = float(os.environ.get("RIVET_HANG_LAST_GRACE_SECS", "60"))
 LEAK_GRACE_SECS = 3.0
 PR_SET_CHILD_SUBREAPER = 36
 EXIT_HUNG = 3
@@ -224,7 +225,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 
 
 @pytest.fixture(autouse=True)
-def _no_process_outlives_the_test() -> Iterator[None]:
+def _no_process_outlives_the_test(request: pytest.FixtureRequest) -> Iterator[None]:
     """After each test, end the processes it started and left running (see the module doc)."""
     before = set(descendants())
     yield
@@ -232,5 +233,16 @@ def _no_process_outlives_the_test() -> Iterator[None]:
     if not left:
         return
     end_processes(list(left), grace=LEAK_GRACE_SECS)
-    for pid, cmd in left.items():
-        sys.stderr.write(f"hangguard: a process the test left running was ended: {pid} {cmd}\n")
+    LEFT_BEHIND.extend((request.node.nodeid, pid, cmd) for pid, cmd in left.items())
+
+
+#: (test, pid, command line) of each process a test left running, for the run's summary.
+LEFT_BEHIND: list[tuple[str, int, str]] = []
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not LEFT_BEHIND:
+        return
+    terminalreporter.section("hangguard: processes tests left running (ended)")
+    for nodeid, pid, cmd in LEFT_BEHIND:
+        terminalreporter.line(f"a process the test left running was ended: {nodeid}: {pid} {cmd}")

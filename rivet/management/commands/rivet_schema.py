@@ -9,6 +9,7 @@ codes), and it needs only the ``api`` extra. Without the extra: one line, exit 2
 from __future__ import annotations
 
 import sys
+from importlib.util import find_spec
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -21,13 +22,12 @@ HELP = (
 )
 RIVET_SETTINGS = "rivet.api.schema.SPECTACULAR"
 
-try:
+#: What the command imports: drf-spectacular's command, which imports DRF.
+NEEDS = ("rest_framework", "drf_spectacular")
+MISSING = [name for name in NEEDS if find_spec(name) is None]
+
+if not MISSING:
     from drf_spectacular.management.commands.spectacular import Command as SpectacularCommand
-except ImportError:
-    SpectacularCommand = None
-
-
-if SpectacularCommand is not None:
 
     class Command(SpectacularCommand):
         help = HELP
@@ -42,7 +42,7 @@ else:
         help = HELP
 
         def problem(self) -> str:
-            return str(missing_extra("drf_spectacular", extra="api", feature="rivet_schema"))
+            return str(missing_extra(MISSING[0], extra="api", feature="rivet_schema"))
 
         def run_from_argv(self, argv):
             # Before argparse, which would refuse drf-spectacular's options the command lacks.

@@ -13,7 +13,7 @@ from pathlib import Path
 from bench.report import BACKLOG, RATE, Row
 from rivet.errors import RivetConfigError
 
-#: The offered-load targets of issue 10, drawn on the latency panel.
+#: The latency targets at the offered load (docs/benchmarking.md), drawn on the latency panel.
 P50_TARGET_MS, P99_TARGET_MS = 2.0, 5.0
 
 

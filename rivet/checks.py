@@ -115,6 +115,7 @@ def check_rivet_settings(app_configs=None, **kwargs):
         )
     errors += _listen_url_errors(rivet_settings.LISTEN_DATABASE_URL)
     errors += queue_database_errors()
+    errors += atomic_request_warnings()
     token = rivet_settings.METRICS_TOKEN
     if token is not None and (not isinstance(token, str) or len(token) < 16):
         errors.append(
@@ -294,3 +295,40 @@ def _e007(problem: str, hint: str | None = None) -> Error:
         "aliases of settings.DATABASES on PostgreSQL or SQLite",
         id="rivet.E007",
     )
+
+
+def atomic_request_warnings() -> list[Warning]:
+    """rivet.W012: ATOMIC_REQUESTS is on for some alias but off for one that holds queues.
+
+    A view's enqueue writes on its queue's alias. Django makes a request atomic only on the
+    aliases whose ATOMIC_REQUESTS is on, so there the task commits at once, and stays (a worker
+    runs it) when the view then raises and the request's transaction elsewhere rolls back.
+    """
+    from django.db import connections
+
+    from rivet.errors import RivetConfigError
+    from rivet.routing import queue_aliases
+
+    if rivet_settings.STORE == "memory":
+        return []
+    atomic = [alias for alias in connections if connections.settings[alias].get("ATOMIC_REQUESTS")]
+    if not atomic:
+        return []
+    try:
+        aliases = queue_aliases()
+    except RivetConfigError:  # rivet.E007 says what is wrong with the routing
+        return []
+    named = ", ".join(repr(alias) for alias in atomic)
+    return [
+        Warning(
+            f"ATOMIC_REQUESTS is on for {named} but not for {alias!r}, which holds rivet's "
+            f"queues: a view's enqueue on {alias!r} commits at once, and the task stays (a "
+            "worker runs it) when the view raises and the request's transaction rolls back",
+            hint=f"set ATOMIC_REQUESTS on {alias!r} too, or enqueue in transaction.on_commit() "
+            "of the request's alias; docs/databases.md, 'Enqueueing in a request', says what "
+            "each promises (silence rivet.W012 when neither applies)",
+            id="rivet.W012",
+        )
+        for alias in aliases
+        if alias in connections and not connections.settings[alias].get("ATOMIC_REQUESTS")
+    ]

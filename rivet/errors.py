@@ -15,29 +15,31 @@ class RivetError(Exception):
 
 
 class InvalidInput(RivetError, ValueError):
-    """A value given to rivet is out of bounds or malformed; nothing was written.
-
-    ``field`` names the input that was wrong when one is to blame (the HTTP API reports it as
-    a field error); ``code`` is the stable machine-readable name of the kind of error.
-    """
+    """A value given to rivet is out of bounds or malformed; nothing was written."""
 
     code = "invalid_input"
+    """The stable machine-readable name of the kind of error (the HTTP API's ``code``); each
+    subclass has its own."""
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+        """The input that was wrong, when one is to blame (the HTTP API reports it as a field
+        error), else None."""
 
 
 class InvalidName(InvalidInput):
     """A queue or kind name is empty, too long or has characters outside the allowed set."""
 
     code = "invalid_name"
+    """This error's ``code`` (``InvalidInput.code``)."""
 
 
 class InvalidKey(InvalidInput):
     """An idempotency key is empty, too long, or holds a character outside visible ASCII."""
 
     code = "idempotency_key_invalid"
+    """This error's ``code`` (``InvalidInput.code``)."""
 
 
 class BatchKeyClash(InvalidInput):
@@ -46,28 +48,34 @@ class BatchKeyClash(InvalidInput):
     def __init__(self, message: str, *, index: int) -> None:
         super().__init__(message, field="idem_key")
         self.index = index
+        """The later of the two items, counted from 0."""
 
 
 class MixedDatabases(InvalidInput):
     """One enqueue_many batch holds queues that live on different databases."""
 
     code = "mixed_databases"
+    """This error's ``code`` (``InvalidInput.code``)."""
 
     def __init__(self, message: str, *, index: int) -> None:
         super().__init__(message, field="queue")
         self.index = index
+        """The first item whose queue lives on another database than item 0's, counted
+        from 0."""
 
 
 class PayloadTooLarge(InvalidInput):
     """The encoded payload is larger than RIVET['MAX_PAYLOAD_BYTES']."""
 
     code = "payload_too_large"
+    """This error's ``code`` (``InvalidInput.code``)."""
 
 
 class UnknownKind(InvalidInput):
     """No installed app registers the kind being enqueued (RIVET['ALLOW_UNKNOWN_KINDS'] is off)."""
 
     code = "unknown_kind"
+    """This error's ``code`` (``InvalidInput.code``)."""
 
 
 class IdempotencyMismatch(RivetError):
@@ -75,7 +83,9 @@ class IdempotencyMismatch(RivetError):
 
     def __init__(self, idem_key: str, existing_id: int) -> None:
         self.idem_key = idem_key
+        """The key that was reused."""
         self.existing_id = existing_id
+        """The task the key already names."""
         super().__init__(
             f"idempotency key {idem_key!r} is already used by task {existing_id} with different "
             "work (queue, kind or payload differ); use a new key for new work"

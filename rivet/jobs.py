@@ -84,15 +84,27 @@ class JobContext:
     """
 
     task_id: int
+    """The task's id."""
     queue: str
+    """The queue it was claimed from."""
     kind: str
+    """The job kind being run."""
     payload: Any
+    """The JSON value given at enqueue."""
     attempt: int
+    """This attempt's number: 1 for the first, up to ``max_attempts``."""
     max_attempts: int
+    """Attempts allowed before the task is dead."""
     idem_key: str | None = None
+    """The producer's idempotency key, or None: pass it (or a key derived from it) to the side
+    effect, so that attempts 2..N are no-ops."""
     epoch: int = 0
+    """The lease epoch of this attempt: later claims of the task get a higher one."""
     owner: str = ""
-    _stop: StopSignal = field(default_factory=StopSignal, repr=False, compare=False)
+    """The worker running it (``host:pid``)."""
+    # Not a parameter: the worker gives its own signal through for_claimed; a context made by
+    # hand (a test's) gets one nobody sets.
+    _stop: StopSignal = field(default_factory=StopSignal, init=False, repr=False, compare=False)
 
     @classmethod
     def for_claimed(cls, claimed: Claimed, stop: StopSignal) -> JobContext:
@@ -116,6 +128,7 @@ class JobContext:
 
     @property
     def is_last_attempt(self) -> bool:
+        """True on the attempt after which a failure buries the task instead of retrying it."""
         return self.attempt >= self.max_attempts
 
     @property
@@ -129,7 +142,11 @@ class JobContext:
         return self._stop.reason
 
     def wait(self, secs: float) -> bool:
-        """Sleep up to ``secs`` seconds, waking early when told to stop; True if told."""
+        """Sleep up to ``secs`` seconds, waking early when told to stop.
+
+        :param secs: the most seconds to sleep.
+        :returns: True if the handler was told to stop (then it should return soon).
+        """
         return self._stop.wait(secs)
 
     def check(self) -> None:
@@ -259,8 +276,27 @@ def job(
     """Register a function ``fn(context)`` or a class with ``handle(self, context)``.
 
     A class may also define ``failed(self, context, error)``, run once after the last attempt.
-    ``schedules``: ``rivet.cron(...)`` values; workers enqueue a task of this kind at each tick.
-    The decorated name becomes the ``JobDefinition``, typed after the function (or ``handle``).
+    The decorated name becomes the ``JobDefinition``, typed after the function (or ``handle``):
+    ``send_invoice.enqueue(payload, ...)`` takes ``rivet.enqueue``'s keyword arguments.
+
+    :param name: the kind's wire name, stored with every task: renaming it strands the queued
+        tasks of the old name. Letters, digits and ``_.:-``, starting with a letter or digit.
+    :param queue: the queue its tasks go to when an enqueue names none (default
+        ``RIVET["QUEUE"]``).
+    :param max_attempts: attempts before a task of this kind is dead, unless an enqueue says
+        otherwise (default ``RIVET["MAX_ATTEMPTS"]``).
+    :param timeout: seconds an attempt may run; past them the worker stops the handler
+        (``should_stop``) and the attempt fails. None: no limit but the lease's.
+    :param priority: the default priority of its tasks, -100..100 (higher runs first).
+    :param unique: a function of the payload that returns a unique key (or None for none):
+        while a pending task of this kind holds a key, an enqueue with the same key returns it
+        as a duplicate instead of adding a second.
+    :param failed: ``failed(context, error)``, run once when a task of this kind is dead after
+        its last attempt (a class defines it as a method instead).
+    :param schedules: ``rivet.cron(...)`` values: the workers enqueue a task of this kind at
+        each tick.
+    :param registry: where the job is registered: the process's own, which the workers and
+        the producers read; a test may pass a ``JobRegistry`` of its own.
     """
     return JobDecorator(
         name=name,

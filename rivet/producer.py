@@ -47,12 +47,29 @@ def enqueue(
 ) -> EnqueueResult:
     """Enqueue one task; a key used before with the same work returns it as a duplicate.
 
-    ``idem_key``: 1 to RIVET['MAX_IDEM_KEY_LENGTH'] characters of visible ASCII (0x21-0x7E:
-    letters, digits, punctuation; spaces only between them), the rule of the HTTP header,
-    so a key means the same task wherever it is sent from; anything else raises InvalidInput.
-    ``using`` picks the store: None for the database of the queue (``rivet.routing``), a
-    Django database alias, or a Store. Raises InvalidInput (nothing written) for a bad value
-    and IdempotencyMismatch when ``idem_key`` already names different work.
+    The task is written on the connection of its queue's database, so it commits or rolls back
+    with that database's transaction.
+
+    :param kind: the registered job kind that runs it.
+    :param payload: any JSON value (at most ``RIVET["MAX_PAYLOAD_BYTES"]`` encoded).
+    :param queue: the queue; default the job's, else ``RIVET["QUEUE"]``.
+    :param idem_key: the producer's idempotency key: 1 to ``RIVET["MAX_IDEM_KEY_LENGTH"]``
+        characters of visible ASCII (0x21-0x7E; spaces only between them), the rule of the HTTP
+        header, so a key means the same task wherever it is sent from. The same key with the
+        same work (queue, kind, payload) returns the task it names as a duplicate.
+    :param delay: seconds (or a ``timedelta``) before the task may run; not with ``run_at``.
+    :param run_at: an aware ``datetime`` before which the task may not run; not with ``delay``.
+    :param priority: -100..100, higher is claimed first; default the job's, else 0.
+    :param max_attempts: attempts before the task is dead; default the job's, else
+        ``RIVET["MAX_ATTEMPTS"]``.
+    :param unique_key: while a pending task of the same kind holds this key, the enqueue
+        returns that task as a duplicate instead of adding a second; default the job's
+        ``unique`` function of the payload, else none.
+    :param using: the store: None for the database of the queue (``rivet.routing``), a Django
+        database alias, or a Store.
+    :returns: the task's id, and whether it already existed.
+    :raises InvalidInput: a value is out of bounds or malformed (nothing is written).
+    :raises IdempotencyMismatch: ``idem_key`` already names different work.
     """
     spec = spec_of(
         kind, payload, queue, idem_key, delay, run_at, priority, max_attempts, unique_key
@@ -65,11 +82,16 @@ def enqueue_many(
 ) -> list[EnqueueResult]:
     """Enqueue several tasks in one transaction: all are written, or none.
 
-    Each item is a dict of enqueue's arguments (``kind`` required) or a ``(kind, payload)``
-    tuple. Every item is validated before the batch commits, and an invalid item (or a key two
-    items give to different work) writes nothing; results keep the given order. One batch is one
-    transaction on one database: without ``using``, items whose queues live on different
-    databases are refused (MixedDatabases, nothing written).
+    Every item is validated before the batch commits, and an invalid item (or a key two items
+    give to different work) writes nothing. One batch is one transaction on one database.
+
+    :param items: each a dict of ``enqueue``'s arguments but ``using`` (``kind`` required), or
+        a ``(kind, payload)`` tuple.
+    :param using: the store for the whole batch: None for the database of the queues (which
+        must all be one: else ``MixedDatabases``, nothing written), an alias, or a Store.
+    :returns: one result per item, in the order given.
+    :raises InvalidInput: an item is invalid (its message names its index); nothing is written.
+    :raises IdempotencyMismatch: an item's key already names different work.
     """
     limits, trace_context = Limits.read(), tracing.carrier()  # one call, one caller's span
     batch = SpecBatch(list(items), limits, trace_context, one_database=using is None)
@@ -203,7 +225,12 @@ def cancel(task_id: int, *, using: str | Store | None = None) -> CancelOutcome:
     """Cancel a task: bury it now if it is pending and not leased, else mark it for its worker.
 
     A leased task's worker stops the handler at its next heartbeat (``should_stop``) and buries
-    it; it is never acked. Returns what happened (CANCELLED, MARKED, FINISHED or NOT_FOUND).
+    it; it is never acked.
+
+    :param task_id: the task's id.
+    :param using: the store: None for ``RIVET["DATABASE_ALIAS"]``, an alias, or a Store.
+    :returns: what happened: CANCELLED, MARKED, FINISHED or NOT_FOUND.
+    :raises InvalidInput: ``task_id`` is not an integer.
     """
     if isinstance(task_id, bool) or not isinstance(task_id, int):
         raise InvalidInput(f"task_id must be an integer, got {task_id!r}")
@@ -214,8 +241,13 @@ def get_task(task_id: int, *, using: str | Store | None = None) -> TaskRecord | 
     """Read back a task by id: its state, attempts, result, last_error and errors; None if unknown.
 
     An unknown id (never enqueued, or a dead task that was purged) is None, not an error: the
-    caller decides whether a missing task is a problem. Raises InvalidInput when ``task_id`` is
-    not an integer.
+    caller decides whether a missing task is a problem.
+
+    :param task_id: the task's id, as ``enqueue`` returned it.
+    :param using: the store: None for ``RIVET["DATABASE_ALIAS"]``, an alias, or a Store (task
+        ids are numbered by each database).
+    :returns: the task as it is now, or None.
+    :raises InvalidInput: ``task_id`` is not an integer.
     """
     if isinstance(task_id, bool) or not isinstance(task_id, int):
         raise InvalidInput(f"task_id must be an integer, got {task_id!r}")

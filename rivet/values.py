@@ -128,7 +128,10 @@ class EnqueueResult:
     """What an enqueue did: a new task, or the existing one for a key used before."""
 
     task_id: int
+    """The task's id, numbered by the database that holds it (``get_task(task_id)``)."""
     duplicate: bool = False
+    """True when the idempotency key already named this work: nothing new was written, and
+    ``task_id`` is the task the key named first."""
 
 
 _T = TypeVar("_T")
@@ -281,33 +284,53 @@ class Claimed:
 
 @dataclass(frozen=True, kw_only=True)
 class TaskRecord:
-    """A snapshot of one task row."""
+    """A snapshot of one task row, as ``rivet.get_task`` reads it."""
 
     id: int
+    """The task's id, numbered by the database that holds it."""
     queue: str
+    """The queue it waits in."""
     kind: str
+    """The job kind (the registered wire name) that runs it."""
     payload: Any
+    """The JSON value given at enqueue (None when none was given)."""
     idem_key: str | None
+    """The producer's idempotency key, or None."""
     unique_key: str | None
+    """The key that keeps a second pending task of the same kind out, or None."""
     state: str
+    """``pending`` (waiting, or running under a lease), ``done`` or ``dead``."""
     attempts: int
+    """Attempts started so far (a claim counts one)."""
     max_attempts: int
+    """Attempts allowed before the task is dead."""
     lease_epoch: int
+    """Bumped by every claim: a worker's writes count only under the epoch it claimed."""
     lease_owner: str | None
+    """The worker that claimed it last (``host:pid``), or None before any claim."""
     visible_at: datetime
+    """When a pending task may be claimed (the end of its delay, retry wait or lease)."""
     priority: int
+    """-100..100: a higher priority is claimed first among the runnable tasks of its queue."""
     created_at: datetime
+    """When it was enqueued."""
     updated_at: datetime
+    """When the row last changed."""
     last_error: str
+    """Why the latest failed attempt failed ("" if none, cleared by a requeue)."""
     result: Any = None
+    """What the handler returned (JSON), for a done task; None otherwise."""
     cancel_requested: bool = False
-    #: The failed attempts of the task's whole life, oldest first (see ``history_entry``).
+    """An operator cancelled it while it ran: its worker buries it at the next heartbeat."""
     errors: list[dict[str, Any]] = field(default_factory=list)
-    #: The producer's W3C trace context, or None (rivet.tracing).
+    """The failed attempts of the task's whole life, oldest first: each a dict of ``attempt``,
+    ``at`` (ISO 8601, UTC) and ``error``; a requeue keeps them."""
     trace_context: dict[str, str] | None = None
-    #: The epoch and owner of the last decision a settle applied (None: none yet).
+    """The producer's W3C trace context (``traceparent``, ``tracestate``), or None."""
     settled_epoch: int | None = None
+    """The lease epoch of the last decision (ack, retry, burial) applied to it; None: none yet."""
     settled_by: str | None = None
+    """The worker whose decision that was; None: none yet."""
 
 
 #: A queue's done tasks are counted up to this many; past it a store may give the database's

@@ -1,6 +1,6 @@
 """MkDocs hooks (mkdocs.yml ``hooks:``): what the documentation site takes from outside docs/.
 
-- The OpenAPI schema is generated at build time by drf-spectacular (``manage.py spectacular``,
+- The OpenAPI schema is generated at build time by drf-spectacular (``manage.py rivet_schema``,
   the same command and settings as the schema test) into a temporary folder, never a tracked
   file, and added to the site as ``reference/openapi.yaml``. The schema page shows it with
   Swagger UI (the mkdocs-swagger-ui-tag plugin, whose script and styles are bundled in the
@@ -62,12 +62,12 @@ def generate_schema() -> str:
     with tempfile.TemporaryDirectory(prefix="rivet-schema-") as folder:
         out = Path(folder) / "openapi.yaml"
         command = [
-            sys.executable, "manage.py", "spectacular", "--validate", "--fail-on-warn",
-            "--custom-settings", "rivet.api.schema.SPECTACULAR", "--file", str(out),
+            sys.executable, "manage.py", "rivet_schema", "--validate", "--fail-on-warn",
+            "--file", str(out),
         ]  # fmt: skip
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
         if done.returncode != 0:
-            raise PluginError(f"manage.py spectacular failed ({done.returncode}):\n{done.stderr}")
+            raise PluginError(f"manage.py rivet_schema failed ({done.returncode}):\n{done.stderr}")
         return out.read_text()
 
 

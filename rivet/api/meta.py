@@ -6,6 +6,7 @@ from the installed packages: the host needs neither in INSTALLED_APPS, nor stati
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import drf_spectacular
@@ -20,11 +21,15 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework import exceptions, renderers
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
-from rest_framework.settings import api_settings
 
 from rivet.api import schema
 from rivet.api.errors import ExtraMissing, exception_handler
-from rivet.api.permissions import MetricsTokenAuthentication, RivetPermission, permissions_for
+from rivet.api.permissions import (
+    MetricsTokenAuthentication,
+    RivetPermission,
+    host_authenticators,
+    permissions_for,
+)
 from rivet.api.schema import rivet_schema
 from rivet.api.views import VIEW, RivetView
 from rivet.errors import RivetConfigError
@@ -70,8 +75,7 @@ class MetricsView(RivetView):
     accepts_metrics_token = True
 
     def get_authenticators(self):
-        host = [cls() for cls in api_settings.DEFAULT_AUTHENTICATION_CLASSES]
-        return [MetricsTokenAuthentication(), *host]
+        return [MetricsTokenAuthentication(), *host_authenticators()]
 
     def finalize_response(self, request, response, *args, **kwargs):
         return super().finalize_response(request, json_errors(request, response), *args, **kwargs)
@@ -101,6 +105,9 @@ class SchemaView(SpectacularAPIView):
     custom_settings = schema.SPECTACULAR
     schema = schema.RivetAutoSchema()
 
+    def get_authenticators(self):
+        return host_authenticators()
+
     def get_permissions(self):
         return [*permissions_for(self)[:-1], FloorOnly()]
 
@@ -125,8 +132,13 @@ DOCS_ASSETS = {
 _SWAGGER_DIST = (
     Path(drf_spectacular_sidecar.__file__).parent / "static/drf_spectacular_sidecar/swagger-ui-dist"
 )
-#: drf-spectacular's own templates, whether or not the host installs its app.
-_TEMPLATES = Engine(dirs=[str(Path(drf_spectacular.__file__).parent / "templates")])
+#: drf-spectacular's own templates, whether or not the host installs its app, and rivet's script.
+_TEMPLATES = Engine(
+    dirs=[
+        str(Path(drf_spectacular.__file__).parent / "templates"),
+        str(Path(__file__).resolve().parent.parent / "templates"),
+    ]
+)
 
 
 @require_safe
@@ -153,16 +165,25 @@ class SwaggerPageRenderer(renderers.BaseRenderer):
 
 
 class DocsView(SpectacularSwaggerView):
-    """Swagger UI over the schema; its page and files come from the installed packages."""
+    """Swagger UI over the schema; its page and files come from the installed packages.
+
+    The page is served to anyone: it holds no data, only the script that loads the schema,
+    which needs a signed-in caller. A browser without a session (a host that authenticates by
+    token or password alone) can only sign in from the page itself, with its Authorize button.
+    """
 
     url_name = "rivet:schema"
     title = str(schema.SPECTACULAR["TITLE"])
     schema = schema.RivetAutoSchema()
     renderer_classes = [SwaggerPageRenderer]
     content_negotiation_class = FirstRenderer
+    template_name_js = "rivet/api/docs.js"
+
+    def get_authenticators(self):
+        return host_authenticators()
 
     def get_permissions(self):
-        return [*permissions_for(self)[:-1], FloorOnly()]
+        return []
 
     def get_exception_handler(self):
         return exception_handler
@@ -179,7 +200,12 @@ class DocsView(SpectacularSwaggerView):
     @rivet_schema(exclude=True)
     def get(self, request, *args, **kwargs):
         with patched_settings(schema.SPECTACULAR):
-            return super().get(request, *args, **kwargs)
+            response = super().get(request, *args, **kwargs)
+        response.data["version"] = schema.SPECTACULAR["VERSION"]
+        schemes = schema.security_schemes(host_authenticators())
+        # Inside a <script>: "</" could end it early, whatever a scheme's description says.
+        response.data["security_schemes"] = json.dumps(schemes).replace("</", "<\\/")
+        return response
 
 
 class NotFoundView(RivetView):

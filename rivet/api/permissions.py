@@ -41,6 +41,12 @@ class RivetPermission(permissions.BasePermission):
         return False
 
 
+def host_authenticators() -> list[authentication.BaseAuthentication]:
+    """The host's authentication classes, read at request time as the permissions are (DRF's
+    and drf-spectacular's views read them once, when they are imported)."""
+    return [cls() for cls in api_settings.DEFAULT_AUTHENTICATION_CLASSES]
+
+
 def permissions_for(view) -> list[permissions.BasePermission]:
     """The host's default permission classes, then rivet's floor."""
     host = [cls() for cls in api_settings.DEFAULT_PERMISSION_CLASSES]

@@ -56,6 +56,9 @@ SPECTACULAR = {
     ),
     "VERSION": "1",
     "COMPONENT_SPLIT_REQUEST": True,
+    # The Authorize button's credentials outlive a reload of the docs page (the browser's
+    # localStorage), so a person with a token or a password types it once.
+    "SWAGGER_UI_SETTINGS": {"persistAuthorization": True},
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
@@ -98,6 +101,28 @@ def registered_kinds(result, generator, request, public):
 class RivetAutoSchema(AutoSchema):
     def get_tags(self) -> list[str]:
         return [TAG]
+
+    def get_auth(self) -> list[dict[str, Any]]:
+        """The host's schemes, without the ``{}`` (anonymous allowed) drf-spectacular adds for a
+        host whose default permission is ``AllowAny``: rivet's floor refuses anonymous callers
+        on every endpoint, whatever the host's permissions say."""
+        return [requirement for requirement in super().get_auth() if requirement]
+
+
+def security_schemes(authenticators) -> dict[str, Any]:
+    """``components.securitySchemes`` for these authenticators, as the schema gives them: what
+    the docs page offers behind its Authorize button before the schema itself can load."""
+    schemes: dict[str, Any] = {}
+    for authenticator in authenticators:
+        scheme = OpenApiAuthenticationExtension.get_match(authenticator)
+        if scheme is None:
+            continue
+        definitions = scheme.get_security_definition(RivetAutoSchema())
+        if isinstance(scheme.name, str):
+            schemes[scheme.name] = definitions
+        else:
+            schemes.update(zip(scheme.name, definitions, strict=True))
+    return schemes
 
 
 def rivet_schema(**kwargs: Any) -> Callable[[F], F]:

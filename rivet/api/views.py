@@ -28,7 +28,7 @@ from rest_framework.settings import api_settings
 from rivet import producer
 from rivet.api import schema
 from rivet.api.errors import Conflict, PayloadTooLargeError, exception_handler
-from rivet.api.permissions import EnqueueThrottle, permissions_for
+from rivet.api.permissions import EnqueueThrottle, host_authenticators, permissions_for
 from rivet.api.serializers import (
     IDEMPOTENCY_HEADER,
     BulkEnqueueSerializer,
@@ -109,6 +109,9 @@ class RivetView(generics.GenericAPIView):
     @property
     def required_permission(self) -> str | None:
         return self.permissions_by_method.get(self.request.method, VIEW)
+
+    def get_authenticators(self):
+        return host_authenticators()
 
     def get_permissions(self):
         return permissions_for(self)

@@ -1,9 +1,9 @@
 """The wake-up gate: an enqueue notifies only when a worker waits on its queue.
 
 A ``pg_notify`` makes its transaction take a lock that every notifying transaction holds until
-its commit is on disk, so enqueues that each notify commit one after another: eight producers
-got no further than one or two (issue 22's measurements). A worker that has work does not need
-the notification, so the enqueue asks first, and a worker says when it waits.
+its commit is on disk, so enqueues that each notify commit one after another: however many
+producers enqueue at once, their commits go through that lock in single file. A worker that has
+work does not need the notification, so the enqueue asks first, and a worker says when it waits.
 
 - ``rivet_wake(channel, queue)``, in the enqueue's statement: takes the queue's gate lock
   shared until its transaction ends, then notifies only if some session holds the queue's

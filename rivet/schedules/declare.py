@@ -63,10 +63,18 @@ def cron(
 ) -> CronSchedule:
     """A schedule for ``@rivet.job(schedules=[...])``; docs/schedules.md explains each option.
 
-    ``expr``: five cron fields, or six with seconds first. ``timezone``: an IANA name; DST
-    gaps and repeats follow Debian cron. ``payload``: a JSON object, to which each tick adds
-    ``scheduled_at``. ``missed``: ``"latest"`` (run only the newest due tick after downtime)
-    or ``"all"`` (run each, the newest ``max_missed`` of them).
+    :param expr: five cron fields, or six with seconds first.
+    :param timezone: an IANA name the fields are read in; DST gaps and repeats follow Debian
+        cron.
+    :param name: the schedule's name, which its tick keys carry (``rivet_schedule`` and the
+        admin use it too); default the job's kind. A job with two schedules names each; keep a
+        name once ticks were made with it.
+    :param payload: a JSON object, to which each tick adds ``scheduled_at``.
+    :param queue: the queue of its tasks; default the job's.
+    :param priority: the priority of its tasks; default the job's.
+    :param missed: ``"latest"`` (run only the newest due tick after downtime) or ``"all"``
+        (run each, the newest ``max_missed`` of them).
+    :param max_missed: the most missed ticks ``"all"`` runs after downtime.
     """
     schedule = CronSchedule(
         cron=expr,

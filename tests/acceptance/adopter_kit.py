@@ -49,12 +49,23 @@ class Block:
         return self.header.split(":", 1)[0].strip()
 
 
-def readme_blocks() -> list[Block]:
+def readme_section(title: str) -> str:
+    """README.md's ``## title`` section, its heading included."""
     text = (REPO / "README.md").read_text()
-    start = text.index(SECTION + "\n")
-    end = text.index("\n## ", start + len(SECTION))
-    found = re.findall(r"^```(\w*)\n(.*?)^```$", text[start:end], flags=re.M | re.S)
+    heading = f"## {title}\n"
+    start = text.index(heading)
+    end = text.find("\n## ", start + len(heading))
+    return text[start:] if end == -1 else text[start:end]
+
+
+def fenced_blocks(text: str) -> list[Block]:
+    """The fenced code blocks of a Markdown text, in order."""
+    found = re.findall(r"^```(\w*)\n(.*?)^```$", text, flags=re.M | re.S)
     return [Block(lang, body) for lang, body in found]
+
+
+def readme_blocks() -> list[Block]:
+    return fenced_blocks(readme_section(SECTION.removeprefix("## ")))
 
 
 def manage_lines(block: Block) -> list[list[str]]:

@@ -205,6 +205,7 @@ COMMANDS = (
     "rivet_enqueue",
     "rivet_prune",
     "rivet_schedule",
+    "rivet_schema",
     "rivet_stats",
     "rivet_worker",
 )
@@ -233,6 +234,7 @@ def the_web(project: Project, *, metrics: bool) -> None:
         the_metrics(server, metrics=metrics)
     finally:
         server.stop()
+    the_schema_command(project)
     worker = project.manage("rivet_worker", "--queue", "mail", "--once")
     assert "acked" in worker.stderr
     out = project.shell("import rivet\nprint(rivet.get_task(4).state)\n")
@@ -269,6 +271,14 @@ def the_schema_and_docs(server: Server) -> None:
     assert b"/rivet/schema/" in page
 
 
+def the_schema_command(project: Project) -> None:
+    """docs/http-api.md's command, in a project without drf_spectacular in INSTALLED_APPS."""
+    assert "spectacular" not in project.manage("help", "--commands").stdout.split()
+    project.manage("rivet_schema", "--validate", "--fail-on-warn", "--file", "rivet-openapi.yaml")
+    written = (project.root / "rivet-openapi.yaml").read_text()
+    assert written.startswith("openapi: 3.") and "/rivet/tasks/bulk/:" in written, written[:500]
+
+
 def the_metrics(server: Server, *, metrics: bool) -> None:
     status, headers, answer = server.get("/rivet/metrics/")
     if metrics:
@@ -290,6 +300,10 @@ def admin_only(project: Project) -> None:
         assert_styled(server, "/admin/rivet/task/")
     finally:
         server.stop()
+    # The schema command without the api extra: one line naming it, exit 2.
+    done = project.manage("rivet_schema", "--file", "rivet-openapi.yaml", code=2)
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "pip install 'django-rivet[api]'" in done.stderr, done.stderr
 
 
 def without_the_api_extra(project: Project, url_block: Block) -> None:

@@ -202,7 +202,7 @@ def test_a_short_chaos_run_with_every_fault_holds(run_manage, effect_database_ur
     assert figures["done without effect"] == "0", output  # S2
     assert figures["tasks still pending"] == "0", output  # L1
     # F2 (a zombie's stale write was fenced) is still a matter of luck in a run this short on a
-    # busy machine until zombies are paced by the lease epoch (issue 8, item 2); then this
+    # busy machine until zombies are paced by the lease epoch; then this
     # becomes `done.returncode == 0`. Any other failed invariant, or another error, fails here.
     failed = re.findall(r"^(S1|S2|L1|F2) FAILED", done.stdout, flags=re.MULTILINE)
     assert done.returncode == 0 or (failed == ["F2"] and "invariants failed: F2" in output), output

@@ -112,3 +112,43 @@ def test_the_listen_url_is_none_or_a_url_libpq_reads(settings):
                 f"RIVET['LISTEN_DATABASE_URL'] must be None or a PostgreSQL URL: {reason}",
             )
         ], bad
+
+
+# -- rivet.W012: the request's transaction and the queue's database -------------------------
+
+
+def atomic_warnings(monkeypatch, atomic: dict[str, bool]) -> list[str]:
+    """rivet.W012's messages with ATOMIC_REQUESTS set as given on the tests' aliases."""
+    from django.db import connections
+
+    for alias, on in atomic.items():
+        monkeypatch.setitem(connections.settings[alias], "ATOMIC_REQUESTS", on)
+    return [error.msg for error in check_rivet_settings() if error.id == "rivet.W012"]
+
+
+def test_no_alias_with_atomic_requests_gives_no_warning(monkeypatch):
+    assert atomic_warnings(monkeypatch, {"default": False, "sqlite": False}) == []
+
+
+def test_atomic_requests_on_another_alias_than_the_queue_s_is_a_warning(monkeypatch):
+    """The report's setup: the request is atomic on one database, the queue lives on another."""
+    (found,) = atomic_warnings(monkeypatch, {"default": False, "sqlite": True})
+    assert found.startswith("ATOMIC_REQUESTS is on for 'sqlite' but not for 'default', which")
+    assert "the task stays (a worker runs it) when the view raises" in found
+
+
+def test_each_queue_alias_without_atomic_requests_is_named(monkeypatch, settings):
+    settings.RIVET = {**settings.RIVET, "QUEUE_DATABASES": {"mail": "sqlite"}}
+    (found,) = atomic_warnings(monkeypatch, {"default": True, "sqlite": False})
+    assert "on for 'default' but not for 'sqlite'" in found
+    assert atomic_warnings(monkeypatch, {"default": True, "sqlite": True}) == []
+
+
+def test_atomic_requests_on_the_queue_s_alias_is_enough(monkeypatch):
+    assert atomic_warnings(monkeypatch, {"default": True, "sqlite": False}) == []
+    assert atomic_warnings(monkeypatch, {"default": True, "sqlite": True}) == []
+
+
+def test_the_memory_store_has_no_transactions_to_warn_about(monkeypatch, settings):
+    settings.RIVET = {**settings.RIVET, "STORE": "memory"}
+    assert atomic_warnings(monkeypatch, {"default": False, "sqlite": True}) == []

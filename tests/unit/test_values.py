@@ -80,7 +80,6 @@ def test_for_claimed_makes_what_the_dataclass_init_makes():
         idem_key="invoice-42",
         epoch=7,
         owner="host:1",
-        _stop=stop,
     )
     assert context == expected
     assert repr(context) == repr(expected)

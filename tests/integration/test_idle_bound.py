@@ -114,3 +114,25 @@ def test_a_pass_that_finds_its_due_schedules_held_says_so_and_waits(other):
         other.execute("ROLLBACK")
     done = run_due(store, alias="default")
     assert done.schedules == 1 and not done.held_elsewhere
+
+
+def test_the_chaos_harness_never_waits_for_a_schedule_a_worker_holds(other):
+    from chaos_project.chaos.ticks import TICK_KIND, ChaosSchedules
+
+    Schedule.objects.create(name="chaos-1-tick-000", kind=TICK_KIND, cron="* * * * * *", queue="q")
+    events: list[str] = []
+    schedules = ChaosSchedules(
+        count=1, queue="q", seed=1, catch_up_limit=0, say=print, log=lambda e, **_: events.append(e)
+    )
+    other.execute("BEGIN")
+    other.execute("SELECT 1 FROM rivet_schedule WHERE name = 'chaos-1-tick-000' FOR UPDATE")
+    try:  # a wait would last until the holder lets go, which happens only below
+        assert schedules._disable() is False  # deferred, not waited for
+        assert schedules._disable() is False
+        assert not schedules.disabled
+    finally:
+        other.execute("ROLLBACK")
+    assert events == ["schedules_disable_deferred"]  # said once
+    schedules.close()
+    assert schedules.disabled and events[-1] == "schedules_disabled"
+    assert not Schedule.objects.get(name="chaos-1-tick-000").enabled

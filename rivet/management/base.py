@@ -66,3 +66,36 @@ def load_settings_or_exit(argv: list[str]) -> None:
             raise
         sys.stderr.write(f"Error: {exc}\n")
         sys.exit(EXIT_BAD_INPUT)
+
+
+def execute_or_explain(argv: list[str], variable: str | None = None) -> None:
+    """Django's command line, where a database that fails under any command (``migrate`` and
+    ``showmigrations`` included, which are Django's and not RivetCommands) is one line and
+    exit 1 rather than a traceback; ``--traceback`` in ``argv`` lets the error through whole.
+
+    ``variable``: the environment variable the project reads its database URL from, named in
+    the line (:func:`rivet.dberrors.explain`).
+    """
+    from django.core.management import execute_from_command_line
+    from django.db import connections
+
+    try:
+        execute_from_command_line(argv)
+    except DatabaseError as exc:
+        if "--traceback" in argv:
+            raise
+        alias = _database_option(argv) or "default"
+        if alias not in connections:
+            alias = "default"
+        sys.stderr.write(f"CommandError: {explain(exc, alias, variable)}\n")
+        sys.exit(EXIT_UNAVAILABLE)
+
+
+def _database_option(argv: list[str]) -> str | None:
+    """The alias ``--database ALIAS`` or ``--database=ALIAS`` names in ``argv``, if any."""
+    for index, arg in enumerate(argv):
+        if arg == "--database" and index + 1 < len(argv):
+            return argv[index + 1]
+        if arg.startswith("--database="):
+            return arg.partition("=")[2]
+    return None

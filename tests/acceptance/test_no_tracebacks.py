@@ -170,12 +170,21 @@ def test_numbers_out_of_bounds_are_exit_2(effect_url, args, expected) -> None:
     assert expected in one_line(done)
 
 
-def test_prune_with_no_database_server_is_exit_1_naming_the_variable() -> None:
-    done = effect("prune_idempotency", url=f"postgres://postgres@127.0.0.1:{free_port()}/x")
+@pytest.mark.parametrize("command", ["prune_idempotency", "migrate", "showmigrations"])
+def test_the_effect_project_with_no_database_server_is_one_line_exit_1(command) -> None:
+    """Django's own commands too (migrate, showmigrations), through the project's entry point."""
+    done = effect(command, url=f"postgres://postgres@127.0.0.1:{free_port()}/x")
     assert done.returncode == 1
     line = one_line(done)
-    assert "no server answers at postgres://postgres@127.0.0.1:" in line
-    assert "fix EFFECT_DATABASE_URL" in line
+    assert line.startswith("CommandError: no server answers at postgres://postgres@127.0.0.1:")
+    assert "start it, or fix EFFECT_DATABASE_URL (" in line
+
+
+@pytest.mark.parametrize("command", ["migrate", "showmigrations"])
+def test_the_host_migrate_with_no_database_server_is_one_line_exit_1(command) -> None:
+    done = manage(command, url=f"postgres://postgres@127.0.0.1:{free_port()}/x")
+    assert done.returncode == 1
+    assert "start it, or fix DATABASE_URL (" in one_line(done)
 
 
 def test_prune_before_migrate_says_run_migrate(empty_url) -> None:

@@ -20,7 +20,6 @@ from django.db.models import QuerySet
 from rest_framework import generics, serializers, status
 from rest_framework.exceptions import NotFound
 from rest_framework.pagination import CursorPagination
-from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
@@ -40,6 +39,7 @@ from rivet.api.serializers import (
 )
 from rivet.conf import rivet_settings
 from rivet.errors import BatchKeyClash, InvalidInput, PayloadTooLarge, RivetConfigError
+from rivet.idempotency.parsers import JSONParser
 from rivet.models import Task
 from rivet.routing import queue_aliases
 from rivet.stores import queue_stores, store_for_queue

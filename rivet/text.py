@@ -91,22 +91,25 @@ _BRACKET = re.compile(r"[\[\]{}]")
 _STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
-def json_depth_problem(text: str) -> str | None:
-    """Why JSON ``text`` nests too deeply to take, or None; read from the text, before any
-    parser recurses into it (malformed text is the parser's to refuse)."""
-    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:  # cannot be deeper: the usual case
+def json_depth_problem(text: str, limit: int = MAX_JSON_DEPTH) -> str | None:
+    """Why JSON ``text`` nests deeper than ``limit`` levels, or None; read from the text, before
+    any parser recurses into it (malformed text is the parser's to refuse). ``limit`` exceeds
+    MAX_JSON_DEPTH where the payload sits inside a request's own objects (rivet's HTTP API)."""
+    if text.count("[") + text.count("{") <= limit:  # cannot be deeper: the usual case
         return None
     brackets = _BRACKET.findall(_JSON_STRING.sub("", text))
     deepest = max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
-    if deepest <= MAX_JSON_DEPTH:
+    if deepest <= limit:
         return None
-    return depth_message(deepest)
+    return depth_message(deepest, limit)
 
 
-def depth_message(depth: int | None = None) -> str:
+def depth_message(depth: int | None = None, limit: int = MAX_JSON_DEPTH) -> str:
     """The one wording of the nesting limit."""
     found = "more levels deep than the encoder follows" if depth is None else f"{depth} levels deep"
-    return (
-        f"nests arrays and objects {found}; at most {MAX_JSON_DEPTH} levels "
-        "(rivet.text.MAX_JSON_DEPTH)"
+    rule = (
+        f"a payload or an effect nests at most {MAX_JSON_DEPTH} levels (rivet.text.MAX_JSON_DEPTH)"
     )
+    if limit != MAX_JSON_DEPTH:
+        rule += f", inside at most {limit - MAX_JSON_DEPTH} of the request's own"
+    return f"nests arrays and objects {found}; {rule}"

@@ -39,7 +39,7 @@ from rivet.api.serializers import (
 )
 from rivet.conf import rivet_settings
 from rivet.errors import BatchKeyClash, InvalidInput, PayloadTooLarge, RivetConfigError
-from rivet.idempotency.parsers import JSONParser
+from rivet.idempotency.parsers import EnvelopeJSONParser
 from rivet.models import Task
 from rivet.routing import queue_aliases
 from rivet.stores import queue_stores, store_for_queue
@@ -100,7 +100,7 @@ class RivetView(generics.GenericAPIView):
     """The base of every rivet view: the auth floor, rivet's error bodies, the store."""
 
     schema = schema.RivetAutoSchema()
-    parser_classes = [JSONParser]
+    parser_classes = [EnvelopeJSONParser]
     renderer_classes = [JSONRenderer]
     #: The permission the method needs, by HTTP method.
     permissions_by_method: dict[str, str] = {}

@@ -18,7 +18,7 @@ from rest_framework import parsers
 from rest_framework.exceptions import ParseError, UnsupportedMediaType
 from rest_framework.utils.json import strict_constant
 
-from rivet.text import json_depth_problem
+from rivet.text import MAX_JSON_DEPTH, json_depth_problem
 
 #: How the one charset JSON is sent in may be spelled (case aside).
 UTF8_NAMES = frozenset({"utf-8", "utf8"})
@@ -44,13 +44,13 @@ def charset_problem(media_type: str | None) -> str | None:
     )
 
 
-def parse_json_body(raw: bytes) -> Any:
-    """A request body's JSON: UTF-8, no NaN or Infinity, nested at most MAX_JSON_DEPTH."""
+def parse_json_body(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """A request body's JSON: UTF-8, no NaN or Infinity, nested at most ``max_depth``."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ParseError(f"JSON parse error - {exc}") from exc
-    problem = json_depth_problem(text)
+    problem = json_depth_problem(text, max_depth)
     if problem:
         raise ParseError(f"JSON parse error - the body {problem}")
     try:
@@ -60,10 +60,24 @@ def parse_json_body(raw: bytes) -> Any:
 
 
 class JSONParser(parsers.JSONParser):
-    """DRF's JSONParser, refusing other charsets (415) and bodies nested too deeply (400)."""
+    """DRF's JSONParser, refusing other charsets (415) and bodies nested too deeply (400).
+
+    ``max_depth``: MAX_JSON_DEPTH for a body that is itself the document (an effect); more
+    where a payload sits inside the request's own objects, whose depth the payload's own check
+    (``rivet.validation.encode_payload``) then bounds.
+    """
+
+    max_depth = MAX_JSON_DEPTH
 
     def parse(self, stream, media_type=None, parser_context=None) -> Any:
         problem = charset_problem(media_type)
         if problem:
             raise UnsupportedMediaType(media_type, detail=problem)
-        return parse_json_body(stream.read() if stream is not None else b"")
+        return parse_json_body(stream.read() if stream is not None else b"", self.max_depth)
+
+
+class EnvelopeJSONParser(JSONParser):
+    """rivet's HTTP API: a payload of MAX_JSON_DEPTH levels inside a bulk call's
+    ``{"tasks": [{"payload": ...}]}``, so the payload's own check says what is wrong with it."""
+
+    max_depth = MAX_JSON_DEPTH + 3

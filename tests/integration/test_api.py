@@ -154,6 +154,47 @@ def test_a_body_that_is_not_json_answers_400(api, alias) -> None:
     assert_error(response, 400, "invalid_json")
 
 
+def nested(depth: int) -> str:
+    """JSON text of ``depth`` arrays inside each other."""
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("path", [TASKS, BULK])
+def test_a_body_nested_past_any_parser_answers_400_json_and_writes_nothing(api, alias, path):
+    """Deep enough to make Python's parser recurse past its limit: refused before it runs."""
+    payload = nested(5000)
+    body = (
+        f'{{"kind": "noop", "payload": {payload}}}'
+        if path == TASKS
+        else f'{{"tasks": [{{"kind": "noop", "payload": {payload}}}]}}'
+    )
+    response = api.post(path, data=body, content_type="application/json")
+    answer = assert_error(response, 400, "invalid_json")
+    assert f"{5001 if path == TASKS else 5003} levels deep" in answer["detail"], answer
+    assert "at most 100 levels (rivet.text.MAX_JSON_DEPTH)" in answer["detail"]
+    assert rows(alias) == 0
+
+
+@pytest.mark.parametrize("path", [TASKS, BULK])
+def test_a_payload_one_level_past_the_limit_is_refused_as_the_payload_and_100_is_taken(
+    api, alias, path
+):
+    def send(depth: int):
+        item = f'{{"kind": "noop", "payload": {nested(depth)}}}'
+        body = item if path == TASKS else f'{{"tasks": [{item}]}}'
+        return api.post(path, data=body, content_type="application/json")
+
+    refused = send(101).json()
+    # One call's payload is refused by the payload's own check; a bulk call's envelope is
+    # three levels, so its parser finds the body one level too deep.
+    code = "invalid_input" if path == TASKS else "invalid_json"
+    assert (refused["code"], "at most 100 levels") == (code, "at most 100 levels"), refused
+    assert "at most 100 levels (rivet.text.MAX_JSON_DEPTH)" in refused["detail"], refused
+    assert rows(alias) == 0
+    assert send(100).status_code == 201
+    assert rows(alias) == 1
+
+
 def test_a_body_that_is_not_json_at_all_answers_415(api, alias) -> None:
     response = api.post(TASKS, data="kind=noop", content_type="application/x-www-form-urlencoded")
     assert_error(response, 415, "unsupported_media_type")

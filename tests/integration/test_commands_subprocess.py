@@ -77,3 +77,14 @@ def test_an_unknown_database_alias_is_one_line_naming_the_aliases_and_exit_2(arg
         "the aliases in DATABASES are: default"
     )
     assert Task.objects.count() == 0
+
+
+@pytest.mark.parametrize("depth", [101, 5000])
+def test_a_payload_nested_past_the_limit_is_one_line_exit_2(depth):
+    payload = "[" * depth + "]" * depth
+    done = manage("rivet_enqueue", "--queue", "demo", "--kind", "noop", "--payload", payload)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert f"payload nests arrays and objects {depth} levels deep; " in line
+    assert "at most 100 levels (rivet.text.MAX_JSON_DEPTH)" in line
+    assert Task.objects.count() == 0

@@ -48,7 +48,8 @@ def enqueue(
     """Enqueue one task; a key used before with the same work returns it as a duplicate.
 
     ``idem_key``: 1 to RIVET['MAX_IDEM_KEY_LENGTH'] characters of visible ASCII (0x21-0x7E:
-    letters, digits, punctuation; spaces only between them), the rule of the HTTP header,
+    letters, digits, punctuation but the comma; spaces only between them), the rule of the HTTP
+    header,
     so a key means the same task wherever it is sent from; anything else raises InvalidInput.
     ``using`` picks the store: None for the database of the queue (``rivet.routing``), a
     Django database alias, or a Store. Raises InvalidInput (nothing written) for a bad value

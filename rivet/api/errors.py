@@ -35,7 +35,8 @@ ERROR_CODES: dict[str, tuple[tuple[int, ...], str]] = {
     "idempotency_key_conflict": ((400,), "the Idempotency-Key header and idem_key field differ"),
     "idempotency_key_invalid": (
         (400,),
-        "the Idempotency-Key header or idem_key field is not 1..200 visible ASCII characters",
+        "the Idempotency-Key header or idem_key field is not 1..200 visible ASCII characters "
+        "but the comma (or the header was sent twice)",
     ),
     "too_many_tasks": ((400,), "the bulk call carries more tasks than RIVET['API_BULK_MAX']"),
     "not_authenticated": ((401, 403), "no credentials were given"),

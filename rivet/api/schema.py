@@ -234,8 +234,9 @@ enqueue = rivet_schema(
             OpenApiParameter.HEADER,
             required=False,
             description=(
-                "the idempotency key (or the idem_key field): visible ASCII (0x21-0x7E), spaces "
-                "only between characters; anything else is 400 idempotency_key_invalid"
+                "the idempotency key (or the idem_key field): visible ASCII (0x21-0x7E) but the "
+                "comma, spaces only between characters; anything else, or the header sent "
+                "twice, is 400 idempotency_key_invalid"
             ),
         )
     ],

@@ -187,6 +187,41 @@ def test_the_host_migrate_with_no_database_server_is_one_line_exit_1(command) ->
     assert "start it, or fix DATABASE_URL (" in one_line(done)
 
 
+#: A host whose queue lives on the alias 'queues' (RIVET["DATABASE_ALIAS"]), given by
+#: QUEUES_URL, and whose settings read no DATABASE_URL for it.
+QUEUES_SETTINGS = """
+from chaos_project.settings import *  # noqa: F403
+from chaos_project.settings import DATABASES, RIVET
+import os
+from effect_project.dbconfig import database_from_url
+DATABASES = {**DATABASES, "queues": database_from_url(os.environ["QUEUES_URL"], "QUEUES_URL")}
+RIVET = {**RIVET, "DATABASE_ALIAS": "queues"}
+"""
+
+
+@pytest.mark.parametrize(
+    "command", [("rivet_stats", "--queue", "demo"), ("rivet_worker", "--once")]
+)
+def test_rivet_on_another_alias_hears_the_migrate_and_the_settings_of_that_alias(
+    tmp_path, empty_url, command
+) -> None:
+    (tmp_path / "queues_settings.py").write_text(QUEUES_SETTINGS)
+    extra = {
+        "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}",
+        "DJANGO_SETTINGS_MODULE": "queues_settings",
+    }
+    before = manage(*command, url=postgres_url(), QUEUES_URL=empty_url, **extra)
+    assert before.returncode == 1
+    line = one_line(before)
+    assert line.endswith("run `python manage.py migrate --database queues`"), line
+    gone = f"postgres://postgres@127.0.0.1:{free_port()}/x"
+    down = manage(*command, url=postgres_url(), QUEUES_URL=gone, **extra)
+    assert down.returncode == 1
+    line = one_line(down)
+    assert "start it, or fix DATABASES['queues'] in the settings (HOST, PORT, NAME, USER) (" in line
+    assert "DATABASE_URL" not in line
+
+
 def test_prune_before_migrate_says_run_migrate(empty_url) -> None:
     done = effect("prune_idempotency", url=empty_url)
     assert done.returncode == 1

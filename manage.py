@@ -7,12 +7,10 @@ import sys
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chaos_project.settings")
-    from django.core.management import execute_from_command_line
-
-    from rivet.management.base import load_settings_or_exit
+    from rivet.management.base import execute_or_explain, load_settings_or_exit
 
     load_settings_or_exit(sys.argv)
-    execute_from_command_line(sys.argv)
+    execute_or_explain(sys.argv)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,7 @@ the effect database (EFFECT_DATABASE_URL) and then serves effect_project.wsgi wi
 import os
 import sys
 
-from django.core.management import execute_from_command_line
-
-from rivet.management.base import load_settings_or_exit
+from rivet.management.base import execute_or_explain, load_settings_or_exit
 
 
 def main() -> None:
@@ -17,7 +15,11 @@ def main() -> None:
     # project's DJANGO_SETTINGS_MODULE; --settings still overrides it.
     os.environ["DJANGO_SETTINGS_MODULE"] = "effect_project.settings"
     load_settings_or_exit(sys.argv)
-    execute_from_command_line([f"{sys.executable} -m effect_project", *sys.argv[1:]])
+    # A database that does not answer is one line naming EFFECT_DATABASE_URL, under any
+    # command (Django's migrate and showmigrations too), exit 1.
+    execute_or_explain(
+        [f"{sys.executable} -m effect_project", *sys.argv[1:]], variable="EFFECT_DATABASE_URL"
+    )
 
 
 if __name__ == "__main__":

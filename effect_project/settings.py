@@ -67,7 +67,9 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": [],
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # UTF-8 only, and nested at most rivet.text.MAX_JSON_DEPTH: 415 and 400 rather than a
+    # body re-encoded or a RecursionError.
+    "DEFAULT_PARSER_CLASSES": ["rivet.idempotency.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "effect_project.effects.errors.json_exception_handler",
 }
 

@@ -9,4 +9,8 @@ urlpatterns = [
     path("health", views.HealthView.as_view(), name="health"),
 ]
 
+# Every answer is JSON with a code, those Django gives before any view runs too.
+handler400 = "effect_project.effects.errors.bad_request"
+handler403 = "effect_project.effects.errors.permission_denied"
+handler404 = "effect_project.effects.errors.not_found"
 handler500 = "effect_project.effects.errors.server_error"

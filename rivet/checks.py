@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import os
 from importlib.util import find_spec
 
 from django.conf import settings
@@ -163,10 +164,10 @@ METRICS_MODULE = "prometheus_client"
 
 @register(Tags.urls)
 def check_http_extras(app_configs=None, **kwargs):
-    """rivet.urls in the host's URLconf: the api extra is required, the metrics extra optional."""
-    if not _serves_rivet_urls():
-        return []
-    missing = [name for name in API_MODULES if find_spec(name) is None]
+    """rivet.urls in the host's URLconf: the api extra is required; the metrics extra only
+    where metrics are asked for (:func:`metrics_wanted`)."""
+    serves = _serves_rivet_urls()
+    missing = [name for name in API_MODULES if find_spec(name) is None] if serves else []
     if missing:
         return [
             Error(
@@ -176,16 +177,29 @@ def check_http_extras(app_configs=None, **kwargs):
                 id="rivet.E010",
             )
         ]
-    if find_spec(METRICS_MODULE) is None:
+    wanted = metrics_wanted(serves)
+    if wanted and find_spec(METRICS_MODULE) is None:
         return [
             Warning(
-                "rivet/metrics/ answers 501 extra_missing: the 'metrics' extra "
-                f"({METRICS_MODULE}) is not installed",
-                hint="pip install 'django-rivet[metrics]' to serve it (or silence rivet.W011)",
+                f"{wanted}, but the 'metrics' extra ({METRICS_MODULE}) is not installed",
+                hint="pip install 'django-rivet[metrics]' (or silence rivet.W011)",
                 id="rivet.W011",
             )
         ]
     return []
+
+
+def metrics_wanted(serves_rivet_urls: bool) -> str | None:
+    """Where the project asks for metrics, or None. Every command runs the checks,
+    ``migrate`` included, so a project that includes ``rivet.urls`` for its API and never asked
+    for metrics hears nothing of their extra (``rivet/metrics/`` still answers 501
+    ``extra_missing``). A scrape token for ``rivet/metrics/`` (RIVET['METRICS_TOKEN']), or a
+    worker metrics port in the environment (RIVET_METRICS_PORT), is asking for them."""
+    if serves_rivet_urls and rivet_settings.METRICS_TOKEN:
+        return "RIVET['METRICS_TOKEN'] is set for scraping rivet/metrics/, which answers 501"
+    if os.environ.get("RIVET_METRICS_PORT"):
+        return "RIVET_METRICS_PORT asks rivet_worker to serve metrics, which it cannot"
+    return None
 
 
 def _serves_rivet_urls() -> bool:

@@ -12,8 +12,10 @@ database is asked (see :func:`classify`).
 
 from __future__ import annotations
 
+import os
 from enum import Enum
 
+from django.conf import settings
 from django.db import connections
 
 from rivet.errors import StoreError
@@ -263,20 +265,44 @@ def _connect_params(alias: str) -> dict:
     return params
 
 
-def explain(exc: BaseException, alias: str, variable: str = "DATABASE_URL") -> str:
-    """One line: what failed, where, and what to do."""
+def explain(exc: BaseException, alias: str, variable: str | None = None) -> str:
+    """One line: what failed, where, and what to do.
+
+    ``variable``: the environment variable the project reads the database's URL from; by
+    default the project's own (:func:`settings_to_fix`).
+    """
     failure, cause = classify(exc, alias)
     place = where(alias)
     if failure is Failure.NOT_MIGRATED:
-        return f"rivet's tables do not exist in {place}: run `python manage.py migrate`"
+        return f"rivet's tables do not exist in {place}: run `{migrate_command(alias)}`"
+    fix = settings_to_fix(alias, variable)
     if failure is Failure.NO_DATABASE:
         return (
             f"the database in {place} does not exist on that server: create it "
-            f"(`createdb`), or fix {variable} ({_one_line(cause)})"
+            f"(`createdb`), or fix {fix} ({_one_line(cause)})"
         )
     if failure is Failure.UNREACHABLE:
-        return f"no server answers at {place}: start it, or fix {variable} ({_one_line(cause)})"
+        return f"no server answers at {place}: start it, or fix {fix} ({_one_line(cause)})"
     return f"the database at {place} failed: {_one_line(cause)}"
+
+
+def migrate_command(alias: str) -> str:
+    """The command that creates rivet's tables on ``alias`` (plain ``migrate`` only migrates
+    ``default``)."""
+    suffix = "" if alias == "default" else f" --database {alias}"
+    return f"python manage.py migrate{suffix}"
+
+
+def settings_to_fix(alias: str, variable: str | None = None) -> str:
+    """What names the database of ``alias``: the environment variable the project reads its
+    URL from (``variable``, else settings.DATABASE_URL_VARIABLE, else DATABASE_URL when it is
+    set and the alias is ``default``), or else the alias's own entry in DATABASES."""
+    variable = variable or getattr(settings, "DATABASE_URL_VARIABLE", None)
+    if variable is None and alias == "default" and os.environ.get("DATABASE_URL"):
+        variable = "DATABASE_URL"
+    if variable:
+        return variable
+    return f"DATABASES[{alias!r}] in the settings (HOST, PORT, NAME, USER)"
 
 
 def preflight(alias: str, connect_timeout: float) -> None:

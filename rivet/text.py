@@ -10,6 +10,7 @@ the effect service.
 from __future__ import annotations
 
 import re
+from itertools import accumulate
 
 # An escaped NUL in JSON text: \u0000 preceded by an even number of backslashes.
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
@@ -45,19 +46,70 @@ def unstorable(text: str, *, json_text: bool = False) -> str | None:
     )
 
 
-#: The characters of an idempotency key: visible ASCII (RFC 9110's VCHAR, 0x21-0x7E), with
-#: spaces allowed between them, as in an HTTP field value (and the Idempotency-Key draft's
-#: string). A header carries no encoding, so a byte above 0x7E would be read as Latin-1 by one
-#: server and as UTF-8 by the next; a server strips a header's leading and trailing spaces, so
-#: " k" would arrive as "k". Such a key is refused, never stored re-encoded.
-KEY_CHARACTERS = "visible ASCII (0x21-0x7E), spaces allowed only between characters"
+#: The characters of an idempotency key: visible ASCII (RFC 9110's VCHAR, 0x21-0x7E) but the
+#: comma, with spaces allowed between them, as in an HTTP field value. A header carries no
+#: encoding, so a byte above 0x7E would be read as Latin-1 by one server and as UTF-8 by the
+#: next; a server strips a header's leading and trailing spaces, so " k" would arrive as "k";
+#: and a server joins a header sent twice into one value with a comma (``a,b`` under Django's
+#: runserver, ``a, b`` under waitress), so a key holding a comma could not be told from two
+#: keys. Such a key is refused on every way in, never stored re-encoded.
+KEY_CHARACTERS = (
+    "visible ASCII (0x21-0x7E) except the comma, spaces allowed only between characters"
+)
 
 
 def key_problem(key: str) -> str | None:
     """Why ``key`` is not a valid idempotency key's text, or None when it is."""
-    if key.isascii() and key.isprintable() and key[:1] != " " and key[-1:] != " ":
+    if (
+        key.isascii()
+        and key.isprintable()
+        and "," not in key
+        and key[:1] != " "
+        and key[-1:] != " "
+    ):
         return None
     for index, char in enumerate(key):
+        if char == ",":
+            return (
+                f"has ',' at character {index}; a key is {KEY_CHARACTERS} (a server joins a "
+                "header sent twice with a comma, so a comma could not be told from two keys)"
+            )
         if not " " <= char <= "~":
             return f"has {char!r} at character {index}; a key is {KEY_CHARACTERS}"
     return f"starts or ends with a space; a key is {KEY_CHARACTERS}"
+
+
+#: How deeply arrays and objects may nest in a payload, a request body or an effect, on every
+#: way in. Real payloads nest a few levels; Python's JSON parser and encoder recurse once per
+#: level and fail near the interpreter's recursion limit (1000 by default, less the depth of
+#: the stack already in use), which a server reached as a 500.
+MAX_JSON_DEPTH = 100
+
+# A JSON string (its escapes included): what may hold brackets that are not structure.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def json_depth_problem(text: str, limit: int = MAX_JSON_DEPTH) -> str | None:
+    """Why JSON ``text`` nests deeper than ``limit`` levels, or None; read from the text, before
+    any parser recurses into it (malformed text is the parser's to refuse). ``limit`` exceeds
+    MAX_JSON_DEPTH where the payload sits inside a request's own objects (rivet's HTTP API)."""
+    if text.count("[") + text.count("{") <= limit:  # cannot be deeper: the usual case
+        return None
+    brackets = _BRACKET.findall(_JSON_STRING.sub("", text))
+    deepest = max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
+    if deepest <= limit:
+        return None
+    return depth_message(deepest, limit)
+
+
+def depth_message(depth: int | None = None, limit: int = MAX_JSON_DEPTH) -> str:
+    """The one wording of the nesting limit."""
+    found = "more levels deep than the encoder follows" if depth is None else f"{depth} levels deep"
+    rule = (
+        f"a payload or an effect nests at most {MAX_JSON_DEPTH} levels (rivet.text.MAX_JSON_DEPTH)"
+    )
+    if limit != MAX_JSON_DEPTH:
+        rule += f", inside at most {limit - MAX_JSON_DEPTH} of the request's own"
+    return f"nests arrays and objects {found}; {rule}"

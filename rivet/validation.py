@@ -13,7 +13,7 @@ from typing import Any
 from rivet import tracing
 from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput, InvalidKey, InvalidName, PayloadTooLarge
-from rivet.text import KEY_CHARACTERS, key_problem, unstorable
+from rivet.text import KEY_CHARACTERS, depth_message, json_depth_problem, key_problem, unstorable
 from rivet.values import TaskSpec, frozen_instance
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
@@ -188,12 +188,15 @@ def check_idem_key(value: Any, limit: int | None = None) -> str | None:
 
 
 def encode_payload(payload: Any, limit: int | None = None) -> str:
-    """The payload as JSON text, refused if not JSON or over MAX_PAYLOAD_BYTES of UTF-8."""
+    """The payload as JSON text, refused if not JSON, nested deeper than MAX_JSON_DEPTH or
+    over MAX_PAYLOAD_BYTES of UTF-8."""
     try:
         text = _payload_text(payload)
+    except RecursionError as exc:  # the encoder recursed past the stack: far past the limit
+        raise InvalidInput(f"payload {depth_message()}", field="payload") from exc
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"payload must be JSON-serialisable: {exc}", field="payload") from exc
-    reason = unstorable(text, json_text=True)
+    reason = unstorable(text, json_text=True) or json_depth_problem(text)
     if reason:
         raise InvalidInput(f"payload {reason}", field="payload")
     limit = rivet_settings.MAX_PAYLOAD_BYTES if limit is None else limit
@@ -207,7 +210,8 @@ def encode_payload(payload: Any, limit: int | None = None) -> str:
 
 def parse_payload(text: str) -> Any:
     """Payload JSON given as text (the CLI), refused with the parser's message if malformed."""
-    reason = unstorable(text)
+    # The depth before the parser, which recurses once per level.
+    reason = unstorable(text) or json_depth_problem(text)
     if reason:
         raise InvalidInput(f"payload {reason}", field="payload")
     try:

@@ -29,3 +29,26 @@ def json_exception_handler(exc, context):
 def server_error(request, *args, **kwargs):
     """handler500: the same JSON shape as every other error of the service."""
     return JsonResponse({"detail": "internal error", "code": "server_error"}, status=500)
+
+
+def bad_request(request, exception=None, *args, **kwargs):
+    """handler400 (a Host not in ALLOWED_HOSTS, a malformed request Django refuses)."""
+    detail = str(exception) if exception is not None and str(exception) else "bad request"
+    return JsonResponse({"detail": detail, "code": "bad_request"}, status=400)
+
+
+def permission_denied(request, *args, **kwargs):
+    """handler403."""
+    return JsonResponse({"detail": "permission denied", "code": "permission_denied"}, status=403)
+
+
+def not_found(request, *args, **kwargs):
+    """handler404: a path the service does not serve, answered as every other error is."""
+    return JsonResponse(
+        {
+            "detail": f"no such path: {request.path}; the service serves POST /effects, "
+            "GET /effects/<key>, GET /verify and GET /health",
+            "code": "not_found",
+        },
+        status=404,
+    )

@@ -17,7 +17,8 @@ second round trip and replayed (200, ``Idempotent-Replay: true``), or refused wi
 Anything else goes to the Django application untouched, so every error answer stays the one the
 full stack gives: another method or path, a query string, a content type other than exactly
 ``application/json``, a host not in ALLOWED_HOSTS, a missing, long or invalid key, no or a too
-large Content-Length, a body that is not a JSON object or holds text PostgreSQL cannot store,
+large Content-Length, a body that is not a JSON object, nests deeper than MAX_JSON_DEPTH or
+holds text PostgreSQL cannot store,
 and the EFFECT_FAIL_BETWEEN_WRITES failpoint. So do all requests while spans are recorded (a
 tracer provider is set): the full stack's spans (the request's, and ``effect.write`` only around
 an effect that is written) stay what they were.
@@ -52,7 +53,7 @@ from rivet.idempotency.conf import MAX_KEY_LENGTH, setting
 from rivet.idempotency.errors import IdempotencyKeyReused
 from rivet.idempotency.fingerprint import canonical_json, request_fingerprint
 from rivet.idempotency.models import IdempotencyRecord
-from rivet.text import key_problem, unstorable
+from rivet.text import json_depth_problem, key_problem, unstorable
 
 PATH = "/effects"
 CONTENT_TYPE = "application/json"
@@ -174,8 +175,12 @@ def admit(environ: dict[str, Any]) -> Admitted | None:
     body = environ["wsgi.input"].read(length)
     environ["wsgi.input"] = io.BytesIO(body)  # for Django, should the request go there
     try:
-        # As DRF's JSONParser reads it: UTF-8, and no NaN or Infinity.
-        data = json.loads(body.decode("utf-8"), parse_constant=strict_constant)
+        # As rivet's JSONParser reads it: UTF-8, no NaN or Infinity, and the depth read from
+        # the text before the parser recurses into it (Django's stack answers a deeper body).
+        text = body.decode("utf-8")
+        if json_depth_problem(text):
+            return None
+        data = json.loads(text, parse_constant=strict_constant)
     except ValueError:
         return None
     if not isinstance(data, dict) or unstorable(canonical_json(data), json_text=True):

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Exists, OuterRef
 from django.db.models.functions import Now
+from django.http.request import RawPostDataException
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
@@ -18,7 +19,7 @@ from effect_project.effects.models import Effect
 from rivet import tracing
 from rivet.errors import RivetError
 from rivet.idempotency.conf import setting
-from rivet.idempotency.decorators import KEY_HEADER, check_key_text, idempotent
+from rivet.idempotency.decorators import KEY_HEADER, check_key, idempotent
 from rivet.idempotency.models import IdempotencyRecord
 
 SCOPE = "effects"
@@ -38,6 +39,11 @@ class EffectSerializer(serializers.ModelSerializer):
 class EffectCreateView(APIView):
     @idempotent(scope=SCOPE)
     def post(self, request: Request) -> Response:
+        if not _has_body(request):  # DRF reads an empty body as {}: no effect is "nothing"
+            raise ValidationError(
+                {"body": 'is empty; an effect is a JSON object, e.g. {"amount": 100}'},
+                code="empty_body",
+            )
         if not isinstance(request.data, dict):
             raise ValidationError({"body": 'must be a JSON object, e.g. {"amount": 100}'})
         key = request.headers[KEY_HEADER]
@@ -46,6 +52,14 @@ class EffectCreateView(APIView):
         if settings.EFFECT_FAIL_BETWEEN_WRITES:
             raise FailpointHit("EFFECT_FAIL_BETWEEN_WRITES: effect written, answer not stored")
         return Response(_effect_data(effect), status=201)
+
+
+def _has_body(request: Request) -> bool:
+    """Whether the request carries a body (``@idempotent`` read it whole before the view)."""
+    try:
+        return bool(request.body)
+    except RawPostDataException:  # read as a stream: DRF saw bytes, so there were some
+        return True
 
 
 _CREATED_AT = serializers.DateTimeField()
@@ -65,7 +79,7 @@ def _effect_data(effect: Effect) -> dict[str, object]:
 
 class EffectDetailView(APIView):
     def get(self, request: Request, key: str) -> Response:
-        check_key_text("the key in the path", key)  # a key no POST could have stored: 400
+        check_key("the key in the path", key)  # a key no POST could have stored: 400
         effect = Effect.objects.filter(key=key).order_by("id").first()
         if effect is None:
             raise NotFound(f"no effect has the key {key!r}")

@@ -7,7 +7,10 @@ Actions (through ``rivet.schedules.operate``, as the command and the API): run n
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin, messages
+from django.db import models
+from django.forms.fields import InvalidJSONInput
 from django.urls import reverse
 from django.utils.html import format_html
 
@@ -17,12 +20,32 @@ from rivet.schedules import operate
 from rivet.schedules.models import DEFINITION_FIELDS, Schedule
 from rivet.schedules.values import Source
 from rivet.stores import resolve_store
+from rivet.text import json_depth_problem
 
 STATE_FIELDS = ("source", "next_run", "last_tick_at", "last_task", "skipped_ticks", "last_error")
 
 
+class PayloadField(forms.JSONField):
+    """The payload box: its depth read before the parser, which recurses once per level (a
+    payload nested past the stack would be a RecursionError and a 500, not a form error)."""
+
+    def to_python(self, value):
+        if isinstance(value, str):
+            problem = json_depth_problem(value)
+            if problem:
+                raise forms.ValidationError(f"The payload {problem}.", code="too_deep")
+        return super().to_python(value)
+
+    def bound_data(self, data, initial):
+        """The box shown again as typed, never parsed, when it nests too deeply."""
+        if isinstance(data, str) and json_depth_problem(data):
+            return InvalidJSONInput(data)
+        return super().bound_data(data, initial)
+
+
 @admin.register(Schedule)
 class ScheduleAdmin(admin.ModelAdmin):
+    formfield_overrides = {models.JSONField: {"form_class": PayloadField}}
     list_display = (
         "name",
         "state",

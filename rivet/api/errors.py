@@ -19,7 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from rivet.conf import rivet_settings
-from rivet.dberrors import Failure, classify, explain, missing_table
+from rivet.dberrors import Failure, classify, explain, migrate_command, missing_table
 from rivet.errors import IdempotencyMismatch, InvalidInput, PayloadTooLarge, StoreError
 
 logger = logging.getLogger("rivet.api")
@@ -35,7 +35,8 @@ ERROR_CODES: dict[str, tuple[tuple[int, ...], str]] = {
     "idempotency_key_conflict": ((400,), "the Idempotency-Key header and idem_key field differ"),
     "idempotency_key_invalid": (
         (400,),
-        "the Idempotency-Key header or idem_key field is not 1..200 visible ASCII characters",
+        "the Idempotency-Key header or idem_key field is not 1..200 visible ASCII characters "
+        "but the comma (or the header was sent twice)",
     ),
     "too_many_tasks": ((400,), "the bulk call carries more tasks than RIVET['API_BULK_MAX']"),
     "not_authenticated": ((401, 403), "no credentials were given"),
@@ -54,7 +55,11 @@ ERROR_CODES: dict[str, tuple[tuple[int, ...], str]] = {
     "idempotency_mismatch": ((422,), "the idempotency key already names different work"),
     "throttled": ((429,), "the host's rate for the throttle scope rivet-enqueue is used up"),
     "database_unavailable": ((503,), "the database does not answer; retry later"),
-    "not_migrated": ((503,), "the database has no tables yet: run `python manage.py migrate`"),
+    "not_migrated": (
+        (503,),
+        "the database has no tables yet: run `python manage.py migrate` "
+        "(with `--database ALIAS` where rivet is on another alias)",
+    ),
     "extra_missing": ((501,), "the endpoint needs an extra of django-rivet that is not installed"),
 }
 
@@ -100,8 +105,11 @@ class NotMigrated(exceptions.APIException):
 def database_error(exc: Exception) -> exceptions.APIException | None:
     """The 503 a failed database answers as, or None for an error that is no outage (a bug)."""
     failure, _ = classify(exc)
+    alias = rivet_settings.DATABASE_ALIAS
     if failure is Failure.NOT_MIGRATED or missing_table(exc):
-        answer: exceptions.APIException = NotMigrated()
+        answer: exceptions.APIException = NotMigrated(
+            f"the database has no tables for this yet: run `{migrate_command(alias)}` on the host"
+        )
     elif failure is not Failure.OTHER or isinstance(
         exc, StoreError | OperationalError | InterfaceError
     ):
@@ -109,7 +117,7 @@ def database_error(exc: Exception) -> exceptions.APIException | None:
     else:
         return None
     # The client gets no database address; the operator's log does.
-    logger.error("rivet API: %s", explain(exc, rivet_settings.DATABASE_ALIAS))
+    logger.error("rivet API: %s", explain(exc, alias))
     return answer
 
 

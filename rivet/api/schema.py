@@ -259,8 +259,9 @@ enqueue = rivet_schema(
             OpenApiParameter.HEADER,
             required=False,
             description=(
-                "the idempotency key (or the idem_key field): visible ASCII (0x21-0x7E), spaces "
-                "only between characters; anything else is 400 idempotency_key_invalid"
+                "the idempotency key (or the idem_key field): visible ASCII (0x21-0x7E) but the "
+                "comma, spaces only between characters; anything else, or the header sent "
+                "twice, is 400 idempotency_key_invalid"
             ),
         )
     ],
@@ -287,8 +288,24 @@ enqueue_bulk = rivet_schema(
         "one invalid item refuses the whole call (400, errors keyed by the item's index) and "
         "nothing is written. Results keep the order given. 201 when any task is new, else 200. "
         "A key that already names other work: 422, nothing written; one key given to two "
-        "different items of the call: 400 on the later item."
+        "different items of the call: 400 on the later item. Under an "
+        f"`{IDEMPOTENCY_HEADER}` header each task is keyed `<key>:<index>`: the same call sent "
+        "again writes nothing and answers 200 with the same tasks; other tasks under the same "
+        "header: 422, nothing written; an item's own idem_key beside the header: 400."
     ),
+    parameters=[
+        OpenApiParameter(
+            IDEMPOTENCY_HEADER,
+            idem_key_schema(),
+            OpenApiParameter.HEADER,
+            required=False,
+            description=(
+                "keys the call's tasks `<key>:<index>` (visible ASCII but the comma, spaces "
+                "only between characters, short enough to take `:<index>` within the key "
+                "length); anything else, or the header sent twice, is 400"
+            ),
+        )
+    ],
     request=BulkEnqueueSerializer,
     responses={
         201: BulkResultSerializer,

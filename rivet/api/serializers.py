@@ -60,7 +60,7 @@ def _key(**kwargs: Any) -> serializers.CharField:
 
 
 #: An idempotency key as JSON Schema: the rule ``rivet.validation.check_idem_key`` applies.
-IDEM_KEY_PATTERN = "^[!-~]([ -~]*[!-~])?$"
+IDEM_KEY_PATTERN = "^[!-+\\--~]([ -+\\--~]*[!-+\\--~])?$"  # 0x20-0x7E but the comma
 
 
 def idem_key_schema() -> dict[str, Any]:
@@ -147,7 +147,8 @@ class EnqueueSerializer(serializers.Serializer):
     queue = NameField(required=False, help_text="queue (default: the job's, else RIVET QUEUE)")
     idem_key = IdemKeyField(
         help_text=(
-            "idempotency key: visible ASCII (0x21-0x7E), spaces only between characters; the "
+            "idempotency key: visible ASCII (0x21-0x7E) but the comma, spaces only between "
+            "characters; the "
             f"{IDEMPOTENCY_HEADER} header may carry it instead"
         )
     )

@@ -16,18 +16,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from django.db import transaction
 from django.db.models import QuerySet
 from rest_framework import generics, serializers, status
 from rest_framework.exceptions import NotFound
 from rest_framework.pagination import CursorPagination
-from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
 from rivet import producer
 from rivet.api import schema
-from rivet.api.errors import Conflict, PayloadTooLargeError, exception_handler
+from rivet.api.errors import Conflict, PayloadTooLargeError, Unprocessable, exception_handler
 from rivet.api.permissions import EnqueueThrottle, host_authenticators, permissions_for
 from rivet.api.serializers import (
     IDEMPOTENCY_HEADER,
@@ -37,9 +37,11 @@ from rivet.api.serializers import (
     QueueStatsSerializer,
     SweepResultSerializer,
     TaskSerializer,
+    checked_header_key,
 )
 from rivet.conf import rivet_settings
 from rivet.errors import BatchKeyClash, InvalidInput, PayloadTooLarge, RivetConfigError
+from rivet.idempotency.parsers import EnvelopeJSONParser
 from rivet.models import Task
 from rivet.routing import queue_aliases
 from rivet.stores import queue_stores, store_for_queue
@@ -100,7 +102,7 @@ class RivetView(generics.GenericAPIView):
     """The base of every rivet view: the auth floor, rivet's error bodies, the store."""
 
     schema = schema.RivetAutoSchema()
-    parser_classes = [JSONParser]
+    parser_classes = [EnvelopeJSONParser]
     renderer_classes = [JSONRenderer]
     #: The permission the method needs, by HTTP method.
     permissions_by_method: dict[str, str] = {}
@@ -245,13 +247,16 @@ class TaskBulkView(RivetView):
 
     @schema.enqueue_bulk
     def post(self, request, *args, **kwargs) -> Response:
+        header = checked_header_key(request.headers.get(IDEMPOTENCY_HEADER))
         incoming = BulkEnqueueSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         items = incoming.validated_data["tasks"]
         self._check_count(len(items))
         checked = self._check_items(items)
+        if header is not None:
+            checked = _keyed_by_header(checked, header)
         try:
-            results = producer.enqueue_many(checked)
+            results = self._enqueue(checked, header)
         except BatchKeyClash as exc:  # an error of the call itself: no task to name
             error = serializers.ValidationError(str(exc), code="invalid_input")
             raise serializers.ValidationError(
@@ -267,6 +272,25 @@ class TaskBulkView(RivetView):
         created = any(not result.duplicate for result in results)
         code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
         return Response({"results": body}, status=code)
+
+    def _enqueue(self, checked: list[dict[str, Any]], header: str | None) -> list[Any]:
+        """The batch, in one transaction; under an Idempotency-Key header, a retry of the same
+        call finds every task's key taken (a replay: nothing written), and a call of other
+        tasks under the same header writes nothing and answers 422."""
+        if header is None or not checked:
+            return producer.enqueue_many(checked)
+        alias = store_for_queue(producer.task_spec(**checked[0]).queue).using
+        with transaction.atomic(using=alias):
+            results = producer.enqueue_many(checked)
+            new = sum(not result.duplicate for result in results)
+            if 0 < new < len(results):  # rolled back with the transaction
+                raise Unprocessable(
+                    f"the {IDEMPOTENCY_HEADER} header {header!r} already names a bulk call of "
+                    f"other tasks ({len(results) - new} of these {len(results)} tasks are in it, "
+                    f"{new} are not); use a new key for new work",
+                    code="idempotency_mismatch",
+                )
+        return results
 
     def _check_count(self, count: int) -> None:
         limit = rivet_settings.API_BULK_MAX
@@ -293,6 +317,34 @@ class TaskBulkView(RivetView):
         if errors:
             raise serializers.ValidationError({"tasks": errors})
         return checked
+
+
+def _keyed_by_header(checked: list[dict[str, Any]], header: str) -> list[dict[str, Any]]:
+    """The items of a bulk call under an Idempotency-Key header, each keyed ``<header>:<index>``
+    (the same call sent again names the same tasks). An item's own idem_key is refused beside
+    the header: one call, one way of naming its tasks."""
+    errors = {
+        str(index): {
+            "idem_key": [
+                f"the {IDEMPOTENCY_HEADER} header keys every task of a bulk call "
+                f"('{header}:{index}' here); give it or the items' idem_key fields, not both"
+            ]
+        }
+        for index, item in enumerate(checked)
+        if item.get("idem_key") is not None
+    }
+    if errors:
+        raise serializers.ValidationError({"tasks": errors}, code="idempotency_key_conflict")
+    last = f"{header}:{len(checked) - 1}"
+    limit = rivet_settings.MAX_IDEM_KEY_LENGTH
+    if len(last) > limit:
+        message = (
+            f"in a bulk call each task's key is the {IDEMPOTENCY_HEADER} header and ':<index>'; "
+            f"{last[:20]!r}... is {len(last)} characters, at most {limit}: send a key of at "
+            f"most {limit - len(last) + len(header)} characters"
+        )
+        raise serializers.ValidationError({"idem_key": [message]}, code="idempotency_key_invalid")
+    return [{**item, "idem_key": f"{header}:{index}"} for index, item in enumerate(checked)]
 
 
 class TaskDetailView(RivetView):

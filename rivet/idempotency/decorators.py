@@ -115,13 +115,19 @@ def _admit(request: Request, limit: int) -> tuple[str, str]:
     key = request.headers.get(KEY_HEADER, "")
     if not key:
         raise IdempotencyKeyMissing()
-    if len(key) > MAX_KEY_LENGTH:
-        raise IdempotencyKeyTooLong(len(key))
-    check_key_text(f"{KEY_HEADER} header", key)
+    check_key(f"{KEY_HEADER} header", key)
     _check_body_size(request, limit)
     data = _body_data(request)
     _refuse_unstorable("request body", canonical_json(data), json_text=True)
     return key, request_fingerprint(request.method, request.get_full_path(), data)
+
+
+def check_key(where: str, key: str) -> None:
+    """Refuse a key no request could store: too long (IdempotencyKeyTooLong) or not of the key
+    characters (IdempotencyKeyInvalid); both 400, wherever the key comes from."""
+    if len(key) > MAX_KEY_LENGTH:
+        raise IdempotencyKeyTooLong(len(key), where.removesuffix(" header"))
+    check_key_text(where, key)
 
 
 def check_key_text(where: str, key: str) -> None:

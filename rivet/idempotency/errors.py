@@ -25,10 +25,8 @@ class IdempotencyKeyTooLong(IdempotencyRefused):
     status_code = status.HTTP_400_BAD_REQUEST
     default_code = "idempotency_key_too_long"
 
-    def __init__(self, length: int) -> None:
-        super().__init__(
-            f"Idempotency-Key is {length} characters long; the limit is {MAX_KEY_LENGTH}"
-        )
+    def __init__(self, length: int, where: str = "Idempotency-Key") -> None:
+        super().__init__(f"{where} is {length} characters long; the limit is {MAX_KEY_LENGTH}")
 
 
 class IdempotencyKeyInvalid(IdempotencyRefused):

@@ -15,6 +15,7 @@ from typing import Any
 from rivet.errors import InvalidInput
 from rivet.schedules.cron import check_cron, check_timezone
 from rivet.schedules.values import MAX_MISSED_LIMIT, SCHEDULED_AT, Missed
+from rivet.text import depth_message, json_depth_problem
 from rivet.validation import check_name
 
 __all__ = ["CronSchedule", "check_definition", "code_schedules", "cron"]
@@ -111,9 +112,14 @@ def check_definition(definition: dict[str, Any]) -> dict[str, Any]:
             field="payload",
         )
     try:
-        json.dumps(payload)
+        text = json.dumps(payload)
+    except RecursionError:  # nested past the encoder's stack: far past the limit
+        raise InvalidInput(f"payload {depth_message()}", field="payload") from None
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"payload is not JSON: {exc}", field="payload") from None
+    too_deep = json_depth_problem(text)  # the tick's own key goes at the top: no deeper
+    if too_deep:
+        raise InvalidInput(f"payload {too_deep}", field="payload")
     if definition["missed"] not in Missed.values:
         raise InvalidInput(
             f"missed must be one of {', '.join(Missed.values)}, got {definition['missed']!r}",

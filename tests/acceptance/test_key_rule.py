@@ -127,3 +127,31 @@ def test_an_ascii_key_is_one_task_by_header_or_by_body(live_server, api_head) ->
     status, again = enqueue(live_server, api_head, None, "cafe-8503")
     assert (status, again["id"]) == (200, first["id"])
     assert list(Task.objects.values_list("idem_key", flat=True)) == ["cafe-8503"]
+
+
+# -- a header sent twice ---------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", [b"/rivet/tasks/", b"/rivet/tasks/bulk/"])
+def test_the_api_refuses_an_idempotency_key_header_sent_twice(live_server, api_head, path):
+    """The server joins the two into one value ("a,b" here): never taken as a key of its own."""
+    head = api_head.replace(b"/rivet/tasks/", path, 1)
+    head += b"\r\nIdempotency-Key: a\r\nIdempotency-Key: b"
+    item = {"kind": "noop", "payload": {"n": 1}}
+    body = item if path == b"/rivet/tasks/" else {"tasks": [item]}
+    for _ in range(2):
+        status, answer = raw_request(live_server.url, head, json.dumps(body).encode())
+        assert (status, answer["code"]) == (400, "idempotency_key_invalid"), answer
+        assert "a server joins a header sent twice with a comma" in answer["idem_key"][0]
+    assert Task.objects.count() == 0
+
+
+def test_the_effect_service_refuses_an_idempotency_key_header_sent_twice(
+    effect_service, effect_db
+) -> None:
+    """waitress joins the two with ", "; the same header twice is refused all the same."""
+    for second in (b"b", b"a"):
+        status, body = post_effect(effect_service.url, b"a\r\nIdempotency-Key: " + second)
+        assert (status, body["code"]) == (400, "idempotency_key_invalid"), body
+    assert effect_db.scalar("SELECT count(*) FROM effects_effect") == 0

@@ -170,12 +170,56 @@ def test_numbers_out_of_bounds_are_exit_2(effect_url, args, expected) -> None:
     assert expected in one_line(done)
 
 
-def test_prune_with_no_database_server_is_exit_1_naming_the_variable() -> None:
-    done = effect("prune_idempotency", url=f"postgres://postgres@127.0.0.1:{free_port()}/x")
+@pytest.mark.parametrize("command", ["prune_idempotency", "migrate", "showmigrations"])
+def test_the_effect_project_with_no_database_server_is_one_line_exit_1(command) -> None:
+    """Django's own commands too (migrate, showmigrations), through the project's entry point."""
+    done = effect(command, url=f"postgres://postgres@127.0.0.1:{free_port()}/x")
     assert done.returncode == 1
     line = one_line(done)
-    assert "no server answers at postgres://postgres@127.0.0.1:" in line
-    assert "fix EFFECT_DATABASE_URL" in line
+    assert line.startswith("CommandError: no server answers at postgres://postgres@127.0.0.1:")
+    assert "start it, or fix EFFECT_DATABASE_URL (" in line
+
+
+@pytest.mark.parametrize("command", ["migrate", "showmigrations"])
+def test_the_host_migrate_with_no_database_server_is_one_line_exit_1(command) -> None:
+    done = manage(command, url=f"postgres://postgres@127.0.0.1:{free_port()}/x")
+    assert done.returncode == 1
+    assert "start it, or fix DATABASE_URL (" in one_line(done)
+
+
+#: A host whose queue lives on the alias 'queues' (RIVET["DATABASE_ALIAS"]), given by
+#: QUEUES_URL, and whose settings read no DATABASE_URL for it.
+QUEUES_SETTINGS = """
+from chaos_project.settings import *  # noqa: F403
+from chaos_project.settings import DATABASES, RIVET
+import os
+from effect_project.dbconfig import database_from_url
+DATABASES = {**DATABASES, "queues": database_from_url(os.environ["QUEUES_URL"], "QUEUES_URL")}
+RIVET = {**RIVET, "DATABASE_ALIAS": "queues"}
+"""
+
+
+@pytest.mark.parametrize(
+    "command", [("rivet_stats", "--queue", "demo"), ("rivet_worker", "--once")]
+)
+def test_rivet_on_another_alias_hears_the_migrate_and_the_settings_of_that_alias(
+    tmp_path, empty_url, command
+) -> None:
+    (tmp_path / "queues_settings.py").write_text(QUEUES_SETTINGS)
+    extra = {
+        "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}",
+        "DJANGO_SETTINGS_MODULE": "queues_settings",
+    }
+    before = manage(*command, url=postgres_url(), QUEUES_URL=empty_url, **extra)
+    assert before.returncode == 1
+    line = one_line(before)
+    assert line.endswith("run `python manage.py migrate --database queues`"), line
+    gone = f"postgres://postgres@127.0.0.1:{free_port()}/x"
+    down = manage(*command, url=postgres_url(), QUEUES_URL=gone, **extra)
+    assert down.returncode == 1
+    line = one_line(down)
+    assert "start it, or fix DATABASES['queues'] in the settings (HOST, PORT, NAME, USER) (" in line
+    assert "DATABASE_URL" not in line
 
 
 def test_prune_before_migrate_says_run_migrate(empty_url) -> None:

@@ -154,6 +154,95 @@ def test_a_body_that_is_not_json_answers_400(api, alias) -> None:
     assert_error(response, 400, "invalid_json")
 
 
+def nested(depth: int) -> str:
+    """JSON text of ``depth`` arrays inside each other."""
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("path", [TASKS, BULK])
+def test_a_body_nested_past_any_parser_answers_400_json_and_writes_nothing(api, alias, path):
+    """Deep enough to make Python's parser recurse past its limit: refused before it runs."""
+    payload = nested(5000)
+    body = (
+        f'{{"kind": "noop", "payload": {payload}}}'
+        if path == TASKS
+        else f'{{"tasks": [{{"kind": "noop", "payload": {payload}}}]}}'
+    )
+    response = api.post(path, data=body, content_type="application/json")
+    answer = assert_error(response, 400, "invalid_json")
+    assert f"{5001 if path == TASKS else 5003} levels deep" in answer["detail"], answer
+    assert "at most 100 levels (rivet.text.MAX_JSON_DEPTH)" in answer["detail"]
+    assert rows(alias) == 0
+
+
+@pytest.mark.parametrize("path", [TASKS, BULK])
+def test_a_payload_one_level_past_the_limit_is_refused_as_the_payload_and_100_is_taken(
+    api, alias, path
+):
+    def send(depth: int):
+        item = f'{{"kind": "noop", "payload": {nested(depth)}}}'
+        body = item if path == TASKS else f'{{"tasks": [{item}]}}'
+        return api.post(path, data=body, content_type="application/json")
+
+    refused = send(101).json()
+    # One call's payload is refused by the payload's own check; a bulk call's envelope is
+    # three levels, so its parser finds the body one level too deep.
+    code = "invalid_input" if path == TASKS else "invalid_json"
+    assert (refused["code"], "at most 100 levels") == (code, "at most 100 levels"), refused
+    assert "at most 100 levels (rivet.text.MAX_JSON_DEPTH)" in refused["detail"], refused
+    assert rows(alias) == 0
+    assert send(100).status_code == 201
+    assert rows(alias) == 1
+
+
+def bulk(api: APIClient, tasks: list[dict], **headers):
+    return api.post(BULK, {"tasks": tasks}, format="json", headers=headers)
+
+
+BATCH = [{"kind": "noop", "payload": {"n": 1}}, {"kind": "noop", "payload": {"n": 2}}]
+
+
+def test_a_bulk_call_sent_again_under_its_idempotency_key_writes_nothing(api, alias) -> None:
+    first = bulk(api, BATCH, **{"Idempotency-Key": "batch-7"})
+    assert first.status_code == 201, first.json()
+    again = bulk(api, BATCH, **{"Idempotency-Key": "batch-7"})
+    assert again.status_code == 200, again.json()
+    ids = [item["task"]["id"] for item in first.json()["results"]]
+    assert [item["task"]["id"] for item in again.json()["results"]] == ids
+    assert [item["created"] for item in again.json()["results"]] == [False, False]
+    keys = Task.objects.using(alias).order_by("id").values_list("idem_key", flat=True)
+    assert list(keys) == ["batch-7:0", "batch-7:1"]
+
+
+def test_other_tasks_under_a_bulk_idempotency_key_are_422_and_write_nothing(api, alias) -> None:
+    assert bulk(api, BATCH, **{"Idempotency-Key": "batch-8"}).status_code == 201
+    more = bulk(api, [*BATCH, {"kind": "noop"}], **{"Idempotency-Key": "batch-8"})
+    body = assert_error(more, 422, "idempotency_mismatch")
+    assert "'batch-8' already names a bulk call of other tasks" in body["detail"]
+    changed = bulk(
+        api, [BATCH[0], {"kind": "noop", "payload": 3}], **{"Idempotency-Key": "batch-8"}
+    )
+    assert_error(changed, 422, "idempotency_mismatch")
+    assert rows(alias) == 2
+
+
+@pytest.mark.parametrize(
+    ("key", "tasks", "code"),
+    [
+        ("a,b", BATCH, "idempotency_key_invalid"),  # two headers, as a server joins them
+        ("a, b", BATCH, "idempotency_key_invalid"),
+        ("caf\u00e9", BATCH, "idempotency_key_invalid"),
+        ("k" * 199, BATCH, "idempotency_key_invalid"),  # "k...k:1" would be 201 characters
+        ("b-9", [{**BATCH[0], "idem_key": "own"}], "idempotency_key_conflict"),
+    ],
+    ids=["comma", "comma-space", "latin-1", "too-long-with-index", "item-key-too"],
+)
+def test_a_bulk_idempotency_key_that_cannot_key_the_tasks_is_400(api, alias, key, tasks, code):
+    body = assert_error(bulk(api, tasks, **{"Idempotency-Key": key}), 400, code)
+    assert body["detail"], body
+    assert rows(alias) == 0
+
+
 def test_a_body_that_is_not_json_at_all_answers_415(api, alias) -> None:
     response = api.post(TASKS, data="kind=noop", content_type="application/x-www-form-urlencoded")
     assert_error(response, 415, "unsupported_media_type")

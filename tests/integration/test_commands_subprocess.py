@@ -56,3 +56,35 @@ def test_stats_json_and_a_purge_that_cannot_ask():
     purge = manage("rivet_dlq", "--queue", "demo", "purge")
     assert purge.returncode == 2
     assert "not a terminal" in purge.stderr and "--yes" in purge.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("rivet_stats", "--queue", "demo"),
+        ("rivet_stats", "--all"),
+        ("rivet_dlq", "--queue", "demo", "list"),
+        ("rivet_enqueue", "--queue", "demo", "--kind", "noop"),
+        ("rivet_prune", "--older-than", "30d", "--dry-run"),
+    ],
+)
+def test_an_unknown_database_alias_is_one_line_naming_the_aliases_and_exit_2(args):
+    done = manage(*args, "--database", "nosuch")
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line == (
+        "CommandError: --database 'nosuch' is not a database alias; "
+        "the aliases in DATABASES are: default"
+    )
+    assert Task.objects.count() == 0
+
+
+@pytest.mark.parametrize("depth", [101, 5000])
+def test_a_payload_nested_past_the_limit_is_one_line_exit_2(depth):
+    payload = "[" * depth + "]" * depth
+    done = manage("rivet_enqueue", "--queue", "demo", "--kind", "noop", "--payload", payload)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert f"payload nests arrays and objects {depth} levels deep; " in line
+    assert "at most 100 levels (rivet.text.MAX_JSON_DEPTH)" in line
+    assert Task.objects.count() == 0

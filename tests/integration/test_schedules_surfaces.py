@@ -81,6 +81,16 @@ def test_a_bad_expression_or_payload_is_refused_on_the_form(operator):
     assert not Schedule.objects.exists()
 
 
+@pytest.mark.parametrize("depth", [101, 5000])
+def test_a_payload_nested_past_the_limit_is_a_form_error(operator, depth):
+    """5000 levels is past the parser's stack: refused before it runs, not a 500."""
+    payload = '{"tree": ' + "[" * (depth - 1) + "]" * (depth - 1) + "}"
+    response = operator.post(ADD, form(payload=payload))
+    assert response.status_code == 200
+    assert f"nests arrays and objects {depth} levels deep" in response.content.decode()
+    assert not Schedule.objects.exists()
+
+
 def test_editing_the_expression_restarts_it_from_now_and_keeps_the_scheduler_s_state(operator):
     operator.post(ADD, form())
     long_ago = timezone.now() - timedelta(days=2)

@@ -175,3 +175,47 @@ def test_where_names_every_host_of_a_multi_host_alias_with_its_port(monkeypatch)
     assert dberrors.where("one") == "postgres://app:…@db:5433/q (password hidden)"
     assert dberrors.where("two") == "postgres://app@10.0.0.1:5432,10.0.0.2:5433/q"
     assert dberrors.where("shared") == "postgres://a:5432,b:5432/q"
+
+
+@pytest.mark.parametrize(
+    ("alias", "command"),
+    [
+        ("default", "python manage.py migrate"),
+        ("queues", "python manage.py migrate --database queues"),
+    ],
+)
+def test_missing_tables_name_the_migrate_of_the_alias_rivet_is_on(alias, command):
+    line = dberrors.explain(wrapped(psycopg.errors.UndefinedTable("no rivet_task")), alias)
+    assert line.endswith(f": run `{command}`"), line
+
+
+@pytest.mark.parametrize(
+    ("alias", "environ", "fix"),
+    [
+        ("default", {"DATABASE_URL": "postgres://h/x"}, "fix DATABASE_URL ("),
+        ("default", {}, "fix DATABASES['default'] in the settings (HOST, PORT, NAME, USER) ("),
+        (
+            "queues",
+            {"DATABASE_URL": "postgres://h/x"},
+            "fix DATABASES['queues'] in the settings (HOST, PORT, NAME, USER) (",
+        ),
+    ],
+)
+def test_an_unreachable_database_names_what_sets_it_in_this_project(
+    monkeypatch, alias, environ, fix
+):
+    """DATABASE_URL only where the project reads it for that alias; else the alias's entry."""
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    line = dberrors.explain(wrapped(psycopg.errors.CannotConnectNow("starting up")), alias)
+    assert ": start it, or " + fix in line, line
+    gone = dberrors.explain(wrapped(psycopg.errors.InvalidCatalogName("no such db")), alias)
+    assert "(`createdb`), or " + fix in gone, gone
+
+
+def test_a_project_that_names_its_url_variable_hears_that_variable(settings, monkeypatch):
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    settings.DATABASE_URL_VARIABLE = "EFFECT_DATABASE_URL"
+    line = dberrors.explain(wrapped(psycopg.errors.CannotConnectNow("starting up")), "default")
+    assert ": start it, or fix EFFECT_DATABASE_URL (" in line, line

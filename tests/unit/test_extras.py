@@ -32,8 +32,10 @@ django.setup()
 """
 
 
-def without(missing: list[str], body: str) -> subprocess.CompletedProcess:
+def without(missing: list[str], body: str, **environ: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env.pop("RIVET_METRICS_PORT", None)
+    env.update(environ)
     code = SCRIPT.format(missing=missing, body=body)
     return subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
@@ -125,11 +127,30 @@ def test_rivet_urls_without_the_api_extra_imports_is_a_check_error_and_answers_5
     assert "'code': 'extra_missing'" in answer
 
 
-def test_rivet_urls_without_the_metrics_extra_is_a_check_warning():
-    done = without(["prometheus_client"], URLCONF_BODY)
+CHECK_ONLY = URLCONF_BODY.split("answer =")[0]
+
+
+def test_rivet_urls_without_the_metrics_extra_is_silent_when_metrics_are_not_asked_for():
+    """Every command (migrate included) runs the checks: no warning about an unused extra."""
+    done = without(["prometheus_client"], CHECK_ONLY + "print('end')\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "end"
+
+
+@pytest.mark.parametrize(
+    ("setting", "environ", "start"),
+    [
+        ("settings.RIVET = {'METRICS_TOKEN': 's3cret'}\n", {}, "RIVET['METRICS_TOKEN'] is set"),
+        ("", {"RIVET_METRICS_PORT": "9100"}, "RIVET_METRICS_PORT asks rivet_worker"),
+    ],
+)
+def test_metrics_asked_for_without_the_metrics_extra_is_a_check_warning(setting, environ, start):
+    body = CHECK_ONLY.replace("settings.ALLOWED_HOSTS", setting + "settings.ALLOWED_HOSTS")
+    done = without(["prometheus_client"], body, **environ)
     assert done.returncode == 0, done.stderr
     check = done.stdout.strip().splitlines()[0]
-    assert check.startswith("rivet.W011 30 rivet/metrics/ answers 501 extra_missing")
+    assert check.startswith(f"rivet.W011 30 {start}"), check
+    assert "the 'metrics' extra (prometheus_client) is not installed" in check
     assert "pip install 'django-rivet[metrics]'" in check
 
 

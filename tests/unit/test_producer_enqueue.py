@@ -325,3 +325,27 @@ def test_a_key_clash_names_the_later_item_whichever_way_the_batch_is_read():
         batch = api.SpecBatch(items, api.Limits.read(), None, one_database=False)
         with pytest.raises(BatchKeyClash, match="^item 2: idem_key 'k' is also the key of item 0"):
             read(batch)
+
+
+def nested_list(depth: int) -> list:
+    value: list = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("depth", [101, 5000])
+def test_a_payload_nested_past_the_limit_is_invalid_input_and_writes_nothing(store, depth):
+    """5000 levels is past the recursion limit: the encoder's RecursionError, refused alike."""
+    with pytest.raises(InvalidInput) as raised:
+        rivet.enqueue("a", {"tree": nested_list(depth - 1)}, using=store)
+    assert raised.value.field == "payload"
+    assert "at most 100 levels (rivet.text.MAX_JSON_DEPTH)" in str(raised.value)
+    with pytest.raises(InvalidInput):
+        rivet.enqueue_many([("a", 1), ("b", nested_list(depth))], using=store)
+    assert store.task_list() == []
+
+
+def test_a_payload_nested_100_levels_is_taken(store):
+    rivet.enqueue("a", nested_list(100), using=store)
+    assert only_task(store).payload == nested_list(100)

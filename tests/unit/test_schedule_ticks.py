@@ -177,3 +177,14 @@ def test_a_short_stop_counts_every_skipped_tick():
     due = due_ticks("0 7 * * *", BERLIN, after=utc(2026, 1, 1, 12), now=now, keep=1)
     assert [t.isoformat() for t in due.ticks] == ["2026-01-04T07:00:00+01:00"]
     assert due.skipped == 2
+
+
+@pytest.mark.parametrize("depth", [101, 5000])
+def test_a_code_schedule_payload_nested_past_the_limit_is_invalid_input(depth):
+    tree: list = []
+    for _ in range(depth - 2):
+        tree = [tree]
+    with pytest.raises(InvalidInput) as raised:
+        rivet.cron("0 * * * *", name="deep", payload={"tree": tree})
+    assert raised.value.field == "payload"
+    assert "at most 100 levels (rivet.text.MAX_JSON_DEPTH)" in str(raised.value)

@@ -1,6 +1,5 @@
 """Delete dedup rows older than IDEMPOTENCY_RETENTION_SECS; the rows the views wrote stay."""
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS, DatabaseError
 
@@ -48,5 +47,6 @@ def unavailable(exc: DatabaseError, database: str) -> str:
             f"the idempotency table does not exist in {where(database)}: run this project's "
             "`migrate` first (the effect service: `python -m effect_project migrate`)"
         )
-    # A project may keep its database URL in another variable (the effect service does).
-    return explain(exc, database, getattr(settings, "DATABASE_URL_VARIABLE", "DATABASE_URL"))
+    # explain() names the variable a project keeps its URL in (DATABASE_URL_VARIABLE, as the
+    # effect service does), or the alias's DATABASES entry.
+    return explain(exc, database)

@@ -55,8 +55,9 @@ def enqueue(
     :param queue: the queue; default the job's, else ``RIVET["QUEUE"]``.
     :param idem_key: the producer's idempotency key: 1 to ``RIVET["MAX_IDEM_KEY_LENGTH"]``
         characters of visible ASCII (0x21-0x7E) but the comma (spaces only between them), the
-        rule of the HTTP header, so a key means the same task wherever it is sent from. The same key with the
-        same work (queue, kind, payload) returns the task it names as a duplicate.
+        rule of the HTTP header, so a key means the same task wherever it is sent from. The
+        same key with the same work (queue, kind, payload) returns the task it names as a
+        duplicate.
     :param delay: seconds (or a ``timedelta``) before the task may run; not with ``run_at``.
     :param run_at: an aware ``datetime`` before which the task may not run; not with ``delay``.
     :param priority: -100..100, higher is claimed first; default the job's, else 0.

@@ -98,8 +98,14 @@ def run_due(store: Store, *, alias: str, batch_size: int = 500) -> Pass:
                 if result is not None:
                     counts["duplicates" if result.duplicate else "enqueued"] += 1
         _save(alias, plans)
+    full = len(plans) < len(rows) or len(rows) >= batch_size
     return Pass(
-        schedules=len(plans), full=len(plans) < len(rows) or len(rows) >= batch_size, **counts
+        schedules=len(plans),
+        enqueued=counts["enqueued"],
+        duplicates=counts["duplicates"],
+        skipped=counts["skipped"],
+        failed=counts["failed"],
+        full=full,
     )
 
 

@@ -6,7 +6,8 @@ Three parts, for every test of the suite (and so for every matrix cell):
   worker forked by a chaos harness the test killed) comes back to pytest instead of to init,
   so the suite can still find it and end it.
 - **Each test leaves no process behind.** Processes that appeared while a test ran and are still
-  there after it (fixtures of a wider scope set up before it are not counted) get a short grace
+  there after it (those a fixture wider than the test started, and their children, are the
+  fixture's: not counted) get a short grace
   to exit, then SIGKILL (a stopped one too); the run's summary names each, with the test.
 - **Each test has a time limit** (``HANG_LIMIT_SECS``; ``long`` and ``topology`` tests
   ``LONG_HANG_LIMIT_SECS``; ``@pytest.mark.timeout(SECS)`` to set one). When it runs out, the
@@ -44,16 +45,47 @@ class HangTimeout(Exception):
     """A test ran past its time limit; the stacks of every thread are on stderr above."""
 
 
-def descendants(root: int | None = None) -> dict[int, str]:
-    """{pid: command line} of every live process below ``root`` (this one by default)."""
+def descendants(root: int | None = None, *, skip: frozenset[int] = frozenset()) -> dict[int, str]:
+    """{pid: command line} of every live process below ``root`` (this one by default), leaving
+    out ``skip`` and everything below them."""
     found: dict[int, str] = {}
     stack = [os.getpid() if root is None else root]
     while stack:
         for pid in _children(stack.pop()):
-            if pid not in found and _alive(pid):
+            if pid not in found and pid not in skip and _alive(pid):
                 found[pid] = command_line(pid)
                 stack.append(pid)
     return found
+
+
+#: Processes a fixture wider than one test started (a PgBouncer, a second cluster): they and
+#: their children (a server's backends) belong to that fixture, not to the test that first
+#: asked for it, and live until the fixture is finalized.
+FIXTURE_PROCESSES: dict[int, set[int]] = {}
+
+
+def _protected() -> frozenset[int]:
+    return frozenset(pid for pids in FIXTURE_PROCESSES.values() for pid in pids)
+
+
+def _test_processes() -> dict[int, str]:
+    return descendants(skip=_protected())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef: Any, request: pytest.FixtureRequest):
+    if fixturedef.scope == "function":
+        yield
+        return
+    before = set(_test_processes())
+    yield
+    started = set(_test_processes()) - before
+    if started:
+        FIXTURE_PROCESSES.setdefault(id(fixturedef), set()).update(started)
+
+
+def pytest_fixture_post_finalizer(fixturedef: Any, request: pytest.FixtureRequest) -> None:
+    FIXTURE_PROCESSES.pop(id(fixturedef), None)
 
 
 def _children(pid: int) -> list[int]:
@@ -163,7 +195,7 @@ class Watchdog:
         faulthandler.dump_traceback(file=out, all_threads=True)
         self.item.stash[FIRED] = self.limit
         signal.pthread_kill(self._main, signal.SIGALRM)  # HangTimeout in the test's thread
-        started = {pid: cmd for pid, cmd in descendants().items() if pid not in self.before}
+        started = {pid: cmd for pid, cmd in _test_processes().items() if pid not in self.before}
         for pid, cmd in started.items():
             out.write(f"=== hangguard: killing pid {pid}: {cmd}\n")
         out.flush()
@@ -219,7 +251,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    before = set(descendants())
+    before = set(_test_processes())
     with Watchdog(item, limit_of(item), before):
         yield
 
@@ -227,9 +259,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 @pytest.fixture(autouse=True)
 def _no_process_outlives_the_test(request: pytest.FixtureRequest) -> Iterator[None]:
     """After each test, end the processes it started and left running (see the module doc)."""
-    before = set(descendants())
+    before = set(_test_processes())
     yield
-    left = {pid: cmd for pid, cmd in descendants().items() if pid not in before}
+    left = {pid: cmd for pid, cmd in _test_processes().items() if pid not in before}
     if not left:
         return
     end_processes(list(left), grace=LEAK_GRACE_SECS)

@@ -13,7 +13,7 @@ fired by the stalled worker itself.
 
 The verdict (``judge``), from the queue database: for each stalled schedule, the first tick task
 created after the stall began must come within ``STALL_BOUND_SECS + REFIRE_SLACK_SECS``
-(one scheduler wait of 1 s, and 2 s for a busy machine) and before the stalled worker was
+(a second for the next pass, and 2 s for a busy machine) and before the stalled worker was
 continued. T2 (no due tick missing) is judged by the verifier as in every run with schedules.
 """
 
@@ -35,8 +35,9 @@ SCHEDULER_STALL = "scheduler-stall"
 STALL_POINT = "scheduler_pass_locked"
 #: The idle bound the run's workers get: short, so that a run shows a stall end.
 STALL_BOUND_SECS = 2.0
-#: Beyond the bound: the next pass of another worker (it waits 1 s for held schedules), plus
-#: 2 s for a busy machine.
+#: Beyond the bound: the next pass of another worker (it looks again at held schedules every
+#: quarter of a second, and a one-second tick may fall due meanwhile), plus 2 s for a busy
+#: machine.
 REFIRE_SLACK_SECS = 3.0
 #: How long a stalled worker is kept stopped: well past bound + slack, so a schedule that fires
 #: again before it is continued was fired by someone else.
@@ -46,7 +47,9 @@ WINDOW = (0.05, 0.3)
 #: One stall for each this many seconds of chaos, at least one.
 SECS_PER_STALL = 20.0
 #: An armed worker that has not stalled after this long is replaced by a clean one.
-ARM_GIVE_UP_SECS = 20.0
+ARM_GIVE_UP_SECS = 10.0
+#: Tries of one planned stall (an armed worker killed, or whose passes lost every race).
+TRIES = 3
 
 FIRST_TICK_AFTER = """
 SELECT payload ->> 'chaos_schedule' AS schedule, min(created_at)
@@ -92,6 +95,7 @@ class SchedulerStall:
         self.armed_at = 0.0
         self.active: list[Stall] = []
         self.stalls: list[Stall] = []
+        self.tries = 0
 
     @staticmethod
     def worker_args() -> list[str]:
@@ -106,9 +110,19 @@ class SchedulerStall:
             if now - stall.stopped_at >= HOLD_SECS:
                 self._continue(stall, now)
         if self.times and self.times[0] <= now and self.armed is None and not self.active:
-            planned = self.times.pop(0)
+            self.times.pop(0)
             if not self._arm(now):
-                self.log.add("skipped", kind=self.name, planned_at=planned, reason="no free worker")
+                self._try_again(now, "no free worker")
+
+    def _try_again(self, now: float, reason: str) -> None:
+        """A stall that did not happen is tried again a second later, up to TRIES times."""
+        self.tries += 1
+        again = self.tries < TRIES
+        self.log.add("skipped", kind=self.name, reason=reason, tried_again=again)
+        if again:
+            self.times.insert(0, now + 1.0)
+        else:
+            self.tries = 0
 
     def stop(self) -> None:
         self.times.clear()
@@ -140,14 +154,14 @@ class SchedulerStall:
             return
         if proc.child.poll() is not None:
             self.armed = None
-            self.log.add("skipped", kind=self.name, reason="the armed worker exited")
+            self._try_again(now, "the armed worker exited")
             return
         schedules = _locked_schedules(proc) if proc.child.stopped() else None
         if not schedules:  # not stopped yet, or stopped but not at its point (not ours)
             if now - self.armed_at >= ARM_GIVE_UP_SECS:
                 self.fleet.disarm()
                 self.armed = None
-                self.log.add("skipped", kind=self.name, reason="no pass reached the point")
+                self._try_again(now, "no pass of the armed worker reached the point")
             return
         self.armed = None
         proc.stalling, proc.frozen = False, True  # thaw_all continues it if the run ends
@@ -160,6 +174,7 @@ class SchedulerStall:
         )
         self.active.append(stall)
         self.stalls.append(stall)
+        self.tries = 0
         self.log.add(self.name, owner=proc.owner, schedules=stall.schedules)
 
     def _continue(self, stall: Stall, now: float) -> None:

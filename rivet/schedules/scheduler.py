@@ -49,6 +49,10 @@ MIN_PAUSE_SECS = 0.02
 #: Most ticks one pass enqueues (but all of one schedule's): a catch-up after a long stop is
 #: many short transactions, and a worker told to stop waits for one of them at most.
 MAX_TICKS_PER_PASS = 5_000
+#: How soon a pass looks again at due schedules another pass held: long enough not to spin on a
+#: stalled pass's rows, short enough that the usual holder (a pass that commits within
+#: milliseconds) costs the next tick nothing, and every worker races for it alike.
+HELD_RETRY_SECS = 0.25
 #: The failpoint a pass reaches once it holds its schedules' rows (rivet.failpoints).
 SCHEDULER_POINT = "scheduler_pass_locked"
 
@@ -341,7 +345,8 @@ class Scheduler(Periodic):
         """Seconds until the earliest next tick, within [MIN_PAUSE_SECS, every].
 
         Due schedules that another pass holds (``held_elsewhere``), possibly a stalled one, are
-        looked at again after ``every``, not at once and over and over until that pass ends.
+        looked at again after HELD_RETRY_SECS, not at once and over and over until that pass
+        ends.
         """
         soonest = (
             Schedule.objects.using(self.alias)
@@ -352,5 +357,5 @@ class Scheduler(Periodic):
             return self.every
         wait = (soonest - timezone.now()).total_seconds()
         if held_elsewhere:
-            return self.every
+            return min(HELD_RETRY_SECS, self.every)
         return min(max(wait, MIN_PAUSE_SECS), self.every)

@@ -18,7 +18,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from rivet.models import Schedule
-from rivet.schedules.scheduler import Scheduler, run_due
+from rivet.schedules.scheduler import HELD_RETRY_SECS, Scheduler, run_due
 from rivet.stores import store_for_alias
 from rivet.stores.idle import bounded_atomic, idle_timeout_secs, set_idle_timeout
 from tests.processes import postgres_url
@@ -109,7 +109,7 @@ def test_a_pass_that_finds_its_due_schedules_held_says_so_and_waits(other):
         assert (done.schedules, done.held_elsewhere) == (0, True)
         scheduler = Scheduler(store=store, alias="default", definitions=list, every=1.0)
         _, pause = scheduler.pass_once()
-        assert pause == 1.0  # not MIN_PAUSE_SECS over and over while another pass holds it
+        assert pause == HELD_RETRY_SECS  # not MIN_PAUSE_SECS over and over while it is held
     finally:
         other.execute("ROLLBACK")
     done = run_due(store, alias="default")

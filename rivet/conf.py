@@ -32,6 +32,7 @@ DEFAULTS: dict[str, Any] = {
     "MAX_ERRORS_KEPT": 20,
     "LEASE_TTL_SECS": 30.0,
     "CONCURRENCY": 4,
+    "ASYNC_CONCURRENCY": 100,
     # Claimed tasks a worker may hold waiting for a free slot: "auto" sets it from the handlers'
     # run times (rivet.worker.prefetch); 0 claims only into free slots.
     "PREFETCH": "auto",

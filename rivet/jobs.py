@@ -7,6 +7,9 @@ kind, so prefix by domain (``billing.invoice``) and keep it.
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import inspect
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +62,14 @@ class StopSignal:
         return self._set
 
     def wait(self, timeout: float | None) -> bool:
+        if asyncio._get_running_loop() is not None:
+            # Blocking here would stop every coroutine of the worker's event loop, the way a
+            # handler that never returns would: refuse it loudly instead.
+            raise RuntimeError(
+                "context.wait() blocks the event loop it is called on; in an async def handler "
+                "await asyncio.sleep(...) instead (a stop cancels it) or test "
+                "context.should_stop"
+            )
         event = self._event
         if event is None:
             with _MAKING:
@@ -157,7 +168,7 @@ class JobContext:
 
 
 Handler = Callable[[JobContext], Any]
-FailedHook = Callable[[JobContext, BaseException], None]
+FailedHook = Callable[[JobContext, BaseException], Any]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -186,6 +197,17 @@ class JobDefinition(Generic[P, R]):
     priority: int = 0
     failed: FailedHook | None = None
     unique: Callable[[Any], str | None] | None = None
+    #: The handler is a coroutine function (``async def``): the worker runs it on its event
+    #: loop, not on a handler thread. Set from ``handler``, never given.
+    is_async: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_async", handler_is_async(self.name, self.handler))
+        if self.failed is not None and not callable(self.failed):
+            raise InvalidInput(
+                f"job {self.name!r}: the failed hook must be callable (a def or an async def "
+                f"taking (context, error)), got {type(self.failed).__name__}"
+            )
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.handler(*args, **kwargs)
@@ -251,6 +273,38 @@ class JobRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._jobs)
+
+    def has_async(self) -> bool:
+        """Whether a registered kind has an async handler or an async failed hook."""
+        return any(d.is_async or _is_async_callable(d.failed) for d in list(self._jobs.values()))
+
+
+def handler_is_async(name: str, handler: Any) -> bool:
+    """Whether ``handler`` is an ``async def`` (True) or a plain function (False).
+
+    Anything that is neither a plain callable nor a coroutine function is refused here, at
+    registration, with what was expected: a generator or an async generator function, or a
+    value that is not callable at all, would otherwise fail (or never end) at run time.
+    """
+    if not callable(handler):
+        raise InvalidInput(
+            f"job {name!r}: the handler must be a function (def or async def) taking the "
+            f"context, or a class with handle(self, context); got {type(handler).__name__}"
+        )
+    target = handler
+    while isinstance(target, functools.partial):
+        target = target.func
+    call = type(target).__dict__.get("__call__") if not inspect.isroutine(target) else None
+    candidates = [target] if call is None else [target, call]
+    for each in candidates:
+        if inspect.isasyncgenfunction(each) or inspect.isgeneratorfunction(each):
+            kind = "an async generator" if inspect.isasyncgenfunction(each) else "a generator"
+            raise InvalidInput(
+                f"job {name!r}: the handler is {kind} function (it yields); a handler is a "
+                "plain def (run on a handler thread) or an async def returning its result "
+                "(run on the worker's event loop)"
+            )
+    return any(inspect.iscoroutinefunction(each) for each in candidates)
 
 
 def _origin(definition: JobDefinition[..., Any]) -> str:
@@ -333,6 +387,7 @@ class JobDecorator:
 
     def __call__(self, target: Any) -> JobDefinition[..., Any]:
         if isinstance(target, type):
+            _check_job_class(self.name, target)
             instance = target()
             handler = instance.handle
             hook = self.failed or getattr(instance, "failed", None)
@@ -352,6 +407,31 @@ class JobDecorator:
         if self.schedules:
             code_schedules.add(self.name, list(self.schedules))
         return registered
+
+
+def _is_async_callable(value: Any) -> bool:
+    if value is None:
+        return False
+    return inspect.iscoroutinefunction(value) or inspect.iscoroutinefunction(
+        type(value).__dict__.get("__call__")
+    )
+
+
+def _check_job_class(name: str, target: type) -> None:
+    """A job class has one ``handle``, sync or async; refuse one that says both or neither."""
+    handle = getattr(target, "handle", None)
+    if handle is None or not callable(handle):
+        raise InvalidInput(
+            f"job {name!r}: the class {target.__qualname__} has no handle(self, context) "
+            "method; a job class defines handle (def or async def)"
+        )
+    twin = getattr(target, "ahandle", None)
+    if twin is not None:
+        raise InvalidInput(
+            f"job {name!r}: the class {target.__qualname__} defines both handle and ahandle; "
+            "a job runs one way: define only handle, as a def (run on a handler thread) or an "
+            "async def (run on the worker's event loop)"
+        )
 
 
 #: The options of an enqueue besides its kind and payload (``using`` picks the store).

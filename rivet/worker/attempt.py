@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import threading
+from collections.abc import Callable
 
 from rivet import tracing
 from rivet.jobs import JobContext, JobDefinition, StopSignal
@@ -77,6 +78,11 @@ class Attempt:
         #: The lease this attempt holds (the worker's dicts are keyed by it).
         self.lease: Lease = claimed.lease
         self.definition = definition
+        #: Run on the worker's event loop (an ``async def`` handler), not on a handler thread.
+        self.is_async = definition is not None and definition.is_async
+        #: Called (on the stopping thread) once the attempt is stopped after it began: the
+        #: event loop sets it to cancel the coroutine (``rivet.worker.aio``).
+        self.on_stop: Callable[[], None] | None = None
         self._signal = StopSignal()
         self.context = JobContext.for_claimed(claimed, self._signal)
         # started: the monotonic reading taken before the claim was sent.
@@ -129,6 +135,9 @@ class Attempt:
             if self.state is AttemptState.RUNNING:
                 self.state = AttemptState.STOPPED
         self._signal.set(reason)
+        on_stop = self.on_stop
+        if on_stop is not None:
+            on_stop()
         return True
 
     def begin(self, now: float) -> bool:

@@ -26,6 +26,7 @@ class WorkerConfig:
     owner: str | None = None  # None: hostname:pid
     lease_ttl: float = 30.0
     concurrency: int = 4
+    async_concurrency: int = 100
     prefetch: int | str | None = None  # None: RIVET['PREFETCH']; "auto" or an integer
     retry_backoff: float = 1.0
     retry_backoff_cap: float = 300.0
@@ -71,3 +72,8 @@ class WorkerConfig:
     def abandon_limit(self) -> int:
         """How many abandoned handler threads make the worker stop and exit 3."""
         return self.max_abandoned or max(1, self.concurrency // 2)
+
+    @property
+    def async_abandon_limit(self) -> int:
+        """How many abandoned coroutines (that ignored their cancel) make the worker exit 3."""
+        return self.max_abandoned or max(1, self.async_concurrency // 2)

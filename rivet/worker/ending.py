@@ -8,9 +8,12 @@ before the flush that wrote it returned.
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import inspect
 import logging
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from rivet import logs, signals
@@ -63,6 +66,14 @@ class Ended(NamedTuple):
     write_error: str = ""
 
 
+#: Runs an async failed hook: (attempt, the hook's awaitable, what to call with its error).
+AsyncHookRunner = Callable[[Attempt, Any, Callable[[BaseException], None]], None]
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
 def describe(error: BaseException) -> str:
     """``<ExcType>: <message>``, the form last_error stores."""
     return f"{type(error).__name__}: {error}"
@@ -85,6 +96,9 @@ class Reporter:
         self.failpoints = failpoints
         #: Attempts by how they ended, and by "failed" when the handler's attempt failed.
         self.counts: Counter[str] = Counter()
+        #: Runs an async failed hook on the worker's event loop (set with the loop); without
+        #: one, an async hook runs to its end here, on the loop thread, as a sync hook does.
+        self.run_async_hook: AsyncHookRunner | None = None
 
     def report(self, ended: Ended) -> None:
         if ended.exc is not None:
@@ -152,12 +166,21 @@ class Reporter:
         hook = attempt.definition.failed if attempt.definition else None
         if hook is None:
             return
-        try:
-            hook(attempt.context, exc)
-        except Exception as hook_error:
+
+        def hook_failed(hook_error: BaseException) -> None:
             logs.task_event(
                 "failed_hook_error", attempt.claimed, logging.ERROR, error=describe(hook_error)
             )
+
+        try:
+            answer = hook(attempt.context, exc)
+            if inspect.isawaitable(answer):  # an async def failed hook
+                if self.run_async_hook is not None:
+                    self.run_async_hook(attempt, answer, hook_failed)
+                else:
+                    asyncio.run(_awaited(answer))
+        except Exception as hook_error:
+            hook_failed(hook_error)
 
     def send(self, signal: Any, attempt: Attempt, **extra: Any) -> None:
         """Send a worker signal; a receiver's exception is logged, never raised."""

@@ -64,6 +64,7 @@ from rivet.failpoints import Failpoints, active
 from rivet.jobs import JobRegistry, registry
 from rivet.retry import RetryPolicy
 from rivet.stores.base import Store, Waiting
+from rivet.worker.aio import AsyncRunner, KindMix
 from rivet.worker.attempt import Attempt, AttemptState, StopKind
 from rivet.worker.config import WorkerConfig
 from rivet.worker.ending import Reporter, describe
@@ -156,6 +157,12 @@ class Worker(Slots):
             clock=clock,
         )
         self.handlers = HandlerPool(self.config.concurrency, self._execute)
+        self.mix = KindMix()
+        #: The event loop of async handlers: made here when a registered kind is async (its
+        #: claims are then sized by both pools), else the first time one is claimed.
+        self.aio: AsyncRunner | None = None
+        if registry.has_async():
+            self._async_runner_made()
         self._gave_up = False
         self._requeued = False
         self._claim_short: bool | None = None
@@ -182,6 +189,7 @@ class Worker(Slots):
             owner=self.owner,
             queues=",".join(self.config.queues),
             concurrency=self.config.concurrency,
+            **self._async_fields(),
             prefetch=self.prefetcher.describe(),
             lease_ttl=self.config.lease_ttl,
             pool_size=self.config.pool_size,
@@ -189,6 +197,8 @@ class Worker(Slots):
         self._server_warnings()
         self.guard.start()
         self.handlers.start()
+        if self.aio is not None:
+            self.aio.start()
         if self.pruner is not None:
             self.pruner.start()
         if self.scheduler is not None:
@@ -200,6 +210,8 @@ class Worker(Slots):
             stranded = self._drain()
         finally:
             self.handlers.close()
+            if self.aio is not None:
+                self.aio.close()
             if listener is not None:
                 listener.close()
             self.guard.close()
@@ -215,6 +227,10 @@ class Worker(Slots):
         logs.event("worker_stopped", owner=self.owner, exit_code=code, **summary)
         logs.flush()
         return stats
+
+    def _async_fields(self) -> dict[str, Any]:
+        """What worker_started says of the event loop (nothing when there is none)."""
+        return {} if self.aio is None else {"async_concurrency": self.config.async_concurrency}
 
     def _server_warnings(self) -> None:
         """Log what the store finds wrong with the server's settings; never stops the worker."""
@@ -363,8 +379,17 @@ class Worker(Slots):
             )
             if late and attempt.busy and attempt.began:
                 self._abandon(attempt)
-        stuck = sum(1 for a in self._running.values() if a.state is AttemptState.ABANDONED)
-        if stuck >= self.config.abandon_limit and not self._gave_up:
+        stuck = stuck_async = 0
+        for a in self._running.values():
+            if a.state is AttemptState.ABANDONED:
+                if a.is_async:
+                    stuck_async += 1
+                else:
+                    stuck += 1
+        too_many = stuck >= self.config.abandon_limit
+        if stuck_async >= self.config.async_abandon_limit:
+            too_many, stuck = True, stuck_async
+        if too_many and not self._gave_up:
             self._gave_up = True
             logs.event("too_many_abandoned", logging.ERROR, owner=self.owner, abandoned=stuck)
             self.stop()

@@ -26,6 +26,7 @@ class OptionError(RivetConfigError):
 MAX_OWNER_LENGTH = 200  # rivet_task.lease_owner
 # Bounds a typo cannot cross: each is far beyond any sensible value, and named in the message.
 MAX_CONCURRENCY = 1024
+MAX_ASYNC_CONCURRENCY = 100_000
 MAX_PREFETCH = 4096
 MAX_POOL_SIZE = 1024
 MAX_PRUNE_BATCH = 100_000
@@ -201,6 +202,16 @@ OPTIONS = (
         parse=integer_between(1, MAX_CONCURRENCY),
         metavar="N",
         help="handlers run at once (one thread each)",
+    ),
+    Option(
+        dest="async_concurrency",
+        flag="--async-concurrency",
+        env="RIVET_ASYNC_CONCURRENCY",
+        setting="ASYNC_CONCURRENCY",
+        parse=integer_between(1, MAX_ASYNC_CONCURRENCY),
+        metavar="N",
+        help="async def handlers in flight at once, on the worker's one event loop thread "
+        "(beside the --concurrency threads of sync jobs)",
     ),
     Option(
         dest="prefetch",

@@ -10,6 +10,8 @@ its drain and the threads it abandons are ``rivet.worker.loop``'s.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import queue as queue_module
 import time
@@ -25,6 +27,7 @@ from rivet.failpoints import Failpoints, fired_by
 from rivet.jobs import JobRegistry
 from rivet.stores.base import ClaimFailed, Store
 from rivet.values import ClaimBatch, Claimed, Settled
+from rivet.worker.aio import AsyncRunner, KindMix
 from rivet.worker.attempt import Attempt, AttemptState
 from rivet.worker.config import WorkerConfig
 from rivet.worker.ending import Ended, Reporter
@@ -33,6 +36,18 @@ from rivet.worker.metrics import NoMetrics
 from rivet.worker.pool import HandlerPool, tidy_connections
 from rivet.worker.prefetch import Prefetch
 from rivet.worker.settle import Outcome, Settler
+
+
+def _sync_returned_coroutine(attempt: Attempt, coroutine: Any) -> TypeError:
+    """A plain def that returned a coroutine (it called an async function without awaiting
+    it): never run, so closed, and the attempt fails saying why."""
+    coroutine.close()
+    return TypeError(
+        f"the handler of job {attempt.claimed.kind!r} is a plain def but returned a coroutine "
+        f"({getattr(coroutine, '__qualname__', coroutine)!r}, never awaited): declare the "
+        "handler async def (it then runs on the worker's event loop) or await nothing in it"
+    )
+
 
 #: The outcome a handler thread reports for an attempt stopped before it began: nothing ran.
 NOT_RUN = Outcome()
@@ -54,6 +69,10 @@ class Slots:
     counts: Counter[str]
     metrics: NoMetrics
     handlers: HandlerPool
+    #: The event loop of async handlers; None while the worker has no async kind.
+    aio: AsyncRunner | None
+    #: How claims are sized between the two pools (with ``aio`` only).
+    mix: KindMix
     #: The attempts this worker holds, by lease, until settled and returned.
     _running: dict[Any, Attempt]
     #: What handler threads and the guard report to the loop: (attempt, outcome) or a wake-up.
@@ -78,10 +97,27 @@ class Slots:
 
     def _free_slots(self) -> int:
         """How many tasks the next claim asks for: free slots and free prefetch room."""
-        free = self.config.concurrency + self.prefetcher.current() - self._busy()
+        if self.aio is None:
+            free = self.config.concurrency + self.prefetcher.current() - self._busy()
+        else:
+            free = self._free_both()
         if self.config.max_jobs is not None:
             free = min(free, self.config.max_jobs - self._finished() - self._unsettled())
         return max(free, 0)
+
+    def _free_both(self) -> int:
+        """The claim of a worker with both kinds: by each pool's free slots (``KindMix``)."""
+        sync_busy = async_busy = 0
+        for attempt in self._running.values():
+            if attempt.busy:
+                if attempt.is_async:
+                    async_busy += 1
+                else:
+                    sync_busy += 1
+        return self.mix.claim_size(
+            self.config.concurrency + self.prefetcher.current() - sync_busy,
+            self.config.async_concurrency - async_busy,
+        )
 
     def _finished(self) -> int:
         settled = ("acked", "retried", "dead", "cancelled", "fenced", "lost")
@@ -197,7 +233,28 @@ class Slots:
             self._fail_unknown(attempt)
             return
         self.guard.track(attempt)
-        self.handlers.submit(attempt)
+        if self.aio is None and not attempt.is_async:
+            self.handlers.submit(attempt)
+            return
+        self.mix.observe(attempt.is_async)
+        if attempt.is_async:
+            self._async_runner().submit(attempt)
+        else:
+            self.handlers.submit(attempt)
+
+    def _async_runner(self) -> AsyncRunner:
+        """The event loop, started the first time an async kind is claimed if not before."""
+        runner = self.aio or self._async_runner_made()
+        runner.start()
+        return runner
+
+    def _async_runner_made(self) -> AsyncRunner:
+        self.aio = AsyncRunner(self.config.async_concurrency, self._execute_async)
+        self.reporter.run_async_hook = self._run_async_hook
+        return self.aio
+
+    def _run_async_hook(self, attempt: Attempt, awaitable: Any, on_error: Any) -> None:
+        self._async_runner().run_hook(attempt, awaitable, on_error)
 
     def _fail_unknown(self, attempt: Attempt) -> None:
         """An unknown kind is never run: the attempt fails with the error naming the kind."""
@@ -230,4 +287,37 @@ class Slots:
             outcome = Outcome(error=exc)
         finally:
             connections.close_all()  # this thread's connections only
+        if inspect.iscoroutine(outcome.result):
+            outcome = Outcome(error=_sync_returned_coroutine(attempt, outcome.result))
+        self._events.put((attempt, outcome))
+
+    async def _execute_async(self, attempt: Attempt) -> None:
+        """On the event loop: run an async handler, hand the outcome to the loop thread.
+
+        Every await is inside the ``try`` that catches what the coroutine raises (a cancel
+        included), so the outcome is always handed back.
+        """
+        definition = attempt.definition
+        assert definition is not None and self.aio is not None
+        if not attempt.begin(self.clock()):
+            self._events.put((attempt, NOT_RUN))  # stopped while it waited: never run
+            return
+        self.aio.bind(attempt)
+        try:
+            self.reporter.send(signals.task_processing, attempt)
+            if self.failpoints.armed and "before_effect" not in fired_by(definition.handler):
+                self.failpoints.fire("before_effect")
+            began = time.perf_counter()
+            try:
+                with attempt.span.current():
+                    outcome = Outcome(result=await definition(attempt.context))
+            finally:
+                self.metrics.handler_seconds(attempt.claimed, time.perf_counter() - began)
+        except BaseException as exc:  # a coroutine may raise anything (CancelledError too)
+            outcome = Outcome(error=exc)
+        if attempt.stop_kind is not None and not isinstance(outcome.error, asyncio.CancelledError):
+            # Told to stop, it went on and ended by itself: said once, as the abandoned are.
+            logs.task_event(
+                "cancel_ignored", attempt.claimed, logging.WARNING, reason=attempt.stop_reason
+            )
         self._events.put((attempt, outcome))

@@ -19,6 +19,10 @@ _EXPORTS = {
     "enqueue_many": "rivet.producer",
     "get_task": "rivet.producer",
     "cancel": "rivet.producer",
+    "aenqueue": "rivet.producer",
+    "aenqueue_many": "rivet.producer",
+    "aget_task": "rivet.producer",
+    "acancel": "rivet.producer",
     "job": "rivet.jobs",
     "cron": "rivet.schedules.declare",
     "JobContext": "rivet.jobs",
@@ -38,6 +42,10 @@ __all__ = [
     "enqueue_many",
     "get_task",
     "cancel",
+    "aenqueue",
+    "aenqueue_many",
+    "aget_task",
+    "acancel",
     "job",
     "cron",
     "JobContext",
@@ -54,7 +62,16 @@ __all__ = [
 if TYPE_CHECKING:
     from rivet.errors import IdempotencyMismatch, InvalidInput, LeaseLost, Permanent, RivetError
     from rivet.jobs import JobContext, job
-    from rivet.producer import cancel, enqueue, enqueue_many, get_task
+    from rivet.producer import (
+        acancel,
+        aenqueue,
+        aenqueue_many,
+        aget_task,
+        cancel,
+        enqueue,
+        enqueue_many,
+        get_task,
+    )
     from rivet.schedules.declare import cron
     from rivet.values import CancelOutcome, EnqueueResult, TaskRecord
 

@@ -42,7 +42,7 @@ from rivet.errors import (
     RivetError,
 )
 from rivet.jobs import JobContext, job
-from rivet.producer import enqueue, resolve_store
+from rivet.producer import aenqueue, aget_task, enqueue, resolve_store
 from rivet.routing import alias_for_queue
 from rivet.validation import check_name
 from rivet.values import TaskRecord
@@ -127,25 +127,39 @@ class RivetBackend(BaseTaskBackend):
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         self.validate_task(task)
-        payload = {
+        payload = self._payload(task, args, kwargs)
+        enqueued = enqueue(DJANGO_TASK_KIND, payload, **self._options(task))
+        alias = self.database or alias_for_queue(task.queue_name)
+        result = self.get_result(self.result_id(enqueued.task_id, alias))
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    async def aenqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        """``enqueue`` through ``rivet.aenqueue`` (see ``rivet.producer``)."""
+        self.validate_task(task)
+        payload = self._payload(task, args, kwargs)
+        enqueued = await aenqueue(DJANGO_TASK_KIND, payload, **self._options(task))
+        alias = self.database or alias_for_queue(task.queue_name)
+        result = await self.aget_result(self.result_id(enqueued.task_id, alias))
+        await task_enqueued.asend(type(self), task_result=result)
+        return result
+
+    def _payload(self, task: Task, args: Any, kwargs: Any) -> dict[str, Any]:
+        return {
             "func": task.module_path,
             "args": list(args),
             "kwargs": dict(kwargs),
             "backend": self.alias,
         }
-        enqueued = enqueue(
-            DJANGO_TASK_KIND,
-            payload,
-            queue=task.queue_name,
-            priority=task.priority,
-            run_at=task.run_after,
-            max_attempts=self.max_attempts,
-            using=self.database,
-        )
-        alias = self.database or alias_for_queue(task.queue_name)
-        result = self.get_result(self.result_id(enqueued.task_id, alias))
-        task_enqueued.send(type(self), task_result=result)
-        return result
+
+    def _options(self, task: Task) -> dict[str, Any]:
+        return {
+            "queue": task.queue_name,
+            "priority": task.priority,
+            "run_at": task.run_after,
+            "max_attempts": self.max_attempts,
+            "using": self.database,
+        }
 
     def get_result(self, result_id: str) -> TaskResult:
         """The task's result now: READY, RUNNING (leased), SUCCESSFUL (done) or FAILED (dead)."""
@@ -155,6 +169,18 @@ class RivetBackend(BaseTaskBackend):
             record = store.task_get(int(number))
         except (TypeError, ValueError, ConnectionDoesNotExist):
             record = None
+        return self._result(record, result_id)
+
+    async def aget_result(self, result_id: str) -> TaskResult:
+        """``get_result`` through ``rivet.aget_task`` (see ``rivet.producer``)."""
+        number, _, alias = str(result_id).partition("@")
+        try:
+            record = await aget_task(int(number), using=alias or self.database)
+        except (TypeError, ValueError, ConnectionDoesNotExist):
+            record = None
+        return self._result(record, result_id)
+
+    def _result(self, record: TaskRecord | None, result_id: str) -> TaskResult:
         if record is None or record.kind != DJANGO_TASK_KIND:
             raise TaskResultDoesNotExist(result_id)
         return task_result(record, backend=self.alias, result_id=str(result_id))

@@ -234,6 +234,34 @@ class JobDefinition(Generic[P, R]):
         )
         return store_for_queue(spec.queue, using).task_enqueue(spec)
 
+    async def aenqueue(
+        self,
+        payload: Any = None,
+        *,
+        queue: str | None = None,
+        idem_key: str | None = None,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        unique_key: str | None = None,
+        using: str | Store | None = None,
+    ) -> EnqueueResult:
+        """``enqueue`` from async code (``rivet.aenqueue``'s way)."""
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(self.enqueue, thread_sensitive=True)(
+            payload,
+            queue=queue,
+            idem_key=idem_key,
+            delay=delay,
+            run_at=run_at,
+            priority=priority,
+            max_attempts=max_attempts,
+            unique_key=unique_key,
+            using=using,
+        )
+
 
 class JobRegistry:
     """Kind name -> JobDefinition. A name may be registered once (re-imports are tolerated)."""

@@ -1,4 +1,5 @@
-"""The producer API: ``rivet.enqueue``, ``enqueue_many``, ``get_task`` and ``cancel``.
+"""The producer API: ``rivet.enqueue``, ``enqueue_many``, ``get_task`` and ``cancel``, and
+their awaitable twins ``aenqueue``, ``aenqueue_many``, ``aget_task`` and ``acancel``.
 
 Defaults come from the registered job of the kind (queue, max_attempts, priority, unique key),
 then from ``settings.RIVET`` (QUEUE, MAX_ATTEMPTS); ``rivet.jobs.task_spec`` fills them. A kind
@@ -9,6 +10,13 @@ with an error naming the kind.
 
 On the SQL stores an enqueue runs on Django's own connection, so inside the caller's
 ``transaction.atomic()`` the task commits or rolls back with the business rows.
+
+The awaitable twins take the same arguments and give the same results and errors. Each runs
+its twin through asgiref's ``sync_to_async`` with ``thread_sensitive=True``, as Django's own
+async ORM methods do: the call runs on the thread that serves the caller's sync database work
+(under ASGI, the request's; in a rivet worker's event loop, asgiref's one shared thread), so it
+uses the same connection, and a task written inside ``sync_to_async``-wrapped
+``transaction.atomic()`` code commits with it. The event loop is never blocked meanwhile.
 """
 
 from __future__ import annotations
@@ -16,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, overload
+
+from asgiref.sync import sync_to_async
 
 from rivet import tracing
 from rivet.errors import BatchKeyClash, InvalidInput, MixedDatabases
@@ -26,7 +36,18 @@ from rivet.stores.base import Store
 from rivet.validation import Limits
 from rivet.values import CancelOutcome, EnqueueResult, TaskRecord, TaskSpec
 
-__all__ = ["cancel", "enqueue", "enqueue_many", "get_task", "resolve_store", "task_spec"]
+__all__ = [
+    "acancel",
+    "aenqueue",
+    "aenqueue_many",
+    "aget_task",
+    "cancel",
+    "enqueue",
+    "enqueue_many",
+    "get_task",
+    "resolve_store",
+    "task_spec",
+]
 
 #: The keys a dict given to enqueue_many may carry.
 ITEM_KEYS = ENQUEUE_OPTIONS | {"kind", "payload"}
@@ -276,3 +297,51 @@ def _item_spec(
         raise InvalidInput(f"item {index}: 'kind' is required")
     # The keys are task_spec's own parameters (checked above): no copy of the item needed.
     return task_spec(limits=limits, trace_context=trace_context, **item)
+
+
+# -- the awaitable twins (see the module docstring) ------------------------------------------
+
+
+async def aenqueue(
+    kind: str,
+    payload: Any = None,
+    *,
+    queue: str | None = None,
+    idem_key: str | None = None,
+    delay: float | timedelta | None = None,
+    run_at: datetime | None = None,
+    priority: int | None = None,
+    max_attempts: int | None = None,
+    unique_key: str | None = None,
+    using: str | Store | None = None,
+) -> EnqueueResult:
+    """``enqueue`` from async code: the same arguments, result and errors."""
+    return await sync_to_async(enqueue, thread_sensitive=True)(
+        kind,
+        payload,
+        queue=queue,
+        idem_key=idem_key,
+        delay=delay,
+        run_at=run_at,
+        priority=priority,
+        max_attempts=max_attempts,
+        unique_key=unique_key,
+        using=using,
+    )
+
+
+async def aenqueue_many(
+    items: Iterable[Mapping[str, Any] | tuple], *, using: str | Store | None = None
+) -> list[EnqueueResult]:
+    """``enqueue_many`` from async code: the same arguments, result and errors."""
+    return await sync_to_async(enqueue_many, thread_sensitive=True)(items, using=using)
+
+
+async def aget_task(task_id: int, *, using: str | Store | None = None) -> TaskRecord | None:
+    """``get_task`` from async code: the same arguments, result and errors."""
+    return await sync_to_async(get_task, thread_sensitive=True)(task_id, using=using)
+
+
+async def acancel(task_id: int, *, using: str | Store | None = None) -> CancelOutcome:
+    """``cancel`` from async code: the same arguments, result and errors."""
+    return await sync_to_async(cancel, thread_sensitive=True)(task_id, using=using)

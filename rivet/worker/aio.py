@@ -165,6 +165,7 @@ class AsyncRunner:
         self._thread.join(timeout=timeout)
         if self._watch is not None:
             self._watch.join(timeout=timeout)
+        self._look()  # a block that ended just before the close is reported as ended too
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     def submit(self, attempt: Attempt) -> None:
@@ -250,6 +251,7 @@ class AsyncRunner:
     async def _shutdown(self) -> None:
         from asgiref.sync import sync_to_async
 
+        self._tick = time.monotonic()  # the loop runs this: it is not blocked now
         for task in [*self._tasks, self._ticking]:
             if task is not None:
                 task.cancel()
@@ -279,7 +281,6 @@ class AsyncRunner:
     def _watchdog(self) -> None:
         while not self._closed.wait(TICK_SECS * 2):
             self._look()
-        self._look()  # a block that ended just before the close is still reported as ended
 
     def _look(self) -> None:
         late = time.monotonic() - self._tick

@@ -248,6 +248,34 @@ def test_aenqueue_and_aget_result_go_through_the_same_backend(tasks):
     assert result.return_value == 42
 
 
+def test_aenqueue_and_aget_result_use_rivets_async_api_not_the_sync_methods(tasks, monkeypatch):
+    def refused(*args, **kwargs):
+        raise AssertionError("the sync path was taken")
+
+    awaited = []
+    real_aenqueue, real_aget_task = rivet.backends.aenqueue, rivet.backends.aget_task
+
+    async def aenqueue(*args, **kwargs):
+        awaited.append("aenqueue")
+        return await real_aenqueue(*args, **kwargs)
+
+    async def aget_task(*args, **kwargs):
+        awaited.append("aget_task")
+        return await real_aget_task(*args, **kwargs)
+
+    monkeypatch.setattr(rivet.backends, "enqueue", refused)
+    monkeypatch.setattr(RivetBackend, "get_result", refused)
+    monkeypatch.setattr(rivet.backends, "aenqueue", aenqueue)
+    monkeypatch.setattr(rivet.backends, "aget_task", aget_task)
+    result = async_to_sync(tasks.add.aenqueue)(1, 2)
+    assert result.status == TaskResultStatus.READY
+    assert row(result).payload["args"] == [1, 2]
+    assert async_to_sync(tasks.add.aget_result)(result.id).id == result.id
+    with pytest.raises(TaskResultDoesNotExist):
+        async_to_sync(tasks.add.aget_result)("not-a-number")
+    assert awaited == ["aenqueue", "aget_task", "aget_task"]
+
+
 def test_get_result_through_another_task_is_a_mismatch(tasks):
     result = tasks.shout.enqueue("mine")
     with pytest.raises(TaskResultMismatch, match="tests.tasks_for_backend.shout"):

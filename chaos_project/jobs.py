@@ -1,4 +1,5 @@
-"""Demo job kinds of the host project: ``noop``, ``fail`` and ``sleep``.
+"""Demo job kinds of the host project: ``noop``, ``fail`` and ``sleep``, and the ``async def``
+kinds ``async_noop``, ``async_sleep`` and ``async_orm``.
 
 rivet's app config imports every installed app's ``jobs`` module, so these register when
 Django starts.
@@ -6,7 +7,10 @@ Django starts.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
+
+from asgiref.sync import sync_to_async
 
 from rivet.errors import InvalidInput
 from rivet.jobs import JobContext, job
@@ -47,3 +51,39 @@ def sleep_ms(payload: Any) -> int:
             f"got {payload!r}"
         )
     return ms
+
+
+@job("async_noop")
+async def async_noop(context: JobContext) -> None:
+    """Succeeds at once, on the worker's event loop."""
+    return None
+
+
+@job("async_sleep")
+async def async_sleep(context: JobContext) -> dict[str, int]:
+    """Awaits ``payload["ms"]`` milliseconds; a stop cancels the sleep."""
+    ms = sleep_ms(context.payload)
+    await asyncio.sleep(ms / 1000)
+    return {"slept_ms": ms}
+
+
+@job("async_orm")
+async def async_orm(context: JobContext) -> dict[str, Any]:
+    """Reads its own task row through Django's async ORM (``aget``, on asgiref's shared
+    thread), or with ``{"threads": true}`` through ``sync_to_async(thread_sensitive=False)``
+    (on the event loop's executor threads), awaiting ``payload["ms"]`` (default 0) between."""
+    from rivet.models import Task
+
+    payload = context.payload if isinstance(context.payload, dict) else {}
+    ms = sleep_ms({"ms": payload.get("ms", 0)})
+    if payload.get("threads"):
+
+        def read() -> int:
+            return Task.objects.get(pk=context.task_id).attempts
+
+        before = await sync_to_async(read, thread_sensitive=False)()
+    else:
+        before = (await Task.objects.aget(pk=context.task_id)).attempts
+    await asyncio.sleep(ms / 1000)
+    count = await Task.objects.filter(pk=context.task_id).acount()
+    return {"attempts": before, "found": count}

@@ -302,10 +302,6 @@ class JobRegistry:
     def names(self) -> list[str]:
         return sorted(self._jobs)
 
-    def has_async(self) -> bool:
-        """Whether a registered kind has an async handler or an async failed hook."""
-        return any(d.is_async or _is_async_callable(d.failed) for d in list(self._jobs.values()))
-
 
 def handler_is_async(name: str, handler: Any) -> bool:
     """Whether ``handler`` is an ``async def`` (True) or a plain function (False).
@@ -435,14 +431,6 @@ class JobDecorator:
         if self.schedules:
             code_schedules.add(self.name, list(self.schedules))
         return registered
-
-
-def _is_async_callable(value: Any) -> bool:
-    if value is None:
-        return False
-    return inspect.iscoroutinefunction(value) or inspect.iscoroutinefunction(
-        type(value).__dict__.get("__call__")
-    )
 
 
 def _check_job_class(name: str, target: type) -> None:

@@ -315,7 +315,25 @@ async def aenqueue(
     unique_key: str | None = None,
     using: str | Store | None = None,
 ) -> EnqueueResult:
-    """``enqueue`` from async code: the same arguments, result and errors."""
+    """``enqueue`` from async code: the same arguments, result and errors.
+
+    :param kind: the registered job kind that runs it.
+    :param payload: any JSON value (at most ``RIVET["MAX_PAYLOAD_BYTES"]`` encoded).
+    :param queue: the queue; default the job's, else ``RIVET["QUEUE"]``.
+    :param idem_key: the producer's idempotency key (``enqueue``'s rule): the same key with
+        the same work returns the task it names as a duplicate.
+    :param delay: seconds (or a ``timedelta``) before the task may run; not with ``run_at``.
+    :param run_at: an aware ``datetime`` before which the task may not run; not with ``delay``.
+    :param priority: -100..100, higher is claimed first; default the job's, else 0.
+    :param max_attempts: attempts before the task is dead; default the job's, else
+        ``RIVET["MAX_ATTEMPTS"]``.
+    :param unique_key: while a pending task of the same kind holds this key, the enqueue
+        returns that task as a duplicate; default the job's ``unique`` function, else none.
+    :param using: the store: None for the database of the queue, an alias, or a Store.
+    :returns: the task's id, and whether it already existed.
+    :raises InvalidInput: a value is out of bounds or malformed (nothing is written).
+    :raises IdempotencyMismatch: ``idem_key`` already names different work.
+    """
     return await sync_to_async(enqueue, thread_sensitive=True)(
         kind,
         payload,
@@ -333,15 +351,36 @@ async def aenqueue(
 async def aenqueue_many(
     items: Iterable[Mapping[str, Any] | tuple], *, using: str | Store | None = None
 ) -> list[EnqueueResult]:
-    """``enqueue_many`` from async code: the same arguments, result and errors."""
+    """``enqueue_many`` from async code: the same arguments, result and errors.
+
+    :param items: each a dict of ``enqueue``'s arguments but ``using`` (``kind`` required), or
+        a ``(kind, payload)`` tuple.
+    :param using: the store for the whole batch: None for the database of the queues, an
+        alias, or a Store.
+    :returns: one result per item, in the order given.
+    :raises InvalidInput: an item is invalid (its message names its index); nothing is written.
+    :raises IdempotencyMismatch: an item's key already names different work.
+    """
     return await sync_to_async(enqueue_many, thread_sensitive=True)(items, using=using)
 
 
 async def aget_task(task_id: int, *, using: str | Store | None = None) -> TaskRecord | None:
-    """``get_task`` from async code: the same arguments, result and errors."""
+    """``get_task`` from async code: the same arguments, result and errors.
+
+    :param task_id: the task's id, as ``enqueue`` returned it.
+    :param using: the store: None for ``RIVET["DATABASE_ALIAS"]``, an alias, or a Store.
+    :returns: the task as it is now, or None.
+    :raises InvalidInput: ``task_id`` is not an integer.
+    """
     return await sync_to_async(get_task, thread_sensitive=True)(task_id, using=using)
 
 
 async def acancel(task_id: int, *, using: str | Store | None = None) -> CancelOutcome:
-    """``cancel`` from async code: the same arguments, result and errors."""
+    """``cancel`` from async code: the same arguments, result and errors.
+
+    :param task_id: the task's id.
+    :param using: the store: None for ``RIVET["DATABASE_ALIAS"]``, an alias, or a Store.
+    :returns: what happened: CANCELLED, MARKED, FINISHED or NOT_FOUND.
+    :raises InvalidInput: ``task_id`` is not an integer.
+    """
     return await sync_to_async(cancel, thread_sensitive=True)(task_id, using=using)

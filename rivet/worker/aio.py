@@ -1,12 +1,12 @@
 """The worker's event loop: ``async def`` handlers, many in flight on one thread.
 
-A worker whose registry holds an async kind (``JobDefinition.is_async``) starts one event loop
-on a thread of its own (``AsyncRunner``) beside its handler threads, and runs up to
-``async_concurrency`` coroutines on it at once. Everything else stays where it is for sync
-jobs: the loop thread claims and settles (the same ``task_settle_and_claim``, every write
-naming its lease's epoch), the guard thread heartbeats and keeps the deadlines, and a
+The first time a worker claims a task whose kind is async (``JobDefinition.is_async``), or runs
+an async failed hook, it starts one event loop on a thread of its own (``AsyncRunner``) beside
+its handler threads, and runs up to ``async_concurrency`` coroutines on it at once. The rest is
+the sync jobs': the loop thread claims and settles (the same ``task_settle_and_claim``, every
+write naming its lease's epoch), the guard thread heartbeats and keeps the deadlines, and a
 coroutine's outcome goes back to the loop thread the way a handler thread's does. A worker
-whose kinds are all sync starts no event loop.
+that claims only sync tasks starts no event loop and sizes its claims as it always did.
 
 A claim comes from the same queues for both kinds, and the store cannot tell them apart before
 it leases a task, so the claim is sized by both pools (``KindMix``): by the share of async

@@ -158,11 +158,10 @@ class Worker(Slots):
         )
         self.handlers = HandlerPool(self.config.concurrency, self._execute)
         self.mix = KindMix()
-        #: The event loop of async handlers: made here when a registered kind is async (its
-        #: claims are then sized by both pools), else the first time one is claimed.
+        #: The event loop of async handlers, started the first time an async kind is claimed
+        #: (or an async failed hook runs): until then, claims are sized as if there were none.
         self.aio: AsyncRunner | None = None
-        if registry.has_async():
-            self._async_runner_made()
+        self.reporter.run_async_hook = self._run_async_hook
         self._gave_up = False
         self._requeued = False
         self._claim_short: bool | None = None
@@ -189,7 +188,6 @@ class Worker(Slots):
             owner=self.owner,
             queues=",".join(self.config.queues),
             concurrency=self.config.concurrency,
-            **self._async_fields(),
             prefetch=self.prefetcher.describe(),
             lease_ttl=self.config.lease_ttl,
             pool_size=self.config.pool_size,
@@ -197,8 +195,6 @@ class Worker(Slots):
         self._server_warnings()
         self.guard.start()
         self.handlers.start()
-        if self.aio is not None:
-            self.aio.start()
         if self.pruner is not None:
             self.pruner.start()
         if self.scheduler is not None:
@@ -227,10 +223,6 @@ class Worker(Slots):
         logs.event("worker_stopped", owner=self.owner, exit_code=code, **summary)
         logs.flush()
         return stats
-
-    def _async_fields(self) -> dict[str, Any]:
-        """What worker_started says of the event loop (nothing when there is none)."""
-        return {} if self.aio is None else {"async_concurrency": self.config.async_concurrency}
 
     def _server_warnings(self) -> None:
         """Log what the store finds wrong with the server's settings; never stops the worker."""

@@ -243,14 +243,16 @@ class Slots:
             self.handlers.submit(attempt)
 
     def _async_runner(self) -> AsyncRunner:
-        """The event loop, started the first time an async kind is claimed if not before."""
+        """The event loop, made and started the first time it is needed."""
         runner = self.aio or self._async_runner_made()
         runner.start()
         return runner
 
     def _async_runner_made(self) -> AsyncRunner:
         self.aio = AsyncRunner(self.config.async_concurrency, self._execute_async)
-        self.reporter.run_async_hook = self._run_async_hook
+        logs.event(
+            "event_loop_started", owner=self.owner, async_concurrency=self.config.async_concurrency
+        )
         return self.aio
 
     def _run_async_hook(self, attempt: Attempt, awaitable: Any, on_error: Any) -> None:

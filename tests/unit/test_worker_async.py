@@ -48,18 +48,6 @@ def test_an_async_function_or_class_registers_as_async_and_a_def_as_sync(jobs):
     job("a.partial", registry=jobs)(functools.partial(takes, 5))
     assert [jobs.get(n).is_async for n in ("a.fn", "a.cls", "a.obj", "a.partial")] == [True] * 4
     assert jobs.get("s.fn").is_async is False
-    assert jobs.has_async()
-
-
-def test_a_registry_of_sync_jobs_has_no_async_kind_unless_a_hook_is_async(jobs):
-    job("s", registry=jobs)(lambda ctx: None)
-    assert not jobs.has_async()
-
-    async def hook(ctx, error):
-        return None
-
-    job("s2", registry=jobs, failed=hook)(lambda ctx: None)
-    assert jobs.has_async()
 
 
 @pytest.mark.parametrize(
@@ -131,12 +119,17 @@ def test_async_and_sync_jobs_run_beside_each_other_from_one_queue(store, jobs):
     assert all(name.startswith("rivet-handler") for name in threads["sync"])
 
 
-def test_a_worker_of_sync_kinds_starts_no_event_loop(store, jobs):
+def test_a_worker_that_claims_only_sync_tasks_starts_no_event_loop(store, jobs):
     job("s", registry=jobs)(lambda ctx: None)
+
+    @job("a", registry=jobs)  # registered, never enqueued
+    async def a(ctx):
+        return None
+
     enqueue(store, "s")
     worker = make_worker(store, jobs, once=True)
     assert worker.aio is None
-    worker.run()
+    assert worker.run().acked == 1
     assert worker.aio is None
     assert not [t for t in threading.enumerate() if t.name.startswith("rivet-async")]
 

@@ -138,7 +138,9 @@ class Worker(Slots):
         if isinstance(metrics, WorkerMetrics):
             self.metrics = metrics
         elif metrics:
-            self.metrics = WorkerMetrics(slots=self.config.concurrency, busy=self.busy_slots)
+            self.metrics = WorkerMetrics(
+                slots=self.config.concurrency, busy=self.busy_slots, busy_async=self.busy_async
+            )
         else:
             self.metrics = NO_METRICS
         self.reporter = Reporter(

@@ -46,7 +46,13 @@ NO_METRICS = NoMetrics()
 class WorkerMetrics(NoMetrics):
     """One worker's metrics, in a registry of its own (several workers may share a process)."""
 
-    def __init__(self, *, slots: int, busy: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        *,
+        slots: int,
+        busy: Callable[[], float],
+        busy_async: Callable[[], float] | None = None,
+    ) -> None:
         # Imported here: a worker without metrics starts without prometheus_client.
         require("prometheus_client", extra="metrics", feature="rivet's Prometheus metrics")
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -73,6 +79,11 @@ class WorkerMetrics(NoMetrics):
         ).set(slots)
         busy_slots = "slots whose handler has not returned"
         Gauge("rivet_worker_slots_busy", busy_slots, registry=self.registry).set_function(busy)
+        Gauge(
+            "rivet_worker_async_in_flight",
+            "async def handlers running on the worker's event loop",
+            registry=self.registry,
+        ).set_function(busy_async or (lambda: 0.0))
 
     def event(self, name: str, claimed: Claimed) -> None:
         self.counters[name].labels(claimed.queue, claimed.kind).inc()

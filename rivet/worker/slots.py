@@ -92,8 +92,13 @@ class Slots:
         return sum(1 for a in self._running.values() if a.busy)
 
     def busy_slots(self) -> int:
-        """Slots whose handler has not returned; safe to call from another thread (a scrape)."""
-        return sum(1 for a in list(self._running.values()) if a.busy and a.began)
+        """Thread slots whose handler has not returned; safe to call from another thread (a
+        scrape)."""
+        return sum(1 for a in list(self._running.values()) if a.busy and a.began and not a.is_async)
+
+    def busy_async(self) -> int:
+        """Async handlers started and not returned (the same, for the event loop)."""
+        return sum(1 for a in list(self._running.values()) if a.busy and a.began and a.is_async)
 
     def _free_slots(self) -> int:
         """How many tasks the next claim asks for: free slots and free prefetch room."""

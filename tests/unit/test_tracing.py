@@ -179,3 +179,34 @@ def test_the_worker_asks_whether_spans_are_recorded_once_per_claim(monkeypatch, 
     assert stats.acked == 3
     assert claims[0] == 3  # one claim leased the three tasks
     assert len(asked) == len(claims)
+
+
+def test_async_handlers_in_flight_together_each_run_inside_their_own_attempt_span(
+    store, jobs, spans
+):
+    import asyncio
+
+    seen: dict[int, int] = {}
+    arrived: list[int] = []
+    both = asyncio.Event()
+
+    @job("together", registry=jobs)
+    async def together(ctx: JobContext):
+        arrived.append(ctx.task_id)
+        if len(arrived) == 2:
+            both.set()
+        await both.wait()  # both coroutines are in flight on one loop here
+        seen[ctx.task_id] = trace.get_current_span().get_span_context().span_id
+        if ctx.payload == "fail":
+            raise ValueError("the second one fails")
+
+    with tracer.start_as_current_span("request-1"):
+        ok = enqueue(store, "together", "ok")
+    with tracer.start_as_current_span("request-2"):
+        bad = enqueue(store, "together", "fail", max_attempts=1)
+    make_worker(store, jobs, once=True, async_concurrency=2).run()
+    spans_by_task = {s.attributes["rivet.task.id"]: s for s in attempt_spans(spans)}
+    assert seen == {t: spans_by_task[t].context.span_id for t in (ok, bad)}
+    assert spans_by_task[ok].attributes["rivet.ending"] == "acked"
+    assert spans_by_task[bad].attributes["rivet.ending"] == "dead"
+    assert spans_by_task[bad].events[0].attributes["exception.type"] == "ValueError"

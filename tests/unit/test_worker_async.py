@@ -398,3 +398,30 @@ def test_the_claim_fills_the_pool_a_steady_mix_needs_and_at_most_one_extra_of_a_
     assert 100 <= mix.claim_size(sync_free=4, async_free=100) <= 104
     assert mix.claim_size(sync_free=0, async_free=0) == 0
     assert mix.claim_size(sync_free=-3, async_free=100) == 0  # sync tasks wait: claim none
+
+
+def test_async_attempts_are_counted_and_timed_and_shown_in_flight_apart_from_the_slots(store, jobs):
+    from tests.unit.worker_kit import counted
+
+    gate = threading.Event()
+    inside: list[int] = []
+
+    @job("m", registry=jobs)
+    async def m(ctx):
+        inside.append(ctx.task_id)
+        while not gate.is_set():
+            await asyncio.sleep(0.01)
+
+    for _ in range(3):
+        enqueue(store, "m")
+    worker = make_worker(store, jobs, metrics=True, async_concurrency=5)
+    running = Background(worker)
+    wait_until(lambda: len(inside) == 3, "three in flight")
+    scrape = worker.metrics.registry.get_sample_value
+    assert scrape("rivet_worker_async_in_flight") == 3
+    assert scrape("rivet_worker_slots_busy") == 0
+    gate.set()
+    wait_until(lambda: worker.counts["acked"] == 3, "three acked")
+    running.stop()
+    assert counted(worker, "rivet_worker_acks_total", kind="m") == 3
+    assert scrape("rivet_worker_handler_duration_seconds_count", {"queue": "q", "kind": "m"}) == 3

@@ -164,7 +164,11 @@ def build_group(
     shared = None
     if config.metrics_port is not None and len(groups) > 1:
         slots = config.concurrency * len(groups)
-        shared = WorkerMetrics(slots=slots, busy=lambda: sum(w.busy_slots() for w in workers))
+        shared = WorkerMetrics(
+            slots=slots,
+            busy=lambda: sum(w.busy_slots() for w in workers),
+            busy_async=lambda: sum(w.busy_async() for w in workers),
+        )
     scheduling = rivet_settings.DATABASE_ALIAS if rivet_settings.DATABASE_ALIAS in groups else None
     for alias, queues in groups.items():
         one = dataclasses.replace(config, queues=tuple(queues))

@@ -38,6 +38,7 @@ __all__ = [
     "assert_nothing_enqueued",
     "enqueued",
     "fake",
+    "arun_now",
     "run_now",
 ]
 
@@ -216,8 +217,109 @@ def run_now(
     """Run the registered handler of ``kind`` once, with a JobContext and no queue.
 
     The payload and the return value go through JSON as they would on a real queue. If the
-    handler raises on the last attempt, the job's ``failed`` hook runs before the re-raise.
+    handler raises on the last attempt, the job's ``failed`` hook runs before the re-raise. An
+    ``async def`` handler (or hook) runs to its end on an event loop of its own; from async
+    code (a running loop), await ``arun_now`` instead.
     """
+    import asyncio
+
+    if _is_async_job(kind):
+        if asyncio._get_running_loop() is not None:
+            raise RivetError(
+                f"job {kind!r} is async def and an event loop is running here: "
+                "await rivet.testing.arun_now(...) instead of run_now"
+            )
+        return asyncio.run(
+            arun_now(
+                kind,
+                payload,
+                attempt=attempt,
+                max_attempts=max_attempts,
+                queue=queue,
+                idem_key=idem_key,
+                task_id=task_id,
+            )
+        )
+    definition, context = _job_and_context(
+        kind, payload, attempt, max_attempts, queue, idem_key, task_id
+    )
+    try:
+        result = definition(context)
+    except Exception as error:
+        if context.is_last_attempt and definition.failed is not None:
+            _finish_hook(definition.failed(context, error))
+        raise
+    return _as_json(result, what=f"the return value of job {kind!r}")
+
+
+async def arun_now(
+    kind: str,
+    payload: Any = None,
+    *,
+    attempt: int = 1,
+    max_attempts: int | None = None,
+    queue: str | None = None,
+    idem_key: str | None = None,
+    task_id: int = 0,
+) -> Any:
+    """``run_now`` from async code: an ``async def`` handler (or hook) is awaited, a sync one
+    is called as ``run_now`` calls it.
+
+    :param kind: the registered job kind to run.
+    :param payload: its payload (through JSON, as on a queue).
+    :param attempt: the attempt number the context says.
+    :param max_attempts: the attempts allowed; default the job's, else the setting.
+    :param queue: the queue the context says; default the job's, else the setting.
+    :param idem_key: the idempotency key the context says.
+    :param task_id: the task id the context says.
+    :returns: the handler's result, through JSON.
+    """
+    import inspect
+
+    definition, context = _job_and_context(
+        kind, payload, attempt, max_attempts, queue, idem_key, task_id
+    )
+    try:
+        result = definition(context)
+        if inspect.isawaitable(result):
+            result = await result
+    except Exception as error:
+        if context.is_last_attempt and definition.failed is not None:
+            hooked = definition.failed(context, error)
+            if inspect.isawaitable(hooked):
+                await hooked
+        raise
+    return _as_json(result, what=f"the return value of job {kind!r}")
+
+
+def _is_async_job(kind: str) -> bool:
+    from rivet.jobs import registry
+
+    return registry.get(kind).is_async
+
+
+def _finish_hook(hooked: Any) -> None:
+    """A failed hook's answer: an async hook's coroutine runs to its end here."""
+    import asyncio
+    import inspect
+
+    if inspect.isawaitable(hooked):
+        asyncio.run(_awaited(hooked))
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _job_and_context(
+    kind: str,
+    payload: Any,
+    attempt: int,
+    max_attempts: int | None,
+    queue: str | None,
+    idem_key: str | None,
+    task_id: int,
+) -> tuple[Any, Any]:
     from rivet.conf import rivet_settings
     from rivet.jobs import JobContext, registry
 
@@ -232,13 +334,7 @@ def run_now(
         max_attempts=limit,
         idem_key=idem_key,
     )
-    try:
-        result = definition(context)
-    except Exception as error:
-        if context.is_last_attempt and definition.failed is not None:
-            definition.failed(context, error)
-        raise
-    return _as_json(result, what=f"the return value of job {kind!r}")
+    return definition, context
 
 
 def _as_json(value: Any, what: str = "payload") -> Any:

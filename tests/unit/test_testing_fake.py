@@ -224,3 +224,45 @@ def test_run_now_runs_the_failed_hook_only_on_the_last_attempt(jobs):
 def test_run_now_refuses_an_unknown_kind():
     with pytest.raises(UnknownJob, match="'fake.nobody'"):
         rivet.testing.run_now("fake.nobody")
+
+
+@pytest.fixture
+def async_jobs():
+    import asyncio
+
+    from rivet.jobs import registry
+
+    seen: dict = {}
+
+    async def hook(context, error):
+        await asyncio.sleep(0)
+        seen["failed"] = (context.attempt, str(error))
+
+    @rivet.job("fake.aecho", max_attempts=2, failed=hook)
+    async def aecho(context):
+        await asyncio.sleep(0)
+        if context.payload == "boom":
+            raise ValueError("boom")
+        return {"got": context.payload, "attempt": context.attempt}
+
+    yield seen
+    registry.unregister("fake.aecho")
+
+
+def test_run_now_runs_an_async_handler_and_its_async_hook_to_their_end(async_jobs):
+    assert rivet.testing.run_now("fake.aecho", (1, 2)) == {"got": [1, 2], "attempt": 1}
+    with pytest.raises(ValueError, match="boom"):
+        rivet.testing.run_now("fake.aecho", "boom", attempt=2)
+    assert async_jobs["failed"] == (2, "boom")
+
+
+def test_arun_now_awaits_an_async_handler_and_run_now_inside_a_loop_says_to_use_it(async_jobs):
+    import asyncio
+
+    async def main():
+        result = await rivet.testing.arun_now("fake.aecho", {"n": 1})
+        with pytest.raises(RivetError, match="await rivet.testing.arun_now"):
+            rivet.testing.run_now("fake.aecho")
+        return result
+
+    assert asyncio.run(main()) == {"got": {"n": 1}, "attempt": 1}

@@ -15,30 +15,61 @@ retries and burials through the store's guards as well as acks: ``fail_attempts:
 attempts 1..N (a retry, or with N >= max_attempts a burial as ``max attempts exceeded``), and
 ``permanent_at: K`` raises ``rivet.Permanent`` at attempt K (buried at once).
 
+With ``RIVET_CHAOS_HANDLERS=async`` in a worker's environment (``rivet_chaos --handlers
+async``), ``chaos.effect`` is the same work as an ``async def``: the wait is an ``await`` (a stop
+cancels it) and the effect goes through the asyncio client, so kills, failpoints and zombies
+reach tasks in flight on the worker's event loop. ``use_handlers`` registers the variant a
+worker's environment asks for (a forked worker calls it again after taking its environment).
+
 ``chaos.tick`` is the task of a chaos schedule's tick (``rivet_chaos --schedules N``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 from typing import Any
 
-from chaos_project.effect_kind import send_effect
+from chaos_project.effect_kind import asend_effect, send_effect
 from rivet.errors import InvalidInput, Permanent
 from rivet.failpoints import fires
-from rivet.jobs import JobContext, job
+from rivet.jobs import JobContext, job, registry
 
 MAX_WORK_MS = 60_000
 LATER_ATTEMPT_MIN_MS = 300
 
 
-@job("chaos.effect", max_attempts=10)
+EFFECT_KIND = "chaos.effect"
+#: The worker environment's choice of ``chaos.effect``'s handler: sync (a def) or async.
+HANDLERS_ENV = "RIVET_CHAOS_HANDLERS"
+HANDLERS = ("sync", "async")
+
+
 @fires("before_effect")
 def chaos_effect(context: JobContext) -> dict[str, Any]:
     """Work ``work_ms`` (stopping early if the lease is lost), then make the effect once."""
+    context.wait(_ms(context) / 1000)
+    _fail_by_design(context)
+    response = send_effect(context)
+    return {"status": response.status, "replay": response.replay}
+
+
+@fires("before_effect")
+async def chaos_effect_async(context: JobContext) -> dict[str, Any]:
+    """``chaos_effect`` as a coroutine: the work is awaited, the effect is the asyncio POST."""
+    await asyncio.sleep(_ms(context) / 1000)
+    context.check()
+    _fail_by_design(context)
+    response = await asend_effect(context)
+    return {"status": response.status, "replay": response.replay}
+
+
+def _ms(context: JobContext) -> int:
     ms = work_ms(context.payload)
-    if context.attempt > 1:
-        ms = max(ms, LATER_ATTEMPT_MIN_MS)
-    context.wait(ms / 1000)
+    return max(ms, LATER_ATTEMPT_MIN_MS) if context.attempt > 1 else ms
+
+
+def _fail_by_design(context: JobContext) -> None:
     payload = context.payload
     if payload.get("permanent_at") == context.attempt:
         raise Permanent(f"chaos task {payload.get('chaos_task')} fails permanently by design")
@@ -47,8 +78,19 @@ def chaos_effect(context: JobContext) -> dict[str, Any]:
         raise RuntimeError(
             f"chaos task {payload.get('chaos_task')} fails attempt {context.attempt} by design"
         )
-    response = send_effect(context)
-    return {"status": response.status, "replay": response.replay}
+
+
+def use_handlers(handlers: str | None) -> None:
+    """Register ``chaos.effect`` as the sync (default) or the async handler."""
+    handlers = handlers or "sync"
+    if handlers not in HANDLERS:
+        raise InvalidInput(f"{HANDLERS_ENV} must be sync or async, got {handlers!r}")
+    registry.unregister(EFFECT_KIND)
+    target = chaos_effect_async if handlers == "async" else chaos_effect
+    job(EFFECT_KIND, max_attempts=10)(target)
+
+
+use_handlers(os.environ.get(HANDLERS_ENV))
 
 
 def work_ms(payload: Any) -> int:

@@ -19,6 +19,7 @@ from typing import Any
 
 from django.conf import settings
 
+from effect_project.aclient import apost_effect
 from effect_project.client import EffectRejected, EffectResponse, post_effect
 from rivet.errors import Permanent
 from rivet.failpoints import failpoint, fires
@@ -43,6 +44,23 @@ def send_effect(context: JobContext) -> EffectResponse:
     failpoint("before_effect")
     try:
         return post_effect(
+            settings.EFFECT_SERVICE_URL,
+            effect_key(context),
+            context.payload,
+            timeout=EFFECT_READ_TIMEOUT_SECS,
+            connect_timeout=EFFECT_CONNECT_TIMEOUT_SECS,
+        )
+    except EffectRejected as exc:
+        raise Permanent(str(exc)) from exc
+
+
+async def asend_effect(context: JobContext) -> EffectResponse:
+    """``send_effect`` for an ``async def`` handler: the same POST through the asyncio client
+    (``effect_project.aclient``); a stop cancels the wait for the answer."""
+    context.check()
+    failpoint("before_effect")
+    try:
+        return await apost_effect(
             settings.EFFECT_SERVICE_URL,
             effect_key(context),
             context.payload,

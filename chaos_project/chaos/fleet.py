@@ -23,6 +23,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
+from chaos_project import chaos_kinds
 from chaos_project.chaos.plan import (
     FAILPOINT,
     FAILPOINT_PROBABILITY,
@@ -84,6 +85,7 @@ def worker_main(args: list[str], env: dict[str, str]) -> int:
     os.environ.update(env)
     # Read from the environment when the settings were imported, in the harness: set again.
     settings.EFFECT_SERVICE_URL = env["EFFECT_SERVICE_URL"]
+    chaos_kinds.use_handlers(env.get(chaos_kinds.HANDLERS_ENV))  # registered at import, too
     try:
         call_command("rivet_worker", *args)
     except CommandError as exc:

@@ -88,6 +88,8 @@ class ChaosOptions:
     """Start each worker as a new ``manage.py rivet_worker`` process instead of forking it."""
     schedules: int = 0
     """One-second schedules fired during the chaos (T1, T2: chaos_project.chaos.ticks)."""
+    handlers: str = "sync"
+    """``chaos.effect`` as a def (sync) or an ``async def`` (async: chaos_project.chaos_kinds)."""
 
     def backlog(self) -> int:
         """Tasks ready (unclaimed) at most: by default one per handler slot of the fleet."""
@@ -100,6 +102,7 @@ class ChaosOptions:
             *("--prefetch", str(self.prefetch)),
             *("--poll-interval", "0.2", "--shutdown-timeout", "5", "--log-format", "json"),
             *("--retry-backoff-secs", "0.05", "--retry-backoff-cap-secs", "0.5"),
+            *(("--async-concurrency", str(self.concurrency)) if self.handlers == "async" else ()),
         ]
 
 
@@ -368,7 +371,9 @@ class ChaosRun:
     ):
         o = self.options
         worker_effect_url = self.faults.worker_effect_url(service_url)  # faults hook: proxy
-        env = worker_env(database_url(), EFFECT_SERVICE_URL=worker_effect_url)
+        env = worker_env(
+            database_url(), EFFECT_SERVICE_URL=worker_effect_url, RIVET_CHAOS_HANDLERS=o.handlers
+        )
         fleet = Fleet(
             size=o.workers,
             worker_args=[*o.worker_args(), *self.faults.worker_args()],  # faults hook

@@ -360,6 +360,14 @@ class Command(BaseCommand):
         )
         add("--queue", default="chaos", help="queue of the run (default: %(default)s)")
         add(
+            "--handlers",
+            choices=("sync", "async"),
+            default="sync",
+            help="run the effect kind as a def on handler threads (sync) or as an async def on "
+            "each worker's event loop, through the asyncio effect client, --concurrency of "
+            "them in flight (async) (default: %(default)s)",
+        )
+        add(
             "--schedules",
             type=_non_negative_int,
             default=0,
@@ -558,6 +566,7 @@ def _run_options(options, *, seed: int | None) -> ChaosOptions:
         faults=options["faults"],
         exec_workers=options["exec_workers"],
         schedules=options["schedules"],
+        handlers=options["handlers"],
     )
 
 

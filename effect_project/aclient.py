@@ -61,6 +61,19 @@ class _Pools:
     def __init__(self) -> None:
         self.idle: defaultdict[tuple[str, str, int], list[_Connection]] = defaultdict(list)
         self.opened = 0
+        self.janitor: asyncio.Task[None] | None = None
+
+    async def close_when_cancelled(self) -> None:
+        """Waits for the loop's end: a loop cancels its tasks before it closes (``asyncio.run``,
+        the worker's event loop), and the idle connections are closed then, not left to warn
+        from a closed loop."""
+        try:
+            await asyncio.Event().wait()
+        finally:
+            for connections in self.idle.values():
+                for connection in connections:
+                    connection.close()
+            self.idle.clear()
 
 
 _POOLS: dict[asyncio.AbstractEventLoop, _Pools] = {}
@@ -74,6 +87,7 @@ def _pools() -> _Pools:
         for old in [other for other in _POOLS if other.is_closed()]:
             del _POOLS[old]
         pools = _POOLS[loop] = _Pools()
+        pools.janitor = loop.create_task(pools.close_when_cancelled())
     return pools
 
 

@@ -55,6 +55,8 @@ BLOCKED_SECS = 0.5
 TICK_SECS = 0.05
 #: Threads of the loop's default executor (``to_thread``, ``thread_sensitive=False``).
 EXECUTOR_THREADS = 8
+#: How long the loop's close waits for its cancelled tasks to end.
+SHUTDOWN_TURN_SECS = 0.5
 #: The longest ``close`` waits for failed hooks still running at shutdown.
 HOOK_WAIT_SECS = 5.0
 
@@ -252,10 +254,13 @@ class AsyncRunner:
         from asgiref.sync import sync_to_async
 
         self._tick = time.monotonic()  # the loop runs this: it is not blocked now
-        for task in [*self._tasks, self._ticking]:
-            if task is not None:
-                task.cancel()
-        await asyncio.sleep(0)  # one turn for the cancelled to end (the abandoned will not)
+        # Every task on the loop: the handlers', the ticker, and any a handler or a library
+        # started (a client's pool closes its connections when cancelled).
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        if others:  # a short turn for the cancelled to end (the abandoned will not)
+            await asyncio.wait(others, timeout=SHUTDOWN_TURN_SECS)
         await sync_to_async(connections.close_all, thread_sensitive=True)()
         loop = asyncio.get_running_loop()
         loop.call_soon(loop.stop)
@@ -279,8 +284,15 @@ class AsyncRunner:
     # -- the watchdog thread -----------------------------------------------------------------
 
     def _watchdog(self) -> None:
+        awake = time.monotonic()
         while not self._closed.wait(TICK_SECS * 2):
-            self._look()
+            now = time.monotonic()
+            # Late itself: the whole process was paused (SIGSTOP, a stalled VM), not the loop
+            # by a handler; the loop gets the time to tick again before it is judged.
+            paused = now - awake >= BLOCKED_SECS
+            awake = now
+            if not paused:
+                self._look()
 
     def _look(self) -> None:
         late = time.monotonic() - self._tick

@@ -295,6 +295,19 @@ class Command(BaseCommand):
             help="the results text (default: bench/results.md)",
         )
         add(
+            "--async-rows",
+            action="store_true",
+            help="measure only the async rows (async def jobs beside sync ones, one worker: "
+            "bench/asyncbench.py) and write them to --async-out; --tasks and --runs apply "
+            "(default: off)",
+        )
+        add(
+            "--async-out",
+            type=Path,
+            default=Path(settings.BASE_DIR) / "bench" / "async.md",
+            help="where --async-rows writes (default: bench/async.md)",
+        )
+        add(
             "--json",
             dest="bench_json",
             type=Path,
@@ -497,47 +510,50 @@ class Command(BaseCommand):
         _verdict_exit(verdict)
 
     def _bench(self, options) -> None:
-        Bench(
-            BenchOptions(
-                workers=options["bench_workers"],
-                concurrency=options["bench_concurrency"],
-                kinds=options["bench_kinds"],
-                tasks=options["bench_tasks"],
-                effect_tasks=options["effect_tasks"],
-                runs=options["runs"],
-                ceiling=not options["no_ceiling"],
-                rate=options["rate"] or None,
-                rate_tasks=options["rate_tasks"],
-                rate_workers=options["rate_workers"],
-                rate_concurrency=options["rate_concurrency"],
-                rate_runs=options["rate_runs"],
-                soak=options["soak"],
-                soak_workers=options["soak_workers"],
-                soak_concurrency=options["soak_concurrency"],
-                soak_vacuum_secs=options["soak_vacuum_secs"],
-                enqueue_single=options["enqueue_single"],
-                enqueue_bulk=options["enqueue_bulk"],
-                enqueue_producers=options["enqueue_producers"],
-                enqueue_fsync=not options["no_fsync"],
-                schedules=options["bench_schedules"],
-                schedule_workers=options["schedule_workers"],
-                schedule_secs=options["schedule_secs"],
-                big_claim_rows=options["big_claim_rows"],
-                stale_stats_rows=options["stale_stats_rows"],
-                payload_bytes=options["payload_bytes"],
-                lease_ttl=options["bench_ttl"],
-                pool_size=options["pool_size"],
-                prefetch=options["bench_prefetch"],
-                task_log_level=options["bench_task_log_level"],
-                timeout=options["bench_timeout"],
-                out=options["out"],
-                json_path=options["bench_json"],
-                plot=options["plot"],
-                no_plot=options["no_plot"],
-                effect_database_url=options["effect_database_url"],
-            ),
-            say=self._say,
-        ).run()
+        bench_options = BenchOptions(
+            workers=options["bench_workers"],
+            concurrency=options["bench_concurrency"],
+            kinds=options["bench_kinds"],
+            tasks=options["bench_tasks"],
+            effect_tasks=options["effect_tasks"],
+            runs=options["runs"],
+            ceiling=not options["no_ceiling"],
+            rate=options["rate"] or None,
+            rate_tasks=options["rate_tasks"],
+            rate_workers=options["rate_workers"],
+            rate_concurrency=options["rate_concurrency"],
+            rate_runs=options["rate_runs"],
+            soak=options["soak"],
+            soak_workers=options["soak_workers"],
+            soak_concurrency=options["soak_concurrency"],
+            soak_vacuum_secs=options["soak_vacuum_secs"],
+            enqueue_single=options["enqueue_single"],
+            enqueue_bulk=options["enqueue_bulk"],
+            enqueue_producers=options["enqueue_producers"],
+            enqueue_fsync=not options["no_fsync"],
+            schedules=options["bench_schedules"],
+            schedule_workers=options["schedule_workers"],
+            schedule_secs=options["schedule_secs"],
+            big_claim_rows=options["big_claim_rows"],
+            stale_stats_rows=options["stale_stats_rows"],
+            payload_bytes=options["payload_bytes"],
+            lease_ttl=options["bench_ttl"],
+            pool_size=options["pool_size"],
+            prefetch=options["bench_prefetch"],
+            task_log_level=options["bench_task_log_level"],
+            timeout=options["bench_timeout"],
+            out=options["out"],
+            json_path=options["bench_json"],
+            plot=options["plot"],
+            no_plot=options["no_plot"],
+            effect_database_url=options["effect_database_url"],
+        )
+        if options["async_rows"]:
+            from bench.asyncbench import AsyncBench
+
+            AsyncBench(bench_options, options["async_out"], say=self._say).run()
+            return
+        Bench(bench_options, say=self._say).run()
 
     def _say(self, text: str) -> None:
         self.stdout.write(text)

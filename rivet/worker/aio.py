@@ -11,9 +11,11 @@ that claims only sync tasks starts no event loop and sizes its claims as it alwa
 A claim comes from the same queues for both kinds, and the store cannot tell them apart before
 it leases a task, so the claim is sized by both pools (``KindMix``): by the share of async
 tasks among the ones this worker claimed lately, as many as should fill the free thread slots
-(and the sync prefetch) and the free async slots, not more than one extra of either kind. A
-task claimed beyond its pool's free slots waits, leased and heartbeated, as a prefetched task
-does; its job timeout counts from when it starts.
+(and the sync prefetch) and the free async slots (and the async prefetch: as many as the
+handlers' run times call for, ``rivet.worker.prefetch``, so a slot that frees starts a waiting
+task without a round trip), not more than one extra of either kind. A task claimed beyond its
+pool's free slots waits, leased and heartbeated, as a prefetched task does; its job timeout
+counts from when it starts.
 
 Stopping a coroutine. A stop (timeout, cancel, lease fenced or lost, shutdown) sets the
 context's ``should_stop`` as for a sync handler, and also cancels the coroutine: the await it
@@ -48,6 +50,7 @@ from django.db import close_old_connections, connections
 
 from rivet import logs
 from rivet.worker.attempt import Attempt
+from rivet.worker.prefetch import Prefetch
 
 #: How far behind its own tick the loop may fall before the watchdog reports it blocked.
 BLOCKED_SECS = 0.5
@@ -108,10 +111,15 @@ class AsyncRunner:
         self,
         size: int,
         execute: Callable[[Attempt], Coroutine[Any, Any, None]],
+        prefetch: Prefetch | None = None,
         *,
         name: str = "rivet-async",
     ) -> None:
+        """``prefetch``: claimed async tasks that may wait for a free async slot (none when
+        not given), set as the worker's thread slots' prefetch is (``rivet.worker.prefetch``)
+        by the async handlers' own run times."""
         self.size = size
+        self.prefetch = prefetch or Prefetch(0, size)
         self._execute = execute
         self._name = name
         self._loop: asyncio.AbstractEventLoop | None = None

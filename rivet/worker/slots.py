@@ -34,7 +34,7 @@ from rivet.worker.ending import Ended, Reporter
 from rivet.worker.guard import Guard
 from rivet.worker.metrics import NoMetrics
 from rivet.worker.pool import HandlerPool, tidy_connections
-from rivet.worker.prefetch import Prefetch
+from rivet.worker.prefetch import AUTO, Prefetch
 from rivet.worker.settle import Outcome, Settler
 
 
@@ -112,6 +112,7 @@ class Slots:
 
     def _free_both(self) -> int:
         """The claim of a worker with both kinds: by each pool's free slots (``KindMix``)."""
+        assert self.aio is not None
         sync_busy = async_busy = 0
         for attempt in self._running.values():
             if attempt.busy:
@@ -121,7 +122,7 @@ class Slots:
                     sync_busy += 1
         return self.mix.claim_size(
             self.config.concurrency + self.prefetcher.current() - sync_busy,
-            self.config.async_concurrency - async_busy,
+            self.config.async_concurrency + self.aio.prefetch.current() - async_busy,
         )
 
     def _finished(self) -> int:
@@ -254,7 +255,9 @@ class Slots:
         return runner
 
     def _async_runner_made(self) -> AsyncRunner:
-        self.aio = AsyncRunner(self.config.async_concurrency, self._execute_async)
+        setting = AUTO if self.prefetcher.auto else self.prefetcher.fixed
+        prefetch = Prefetch(setting, self.config.async_concurrency)
+        self.aio = AsyncRunner(self.config.async_concurrency, self._execute_async, prefetch)
         logs.event(
             "event_loop_started", owner=self.owner, async_concurrency=self.config.async_concurrency
         )
@@ -319,7 +322,9 @@ class Slots:
                 with attempt.span.current():
                     outcome = Outcome(result=await definition(attempt.context))
             finally:
-                self.metrics.handler_seconds(attempt.claimed, time.perf_counter() - began)
+                took = time.perf_counter() - began
+                self.metrics.handler_seconds(attempt.claimed, took)
+                self.aio.prefetch.observe(took)
         except BaseException as exc:  # a coroutine may raise anything (CancelledError too)
             outcome = Outcome(error=exc)
         if attempt.stop_kind is not None and not isinstance(outcome.error, asyncio.CancelledError):

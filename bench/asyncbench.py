@@ -11,9 +11,10 @@ rows (``Bench._figures``). The rows:
 - a noop ``async def`` (``async_noop``) beside the sync ``noop``, 5 000 each, at
   ``--concurrency 16`` (and ``--async-concurrency 500``);
 - the worker's peak RSS with 500 and with 2 000 coroutines in flight (``async_sleep`` of 1 s,
-  twice as many tasks as slots).
-
-The effect row with the asyncio effect client is not measured here yet.
+  twice as many tasks as slots);
+- effect tasks through a real effect service: ``async_effect`` (the asyncio client,
+  ``effect_project.aclient``) at ``--async-concurrency 64`` beside the sync ``effect`` at
+  ``--concurrency 16``, ``--effect-tasks`` each (when EFFECT_DATABASE_URL is a PostgreSQL URL).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ SLEEP_MS = 100
 #: The sleep row's target, and the limit its in-flight bound allows.
 ASYNC_SLEEP_TARGET = 4000.0
 ASYNC_SLEEP_LIMIT = ASYNC_SLOTS / (SLEEP_MS / 1000)
+#: Async effects in flight for the effect row (the effect service answers on 16 threads).
+EFFECT_ASYNC_SLOTS = 64
 #: In-flight counts whose peak RSS is measured, and how long each of those tasks sleeps.
 RSS_IN_FLIGHT = (500, 2000)
 RSS_SLEEP_MS = 1000
@@ -64,7 +67,8 @@ class AsyncBench:
     """Measures the async rows and writes them as markdown to ``out``."""
 
     def __init__(self, options: BenchOptions, out: Path, say=print) -> None:
-        self.options = replace(options, kinds=("noop",))
+        effects = options.effect_database_url.startswith(("postgres://", "postgresql://"))
+        self.options = replace(options, kinds=("noop", "effect") if effects else ("noop",))
         self.out = out
         self.say = say
         self.bench = Bench(self.options, say=say)
@@ -98,6 +102,23 @@ class AsyncBench:
                     1,
                 )
             )
+        if "effect" in self.options.kinds:
+            effect_tasks = self.options.effect_tasks
+            slots = ("--concurrency", str(SYNC_SLOTS), "--async-concurrency")
+            with self.bench._effect_service():
+                rows.append(
+                    self._row(
+                        "async effect",
+                        "async_effect",
+                        {"amount": 1},
+                        effect_tasks,
+                        (*slots, str(EFFECT_ASYNC_SLOTS)),
+                        runs,
+                    )
+                )
+                rows.append(
+                    self._row("sync effect", "effect", {"amount": 1}, effect_tasks, sync_args, runs)
+                )
         text = self._render(rows, started, busy)
         self.out.write_text(text)
         self.say(f"wrote {self.out}")
@@ -126,6 +147,8 @@ class AsyncBench:
     def _measure(self, kind: str, payload: dict, tasks: int, args: tuple[str, ...]):
         bench, o = self.bench, self.options
         bench._empty(vacuum=True)
+        if "effect" in kind:
+            bench._empty_effects()
         with connections["default"].cursor() as cursor:
             cursor.execute(queries.SERVER_NOW)
             (since,) = cursor.fetchone()
@@ -134,8 +157,9 @@ class AsyncBench:
             *("--lease-ttl-secs", f"{o.lease_ttl:g}", "--log-format", "json"),
             *("--task-log-level", o.task_log_level),
         ]
+        extra = {"EFFECT_SERVICE_URL": bench.effect_url} if "effect" in kind else {}
         workers = fleet.start_workers(
-            f"bench-{kind}", 1, worker_args, worker_env(database_url()), bench.log_dir
+            f"bench-{kind}", 1, worker_args, worker_env(database_url(), **extra), bench.log_dir
         )
         try:
             bench._wait_ready(workers)

@@ -77,3 +77,11 @@ def effect(context: JobContext) -> dict[str, Any]:
     """POST the payload to the effect service under the task's key; return its answer."""
     response = send_effect(context)
     return {"status": response.status, "replay": response.replay, "effect": response.body}
+
+
+@job("async_effect", max_attempts=5)
+@fires("before_effect")
+async def async_effect(context: JobContext) -> dict[str, Any]:
+    """The ``effect`` kind as an ``async def``: the same POST through the asyncio client."""
+    response = await asend_effect(context)
+    return {"status": response.status, "replay": response.replay, "effect": response.body}

@@ -2,10 +2,10 @@
 
 Parsing and stepping are cronsim's (Debian cron's rules, DST included; docs/schedules.md says
 why cronsim and not croniter); ticks_after keeps them in order of their instants wherever a scan
-starts, and steps jobs that follow the real clock one span of fixed UTC offset at a time. Five fields (minute hour day month weekday) or six with seconds
-first (``*/15 * * * * *``: every 15 seconds). Every tick is an aware datetime in the schedule's
-zone; a tick's identity is its instant (UTC), so a repeated wall-clock hour never yields the
-same tick twice.
+starts, and steps jobs that follow the real clock one span of fixed UTC offset at a time.
+Five fields (minute hour day month weekday) or six with seconds first (``*/15 * * * * *``:
+every 15 seconds). Every tick is an aware datetime in the schedule's zone; a tick's identity is
+its instant (UTC), so a repeated wall-clock hour never yields the same tick twice.
 
 DST, as Debian cron: a job at a fixed time that falls in a skipped hour (02:30 on the spring-
 forward night in Europe/Berlin) runs once, at the first valid time after the gap (03:00); a job

@@ -112,6 +112,48 @@ def end_worker_session(pg: psycopg.Connection) -> bool:
     return True
 
 
+#: What the probe found for each way to a server (alias, host, port, database, user), in this
+#: process: True when a transaction pooler sits between. A probe that could not tell (the
+#: server did not answer) is not kept: the next use probes again.
+_PROBED: dict[tuple[str, ...], bool] = {}
+_PROBE_LOCK = threading.Lock()
+POOLER_NOTE = (
+    "a transaction pooler (PgBouncer pool_mode = transaction) sits between; rivet prepares, "
+    "SETs, LISTENs and locks nothing in a session from now on. Set "
+    "DATABASES[alias]['DISABLE_SERVER_SIDE_CURSORS'] = True to say so (docs/pgbouncer.md)"
+)
+#: How many times the probe looks: a client of the pooler that takes the released server
+#: connection between the probe's two statements hides the pooler from one look.
+PROBE_LOOKS = 3
+
+
+def transaction_pooler_between(params: dict[str, Any]) -> bool | None:
+    """Whether a transaction (or statement) pooler sits between this client and the server,
+    found without leaving anything in any session; None when the server did not answer.
+
+    Two connections: the first runs one statement outside a transaction, the second then opens
+    a transaction. A session pooler or a direct connection keeps the first connection's server
+    backend for its whole session, so the second always gets another one. A transaction pooler
+    releases it when the statement ends and hands the most recently released server connection
+    to the next transaction (PgBouncer's default, ``server_round_robin = 0``): the two see the
+    same ``pg_backend_pid()``. Nothing is SET, prepared, listened to or locked.
+    """
+    try:
+        with (
+            psycopg.connect(**params, autocommit=True) as first,
+            psycopg.connect(**params, autocommit=False) as second,
+        ):
+            for _ in range(PROBE_LOOKS):
+                released = first.execute("SELECT pg_backend_pid()", prepare=False).fetchone()
+                held = second.execute("SELECT pg_backend_pid()", prepare=False).fetchone()
+                second.rollback()
+                if released == held:
+                    return True
+            return False
+    except psycopg.Error:
+        return None
+
+
 def lost_prepared(exc: psycopg.Error) -> bool:
     """Whether ``exc`` says a transaction pooler moved this client's prepared statements: one
     lost or clashing, or another client's of the same name there with other parameters
@@ -332,10 +374,48 @@ class PostgresStore(BulkEnqueue):
         return self._pooled_on(connections[self.using])
 
     def _pooled_on(self, connection: Any) -> bool:
-        """``pooled``, for the alias's connection already at hand."""
+        """``pooled``, for the alias's connection already at hand.
+
+        An alias that does not say so is probed once per process, before rivet sends anything
+        that would stay in a session (``transaction_pooler_between``): a transaction pooler
+        found so is logged once as ``transaction_pooler_detected`` and treated as named.
+        """
         if self.pooler_detected:
             return True
-        return bool(connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"))
+        settings_dict = connection.settings_dict
+        if settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
+            return True
+        way = (self.using,) + tuple(
+            str(settings_dict.get(key) or "") for key in ("HOST", "PORT", "NAME", "USER")
+        )
+        found = _PROBED.get(way)
+        if found is None:
+            found = self._probe(connection, way)
+        if found and way in _PROBED:
+            self.pooler_detected = True
+        return found
+
+    def _probe(self, connection: Any, way: tuple[str, ...]) -> bool:
+        """Probe the alias's way to the server (once per process; ``_pooled_on``)."""
+        with _PROBE_LOCK:
+            if way in _PROBED:
+                return _PROBED[way]
+            params = connection.get_connection_params()
+            for django_only in ("cursor_factory", "context"):
+                params.pop(django_only, None)
+            found = transaction_pooler_between(params)
+            if found is None:  # not answered: unknown, so keep nothing in the session for now
+                return True
+            _PROBED[way] = found
+        if found:
+            logs.event(
+                "transaction_pooler_detected",
+                logging.WARNING,
+                alias=self.using,
+                how="two connections were given one server connection in turn",
+                note=POOLER_NOTE,
+            )
+        return found
 
     @property
     def supports_wakeup(self) -> bool:  # type: ignore[override]
@@ -599,10 +679,7 @@ class PostgresStore(BulkEnqueue):
                 logging.WARNING,
                 alias=self.using,
                 error=" ".join(str(exc).split()),
-                note="a prepared statement was lost between transactions: a transaction pooler "
-                "(PgBouncer pool_mode = transaction) sits between; rivet prepares nothing from "
-                "now on. Set DATABASES[alias]['DISABLE_SERVER_SIDE_CURSORS'] = True so it never "
-                "does, nor sets or LISTENs through it (docs/pgbouncer.md)",
+                note="a prepared statement was lost between transactions: " + POOLER_NOTE,
             )
 
     def _claim_rows(self, cursor: Any, params: dict[str, Any]) -> list[dict[str, Any]]:

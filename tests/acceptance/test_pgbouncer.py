@@ -17,6 +17,7 @@ from django.db import connections
 
 from rivet.models import Task
 from rivet.values import TaskState
+from tests.integration.test_pgbouncer import assert_no_session_state
 from tests.processes import child_environ, manage
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
@@ -85,3 +86,27 @@ def _listening(dbname: str) -> bool:
             [dbname],
         )
         return cursor.fetchone()[0] > 0
+
+
+def test_a_worker_through_a_transaction_pooler_its_url_does_not_name_leaves_no_session_state(
+    pgbouncer_transaction, workers
+):
+    """A naive config: transaction pooling, and a DATABASE_URL without the flag. The worker
+    finds the pooler before it sets anything (no flush fails), runs every task, and another
+    client then finds both server connections as new sessions have them."""
+    bouncer = pgbouncer_transaction
+    db = connections["default"].settings_dict
+    naive = f"postgres://{bouncer.user}@{bouncer.host}:{bouncer.port}/{db['NAME']}"
+    env = child_environ(naive)
+    produced = manage("shell", "-c", PRODUCE, env=env)
+    assert (produced.returncode, produced.stdout.split()[-1]) == (0, str(BULK)), produced.stderr
+    worker = workers.start(
+        "--queue", "bnc", "--concurrency", "4", "--pool-size", "6", "--log-format", "json",
+        "--poll-interval", "0.2", "--max-jobs", str(BULK + 1), env=env,
+    )  # fmt: skip
+    assert worker.wait() == 0, worker.log
+    assert Task.objects.filter(state=TaskState.DONE).count() == BULK + 1
+    (detected,) = worker.events("transaction_pooler_detected")
+    assert "two connections" in detected["how"]
+    assert not worker.events("claim_failed")
+    assert_no_session_state(bouncer, db["NAME"])

@@ -18,6 +18,7 @@ from django.db import connections
 from rivet.models import Task
 from rivet.values import TaskState
 from tests.integration.test_pgbouncer import assert_no_session_state
+from tests.pgbouncer import running_bouncer
 from tests.processes import child_environ, manage
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
@@ -110,3 +111,21 @@ def test_a_worker_through_a_transaction_pooler_its_url_does_not_name_leaves_no_s
     assert "two connections" in detected["how"]
     assert not worker.events("claim_failed")
     assert_no_session_state(bouncer, db["NAME"])
+
+
+def test_a_worker_says_when_a_session_pooler_has_no_free_server_connection(
+    workers, django_db_setup
+):
+    """Session pooling with one server connection, held by another client: the worker's first
+    statement would wait for PgBouncer's query_wait_timeout (two minutes). It says within
+    --connect-timeout-secs that no server connection is free, and exits 1."""
+    db = connections["default"].settings_dict
+    with running_bouncer("session", pool=1) as bouncer, bouncer.connect(db["NAME"]) as holder:
+        holder.execute("SELECT 1")  # session pooling: its server connection is held until it ends
+        worker = workers.start(
+            "--queue", "bnc", "--once", "--connect-timeout-secs", "2",
+            env=child_environ(bouncer.url(db["NAME"])),
+        )  # fmt: skip
+        assert worker.wait() == 1, worker.log
+    assert "did not answer its first statement within 2 s" in worker.log
+    assert "no server connection is free" in worker.log

@@ -154,6 +154,35 @@ def transaction_pooler_between(params: dict[str, Any]) -> bool | None:
         return None
 
 
+#: Seconds the probe may take. A transaction pooler whose every server connection is held
+#: (one of them perhaps by this very client, inside the caller's transaction) holds the probe's
+#: statements until one is free: past this, the probe stops waiting and rivet keeps nothing in
+#: the session, which is right behind any pooler and only slower on a direct connection.
+PROBE_TIMEOUT_SECS = 5.0
+
+
+def _probe_in_time(params: dict[str, Any]) -> tuple[bool | None, str]:
+    """``transaction_pooler_between`` within PROBE_TIMEOUT_SECS; None when the server refused
+    the connection. No answer by then is taken for a pooler (logged): a direct connection
+    answers at once, while a pooler whose every server connection is taken (one of them,
+    perhaps, by this client's own open transaction) holds the probe's statements. Returns the
+    answer and how it was found."""
+    answer: list[bool | None] = []
+    probing = threading.Thread(
+        target=lambda: answer.append(transaction_pooler_between(params)),
+        name="rivet-pooler-probe",
+        daemon=True,
+    )
+    probing.start()
+    probing.join(PROBE_TIMEOUT_SECS)
+    if answer:
+        return answer[0], "two connections were given one server connection in turn"
+    return (
+        True,
+        f"the probe got no answer in {PROBE_TIMEOUT_SECS:g} s: every server connection taken",
+    )
+
+
 def lost_prepared(exc: psycopg.Error) -> bool:
     """Whether ``exc`` says a transaction pooler moved this client's prepared statements: one
     lost or clashing, or another client's of the same name there with other parameters
@@ -403,8 +432,8 @@ class PostgresStore(BulkEnqueue):
             params = connection.get_connection_params()
             for django_only in ("cursor_factory", "context"):
                 params.pop(django_only, None)
-            found = transaction_pooler_between(params)
-            if found is None:  # not answered: unknown, so keep nothing in the session for now
+            found, how = _probe_in_time(params)
+            if found is None:  # refused: unknown, so keep nothing in the session for now
                 return True
             _PROBED[way] = found
         if found:
@@ -412,7 +441,7 @@ class PostgresStore(BulkEnqueue):
                 "transaction_pooler_detected",
                 logging.WARNING,
                 alias=self.using,
-                how="two connections were given one server connection in turn",
+                how=how,
                 note=POOLER_NOTE,
             )
         return found

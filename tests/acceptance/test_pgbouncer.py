@@ -17,7 +17,7 @@ from django.db import connections
 
 from rivet.models import Task
 from rivet.values import TaskState
-from tests.integration.test_pgbouncer import assert_no_session_state
+from tests.integration.test_pgbouncer import assert_no_session_state, reset_server_connections
 from tests.pgbouncer import running_bouncer
 from tests.processes import child_environ, manage
 
@@ -98,6 +98,7 @@ def test_a_worker_through_a_transaction_pooler_its_url_does_not_name_leaves_no_s
     bouncer = pgbouncer_transaction
     db = connections["default"].settings_dict
     naive = f"postgres://{bouncer.user}@{bouncer.host}:{bouncer.port}/{db['NAME']}"
+    reset_server_connections(bouncer, db["NAME"])  # as new, whatever earlier tests left
     env = child_environ(naive)
     produced = manage("shell", "-c", PRODUCE, env=env)
     assert (produced.returncode, produced.stdout.split()[-1]) == (0, str(BULK)), produced.stderr

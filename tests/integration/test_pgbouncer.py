@@ -82,6 +82,26 @@ def busiest_paths(store: PostgresStore) -> None:
     assert flushed == 150
 
 
+def reset_server_connections(bouncer, dbname: str) -> None:
+    """Give every server connection of the bouncer back as new (the fallback tests below leave
+    prepared statements on them on purpose; the bouncer is shared by the whole run)."""
+    barrier = threading.Barrier(POOL_SIZE)
+
+    def reset() -> None:
+        with bouncer.connect(dbname) as conn, conn.transaction():
+            # Each client holds its own server connection until all have cleaned theirs.
+            for statement in ("DEALLOCATE ALL", "RESET ALL", "UNLISTEN *"):
+                conn.execute(statement)
+            conn.execute("SELECT pg_advisory_unlock_all()")
+            barrier.wait(timeout=10)
+
+    threads = [threading.Thread(target=reset) for _ in range(POOL_SIZE)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=15)
+
+
 def assert_no_session_state(bouncer, dbname: str) -> None:
     """Another client finds every server connection of the bouncer as a new session has it."""
     seen = every_server_connection(bouncer, dbname)
@@ -226,6 +246,7 @@ def test_a_transaction_pooler_the_probe_missed_is_detected(pgbouncer_transaction
         assert len(claimed.claimed) == 5
         assert not store.supports_wakeup
         store.close()
+    reset_server_connections(pgbouncer_transaction, dbname)
 
 
 def test_single_enqueues_through_a_pooler_the_alias_does_not_name_write_each_task_once(
@@ -258,3 +279,4 @@ def test_single_enqueues_through_a_pooler_the_alias_does_not_name_write_each_tas
         assert len(tasks) == 12 - refused and refused <= 1
         assert refused == 0 or "transaction_pooler_detected" in caplog.text
         store.close()
+    reset_server_connections(pgbouncer_transaction, dbname)

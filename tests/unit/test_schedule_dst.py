@@ -206,3 +206,23 @@ def test_ticks_after_compares_instants_not_wall_clock():
     assert second_pass.fold == 1
     first = next(ticks_after("30 2 * * *", berlin, second_pass))
     assert first.astimezone(UTC) > second_pass.astimezone(UTC)
+
+
+def test_a_schedule_made_in_the_second_pass_owes_nothing_before_its_since():
+    # Created, resumed or edited at 02:15+01:00 on the fall-back night (since = 01:15Z): the
+    # day's 02:30 ran at 02:30+02:00, before it, so a pass at 02:20+01:00 owes nothing, and the
+    # next tick is the next day's.
+    berlin = ZoneInfo("Europe/Berlin")
+    since = datetime(2026, 10, 25, 1, 15, tzinfo=UTC)
+    due = due_ticks("30 2 * * *", berlin, after=since, now=since + timedelta(minutes=5), keep=None)
+    assert due.ticks == [] and due.last is None
+    assert due.next is not None and due.next.isoformat() == "2026-10-26T02:30:00+01:00"
+
+
+def test_the_watermark_at_the_first_pass_tick_fires_the_day_once():
+    # The watermark (last_tick_at) is the first pass's 02:30+02:00; a pass in the second 02:xx
+    # (after the tick's task was pruned, the key no longer dedupes) owes nothing more that day.
+    berlin = ZoneInfo("Europe/Berlin")
+    fired = datetime(2026, 10, 25, 0, 30, tzinfo=UTC)
+    later = datetime(2026, 10, 25, 1, 45, tzinfo=UTC)
+    assert due_ticks("30 2 * * *", berlin, after=fired, now=later, keep=None).ticks == []

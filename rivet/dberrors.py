@@ -13,7 +13,10 @@ database is asked (see :func:`classify`).
 from __future__ import annotations
 
 import os
+import threading
+import time
 from enum import Enum
+from typing import Any
 
 from django.conf import settings
 from django.db import connections
@@ -315,22 +318,64 @@ def preflight(alias: str, connect_timeout: float) -> None:
     try:
         if connection.vendor == "postgresql":
             found = _postgres_has_tables(connection, connect_timeout)
+            if found is None:
+                raise DatabaseUnready(_no_answer(alias, connect_timeout))
         else:
             with connection.cursor() as cursor:
                 found = "rivet_task" in connection.introspection.table_names(cursor)
             connection.close()
+    except DatabaseUnready:
+        raise
     except Exception as exc:  # any driver error: explain() reads the chain
         raise DatabaseUnready(explain(exc, alias)) from exc
     if not found:
         raise DatabaseUnready(explain(MissingTables("rivet_task is not in the database"), alias))
 
 
-def _postgres_has_tables(connection, connect_timeout: float) -> bool:
+def _postgres_has_tables(connection, connect_timeout: float) -> bool | None:
+    """Whether rivet_task exists; None when the first statement got no answer in time.
+
+    ``connect_timeout`` bounds the connect (libpq's) and then the first statement too. A pooler
+    in session pooling whose server connections are all held by other clients accepts the
+    connection at once and holds its first statement until one is free (PgBouncer: up to its
+    ``query_wait_timeout``, two minutes by default), which no connect timeout covers. The
+    statement runs on a thread of its own; past the timeout it is left to finish or fail there
+    (the thread is a daemon, its connection closed when it returns) and the caller says why.
+    """
     params = _connect_params(connection.alias)
     params["connect_timeout"] = max(1, round(connect_timeout))
-    with psycopg.connect(**params) as conn:
-        row = conn.execute("SELECT to_regclass('rivet_task') IS NOT NULL").fetchone()
+    started = time.monotonic()
+    conn = psycopg.connect(**params)
+    answer: dict[str, Any] = {}
+
+    def first_statement() -> None:
+        try:
+            answer["row"] = conn.execute("SELECT to_regclass('rivet_task') IS NOT NULL").fetchone()
+        except BaseException as exc:  # handed to the caller's thread
+            answer["error"] = exc
+        finally:
+            conn.close()
+
+    asking = threading.Thread(target=first_statement, name="rivet-preflight", daemon=True)
+    asking.start()
+    asking.join(max(0.0, connect_timeout - (time.monotonic() - started)))
+    if asking.is_alive():
+        return None
+    if "error" in answer:
+        raise answer["error"]
+    row = answer.get("row")
     return bool(row and row[0])
+
+
+def _no_answer(alias: str, connect_timeout: float) -> str:
+    return (
+        f"{where(alias)} accepted a connection but did not answer its first statement within "
+        f"{connect_timeout:g} s (--connect-timeout-secs): no server connection is free. A pooler "
+        "in session pooling (PgBouncer pool_mode = session) whose every server connection is "
+        "held by another client holds each new client until one is free: give it a larger "
+        "pool (default_pool_size; each worker holds up to --pool-size connections plus its "
+        "LISTEN connection), or stop the clients that hold it"
+    )
 
 
 class MissingTables(Exception):

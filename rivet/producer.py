@@ -243,37 +243,72 @@ class SpecBatch(Sequence[TaskSpec]):
             )
 
 
-def cancel(task_id: int, *, using: str | Store | None = None) -> CancelOutcome:
+def cancel(
+    task_id: int, *, idem_key: str | None = None, using: str | Store | None = None
+) -> CancelOutcome:
     """Cancel a task: bury it now if it is pending and not leased, else mark it for its worker.
 
     A leased task's worker stops the handler at its next heartbeat (``should_stop``) and buries
     it; it is never acked.
 
     :param task_id: the task's id.
+    :param idem_key: the key the task was enqueued with: then only that task is cancelled, and
+        an id that names a task with another key (or none) is NOT_FOUND, nothing changed (see
+        ``get_task``).
     :param using: the store: None for ``RIVET["DATABASE_ALIAS"]``, an alias, or a Store.
     :returns: what happened: CANCELLED, MARKED, FINISHED or NOT_FOUND.
-    :raises InvalidInput: ``task_id`` is not an integer.
+    :raises InvalidInput: ``task_id`` is not an integer, or ``idem_key`` is not a non-empty
+        string.
     """
-    if isinstance(task_id, bool) or not isinstance(task_id, int):
-        raise InvalidInput(f"task_id must be an integer, got {task_id!r}")
-    return resolve_store(using).task_cancel(task_id)
+    _check_task_id(task_id)
+    store = resolve_store(using)
+    if idem_key is not None and _same_task(store.task_get(task_id), idem_key) is None:
+        return CancelOutcome.NOT_FOUND
+    return store.task_cancel(task_id)
 
 
-def get_task(task_id: int, *, using: str | Store | None = None) -> TaskRecord | None:
+def get_task(
+    task_id: int, *, idem_key: str | None = None, using: str | Store | None = None
+) -> TaskRecord | None:
     """Read back a task by id: its state, attempts, result, last_error and errors; None if unknown.
 
     An unknown id (never enqueued, or a dead task that was purged) is None, not an error: the
     caller decides whether a missing task is a problem.
 
+    Ids are unique within one database's history, but after an asynchronous failover the new
+    primary's id sequence can restart behind the old primary's and hand an id kept from before
+    the failover to another task; the key, which the producer chose, tells the two apart.
+
     :param task_id: the task's id, as ``enqueue`` returned it.
+    :param idem_key: the key the task was enqueued with: then the task only if it is still that
+        one, None when the id names a task with another key, or none.
     :param using: the store: None for ``RIVET["DATABASE_ALIAS"]``, an alias, or a Store (task
         ids are numbered by each database).
     :returns: the task as it is now, or None.
-    :raises InvalidInput: ``task_id`` is not an integer.
+    :raises InvalidInput: ``task_id`` is not an integer, or ``idem_key`` is not a non-empty
+        string.
     """
+    _check_task_id(task_id)
+    return _same_task(resolve_store(using).task_get(task_id), idem_key)
+
+
+def _check_task_id(task_id: Any) -> None:
     if isinstance(task_id, bool) or not isinstance(task_id, int):
         raise InvalidInput(f"task_id must be an integer, got {task_id!r}")
-    return resolve_store(using).task_get(task_id)
+
+
+def _same_task(record: TaskRecord | None, idem_key: str | None) -> TaskRecord | None:
+    """``record``, unless ``idem_key`` is given and is not the record's key."""
+    if idem_key is None:
+        return record
+    if not isinstance(idem_key, str) or not idem_key:
+        raise InvalidInput(
+            f"idem_key must be the non-empty key the task was enqueued with, got {idem_key!r}",
+            field="idem_key",
+        )
+    if record is None or record.idem_key != idem_key:
+        return None
+    return record
 
 
 def _item_spec(

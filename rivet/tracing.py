@@ -11,7 +11,9 @@ imports it and every function is a no-op costing one attribute read.
   stored context, with the task's id, queue, kind, attempt and lease epoch as attributes. The
   handler runs inside it (so the effect client's request carries it on); the attempt's ending
   (acked, retried, dead, cancelled, fenced, lost) is set when the worker settles it, and a
-  fenced write or a dead ending is also an event on the span.
+  fenced write or a dead ending is also an event on the span. An attempt whose previous attempt
+  never settled (a killed worker's span is never exported) names it in the event
+  ``rivet.previous_attempt_lost``.
 - The effect client injects the current context into its request's headers (:func:`inject`);
   the effect service continues it (:func:`server_span`).
 """
@@ -39,6 +41,9 @@ ATTEMPT_SPAN = "rivet.attempt"
 FAILED_ENDINGS = frozenset({"retried", "dead", "fenced", "lost"})
 #: Endings marked by an event as well as the ``rivet.ending`` attribute.
 EVENT_ENDINGS = {"fenced": "rivet.fenced", "dead": "rivet.dead"}
+
+#: The event on an attempt's span naming the attempt before it, which never settled.
+LOST_EVENT = "rivet.previous_attempt_lost"
 
 _api: Any = None  # once looked for: see _otel; False when opentelemetry is not installed
 
@@ -144,6 +149,24 @@ class AttemptSpan:
     def event(self, name: str, **attributes: Any) -> None:
         self.span.add_event(name, attributes)
 
+    @property
+    def recorded(self) -> bool:
+        """Whether the span is recorded (events added to it are exported)."""
+        return bool(self.span.is_recording())
+
+    def previous_lost(self, *, attempt: int, epoch: int, settled_epoch: int | None) -> None:
+        """Name the attempt before this one as lost: it never settled (its worker was killed,
+        or lost the database), so its own span may never have been exported."""
+        self.span.add_event(
+            LOST_EVENT,
+            {
+                "rivet.lost.attempt": attempt,
+                "rivet.lost.lease_epoch": epoch,
+                # -1: no attempt of the task ever settled.
+                "rivet.settled_epoch": -1 if settled_epoch is None else settled_epoch,
+            },
+        )
+
     def end(self, ending: str, **attributes: Any) -> None:
         """Record how the attempt ended (``acked``, ``retried``, ``dead``, ...) and end the span."""
         self.span.set_attribute("rivet.ending", ending)
@@ -165,7 +188,14 @@ class NoSpan(AttemptSpan):
     def current(self) -> contextlib.nullcontext[None]:  # type: ignore[override]
         return _NOTHING
 
+    @property
+    def recorded(self) -> bool:
+        return False
+
     def event(self, name: str, **attributes: Any) -> None:
+        pass
+
+    def previous_lost(self, *, attempt: int, epoch: int, settled_epoch: int | None) -> None:
         pass
 
     def end(self, ending: str, **attributes: Any) -> None:

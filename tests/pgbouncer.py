@@ -49,9 +49,10 @@ class Bouncer:
 
 
 @contextmanager
-def running_bouncer(mode: str) -> Iterator[Bouncer]:
-    """bench.pooler's bouncer in front of the server DATABASES['default'] names; one that does
-    not start fails the test that asked for it, with its log."""
+def running_bouncer(mode: str, pool: int | None = None) -> Iterator[Bouncer]:
+    """bench.pooler's bouncer in front of the server DATABASES['default'] names, with ``pool``
+    server connections (POOL_SIZE or SESSION_POOL_SIZE by the mode unless given); one that
+    does not start fails the test that asked for it, with its log."""
     db = settings.DATABASES["default"]
     user = db.get("USER") or getpass.getuser()
     server = {
@@ -60,7 +61,8 @@ def running_bouncer(mode: str) -> Iterator[Bouncer]:
         "user": user,
         "password": db.get("PASSWORD") or "",
     }
-    pool = POOL_SIZE if mode == "transaction" else SESSION_POOL_SIZE
+    if pool is None:
+        pool = POOL_SIZE if mode == "transaction" else SESSION_POOL_SIZE
     binary = required_tool("pgbouncer")
     try:
         with running_pooler(server=server, server_pool=pool, pool_mode=mode, binary=binary) as p:

@@ -20,6 +20,12 @@ failover lost that someone had been told was written:
 - **claims rolled back**: tasks a worker logged ``claimed`` at an epoch the standby never saw:
   the next claim on the new primary hands out that epoch again, so two workers can hold one
   task under one epoch, which the fence cannot tell apart.
+- **ids reused**: task ids a worker logged ``claimed`` before the promotion, that the standby
+  lacks (their enqueue was lost), and that name a task on the new primary after the run: its id
+  sequence restarted from the standby's, behind the old primary's, so it handed those ids out
+  again, to other tasks. A lower bound: ids the old primary gave to tasks no worker claimed
+  before the kill are not known. Reported in both modes; the lost enqueue it follows from is
+  what a synchronous run is judged by.
 
 With a synchronous standby (``synchronous_standby_names`` names it, ``synchronous_commit = on``)
 a commit returns only once the standby has flushed it, so each of these must be 0: the run fails
@@ -237,6 +243,9 @@ class Losses:
     enqueues: list[str] = field(default_factory=list)
     acks: list[int] = field(default_factory=list)
     claims: list[int] = field(default_factory=list)
+    reused: list[int] = field(default_factory=list)
+    """Task ids the old primary handed out that the new primary handed out again (``reused_ids``):
+    a consequence of lost enqueues, not a loss of its own, so not in ``total``."""
 
     def total(self) -> int:
         return len(self.enqueues) + len(self.acks) + len(self.claims)
@@ -246,10 +255,12 @@ class Losses:
             "enqueues_lost": len(self.enqueues),
             "acks_rolled_back": len(self.acks),
             "claims_rolled_back": len(self.claims),
+            "ids_reused": len(self.reused),
             "samples": {
                 "enqueues": self.enqueues[:5],
                 "acks": self.acks[:5],
                 "claims": self.claims[:5],
+                "ids_reused": self.reused[:5],
             },
         }
 
@@ -294,6 +305,26 @@ def losses(
             task for task, epoch in claimed.items() if snapshot.epochs.get(task, 0) < epoch
         ),
     )
+
+
+def reused_ids(snapshot: Snapshot, claimed_before: Iterable[int], now: Iterable[int]) -> list[int]:
+    """Ids a worker claimed on the old primary (``claimed_before``) that the standby never had
+    and that name a task on the new primary (``now``, the ids found there after the run): the
+    new primary's sequence handed them out again, to other tasks."""
+    present = set(now)
+    return sorted(
+        task for task in set(claimed_before) if task not in snapshot.epochs and task in present
+    )
+
+
+def ids_present(url: str, ids: Iterable[int]) -> set[int]:
+    """Which of ``ids`` name a task (in any queue) on the database at ``url``."""
+    wanted = sorted(set(ids))
+    if not wanted:
+        return set()
+    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+        rows = conn.execute("SELECT id FROM rivet_task WHERE id = ANY(%s)", (wanted,)).fetchall()
+    return {row[0] for row in rows}
 
 
 def _unix(stamp: Any) -> float | None:
@@ -474,6 +505,12 @@ class Failover:
                     len(self.loss.claims),
                     f"{judged}claimed by a worker at an epoch the new primary hands out again",
                 ),
+                line(
+                    "ids reused",
+                    len(self.loss.reused),
+                    "(reported) task ids the old primary handed out that the new primary gave "
+                    "to other tasks (at least: only ids claimed before the kill are known)",
+                ),
             ]
         for waived in self.waived:
             lines.append(f"not judged after an asynchronous failover that lost writes: {waived}")
@@ -487,4 +524,6 @@ class Failover:
         self.loss = losses(
             self.snapshot, enqueued=self.enqueued_before, acked=acked, claimed=claimed
         )
+        lacking = [task for task in claimed if task not in self.snapshot.epochs]
+        self.loss.reused = reused_ids(self.snapshot, claimed, ids_present(self.pair.url(), lacking))
         self.gap = stall(ack_times(log_dir), self.killed_at, self.promoted_at)

@@ -1,10 +1,11 @@
 """Cron: a parsed schedule expression in a timezone, and the ticks it has in a span of time.
 
 Parsing and stepping are cronsim's (Debian cron's rules, DST included; docs/schedules.md says
-why cronsim and not croniter). Five fields (minute hour day month weekday) or six with seconds
-first (``*/15 * * * * *``: every 15 seconds). Every tick is an aware datetime in the schedule's
-zone; a tick's identity is its instant (UTC), so a repeated wall-clock hour never yields the
-same tick twice.
+why cronsim and not croniter); ticks_after keeps them in order of their instants wherever a scan
+starts, and steps jobs that follow the real clock one span of fixed UTC offset at a time.
+Five fields (minute hour day month weekday) or six with seconds first (``*/15 * * * * *``:
+every 15 seconds). Every tick is an aware datetime in the schedule's zone; a tick's identity is
+its instant (UTC), so a repeated wall-clock hour never yields the same tick twice.
 
 DST, as Debian cron: a job at a fixed time that falls in a skipped hour (02:30 on the spring-
 forward night in Europe/Berlin) runs once, at the first valid time after the gap (03:00); a job
@@ -64,8 +65,97 @@ def check_cron(expr: str) -> str:
 
 
 def ticks_after(expr: str, zone: ZoneInfo, after: datetime) -> Iterator[datetime]:
-    """The ticks of ``expr`` strictly after the instant ``after``, in ``zone``, for ever."""
-    return CronSim(expr, after.astimezone(zone))
+    """The ticks of ``expr`` strictly after the instant ``after``, in ``zone``, for ever.
+
+    Strictly increasing instants, all after ``after``; a scan resumed at any instant yields the
+    same ticks after it as one that began earlier (the property test in
+    tests/unit/test_schedule_dst.py), so a watermark never makes a tick fire twice or go back.
+    """
+    if _fixed_time(expr):
+        return _wall_clock(expr, zone, after)
+    return _real_clock(expr, zone, after)
+
+
+def _fixed_time(expr: str) -> bool:
+    """Whether cronsim reads ``expr`` as Debian cron's fixed-time job (neither the minute nor
+    the hour led by ``*``, five fields): stepped in wall-clock time, a gap's tick moved to its
+    end, a repeated hour's tick run the first time."""
+    fields = expr.split()
+    return len(fields) == 5 and not fields[0].startswith("*") and not fields[1].startswith("*")
+
+
+def _wall_clock(expr: str, zone: ZoneInfo, after: datetime) -> Iterator[datetime]:
+    """A fixed-time job's ticks: cronsim's, with the ones at or before the last instant dropped.
+
+    cronsim steps the wall clock: started in the second pass of a repeated hour (02:15+01:00 on
+    a fall-back night) it answers 02:30 with the first pass's 02:30+02:00, an instant before the
+    start. Such a tick is owed only to a scan that began before it, which has seen it. Instants
+    are compared in UTC: two datetimes in one zone compare by their ambiguous wall-clock reading.
+    """
+    floor = after.astimezone(UTC)
+    for tick in CronSim(expr, after.astimezone(zone)):
+        instant = tick.astimezone(UTC)
+        if instant > floor:
+            floor = instant
+            yield tick
+
+
+#: The step at which _real_clock looks for the zone's next change of UTC offset (zones change
+#: it at most a few times a year), and how far ahead of a candidate tick it looks at most.
+_PROBE = timedelta(hours=6)
+
+
+def _real_clock(expr: str, zone: ZoneInfo, after: datetime) -> Iterator[datetime]:
+    """The ticks of a job that follows the real clock: every instant whose wall-clock reading in
+    ``zone`` matches, none in a gap, both passes of a repeated hour, in order of their instants.
+
+    cronsim's own stepping of such jobs through a transition depends on where it starts (it
+    loses the 02:00 and 02:20 of ``*/20 2 * * *`` in Australia/Lord_Howe, whose clocks go back
+    half an hour, when it starts before the change, and yields them when it starts after), so
+    time is cut at the zone's changes of offset: within one span the wall clock is UTC plus a
+    fixed offset, and cronsim steps it as a plain clock.
+    """
+    at, start = after.astimezone(UTC), after.astimezone(UTC)
+    while True:
+        offset = at.astimezone(zone).utcoffset()
+        assert offset is not None
+        walls = CronSim(expr, (start + offset).replace(tzinfo=None))  # strictly after start
+        steady = at  # the offset holds from ``at`` to here
+        while True:
+            wall = next(walls, None)
+            if wall is None:
+                return  # the expression never matches again
+            instant = (wall - offset).replace(tzinfo=UTC)
+            change = _next_change(zone, steady, offset, instant)
+            if change is None:
+                steady = instant
+                yield instant.astimezone(zone)
+                continue
+            # The offset changes before this candidate: the next span begins at the change,
+            # and its first candidate may be the change itself.
+            at, start = change, change - timedelta(seconds=1)
+            break
+
+
+def _next_change(
+    zone: ZoneInfo, start: datetime, offset: timedelta, until: datetime
+) -> datetime | None:
+    """The first instant in (start, until] at which ``zone`` is no longer at ``offset``, to the
+    second; None when it keeps it throughout."""
+    low = start
+    while low < until:
+        high = min(low + _PROBE, until)
+        if high.astimezone(zone).utcoffset() != offset:
+            while high - low > timedelta(seconds=1):
+                mid = low + (high - low) / 2
+                if mid.astimezone(zone).utcoffset() == offset:
+                    low = mid
+                else:
+                    high = mid
+            # Zones change offset on a whole second, which is the one in (low, high].
+            return high.replace(microsecond=0)
+        low = high
+    return None
 
 
 def next_tick(expr: str, zone: ZoneInfo, after: datetime) -> datetime | None:

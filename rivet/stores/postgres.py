@@ -113,6 +113,77 @@ def end_worker_session(pg: psycopg.Connection) -> bool:
     return True
 
 
+#: What the probe found for each way to a server (alias, host, port, database, user), in this
+#: process: True when a transaction pooler sits between. A probe that could not tell (the
+#: server did not answer) is not kept: the next use probes again.
+_PROBED: dict[tuple[str, ...], bool] = {}
+_PROBE_LOCK = threading.Lock()
+POOLER_NOTE = (
+    "a transaction pooler (PgBouncer pool_mode = transaction) sits between; rivet prepares, "
+    "SETs, LISTENs and locks nothing in a session from now on. Set "
+    "DATABASES[alias]['DISABLE_SERVER_SIDE_CURSORS'] = True to say so (docs/pgbouncer.md)"
+)
+#: How many times the probe looks: a client of the pooler that takes the released server
+#: connection between the probe's two statements hides the pooler from one look.
+PROBE_LOOKS = 3
+
+
+def transaction_pooler_between(params: dict[str, Any]) -> bool | None:
+    """Whether a transaction (or statement) pooler sits between this client and the server,
+    found without leaving anything in any session; None when the server did not answer.
+
+    Two connections: the first runs one statement outside a transaction, the second then opens
+    a transaction. A session pooler or a direct connection keeps the first connection's server
+    backend for its whole session, so the second always gets another one. A transaction pooler
+    releases it when the statement ends and hands the most recently released server connection
+    to the next transaction (PgBouncer's default, ``server_round_robin = 0``): the two see the
+    same ``pg_backend_pid()``. Nothing is SET, prepared, listened to or locked.
+    """
+    try:
+        with (
+            psycopg.connect(**params, autocommit=True) as first,
+            psycopg.connect(**params, autocommit=False) as second,
+        ):
+            for _ in range(PROBE_LOOKS):
+                released = first.execute("SELECT pg_backend_pid()", prepare=False).fetchone()
+                held = second.execute("SELECT pg_backend_pid()", prepare=False).fetchone()
+                second.rollback()
+                if released == held:
+                    return True
+            return False
+    except psycopg.Error:
+        return None
+
+
+#: Seconds the probe may take. A transaction pooler whose every server connection is held
+#: (one of them perhaps by this very client, inside the caller's transaction) holds the probe's
+#: statements until one is free: past this, the probe stops waiting and rivet keeps nothing in
+#: the session, which is right behind any pooler and only slower on a direct connection.
+PROBE_TIMEOUT_SECS = 5.0
+
+
+def _probe_in_time(params: dict[str, Any]) -> tuple[bool | None, str]:
+    """``transaction_pooler_between`` within PROBE_TIMEOUT_SECS; None when the server refused
+    the connection. No answer by then is taken for a pooler (logged): a direct connection
+    answers at once, while a pooler whose every server connection is taken (one of them,
+    perhaps, by this client's own open transaction) holds the probe's statements. Returns the
+    answer and how it was found."""
+    answer: list[bool | None] = []
+    probing = threading.Thread(
+        target=lambda: answer.append(transaction_pooler_between(params)),
+        name="rivet-pooler-probe",
+        daemon=True,
+    )
+    probing.start()
+    probing.join(PROBE_TIMEOUT_SECS)
+    if answer:
+        return answer[0], "two connections were given one server connection in turn"
+    return (
+        True,
+        f"the probe got no answer in {PROBE_TIMEOUT_SECS:g} s: every server connection taken",
+    )
+
+
 def lost_prepared(exc: psycopg.Error) -> bool:
     """Whether ``exc`` says a transaction pooler moved this client's prepared statements: one
     lost or clashing, or another client's of the same name there with other parameters
@@ -333,10 +404,48 @@ class PostgresStore(BulkEnqueue):
         return self._pooled_on(connections[self.using])
 
     def _pooled_on(self, connection: Any) -> bool:
-        """``pooled``, for the alias's connection already at hand."""
+        """``pooled``, for the alias's connection already at hand.
+
+        An alias that does not say so is probed once per process, before rivet sends anything
+        that would stay in a session (``transaction_pooler_between``): a transaction pooler
+        found so is logged once as ``transaction_pooler_detected`` and treated as named.
+        """
         if self.pooler_detected:
             return True
-        return bool(connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"))
+        settings_dict = connection.settings_dict
+        if settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
+            return True
+        way = (self.using,) + tuple(
+            str(settings_dict.get(key) or "") for key in ("HOST", "PORT", "NAME", "USER")
+        )
+        found = _PROBED.get(way)
+        if found is None:
+            found = self._probe(connection, way)
+        if found and way in _PROBED:
+            self.pooler_detected = True
+        return found
+
+    def _probe(self, connection: Any, way: tuple[str, ...]) -> bool:
+        """Probe the alias's way to the server (once per process; ``_pooled_on``)."""
+        with _PROBE_LOCK:
+            if way in _PROBED:
+                return _PROBED[way]
+            params = connection.get_connection_params()
+            for django_only in ("cursor_factory", "context"):
+                params.pop(django_only, None)
+            found, how = _probe_in_time(params)
+            if found is None:  # refused: unknown, so keep nothing in the session for now
+                return True
+            _PROBED[way] = found
+        if found:
+            logs.event(
+                "transaction_pooler_detected",
+                logging.WARNING,
+                alias=self.using,
+                how=how,
+                note=POOLER_NOTE,
+            )
+        return found
 
     @property
     def supports_wakeup(self) -> bool:  # type: ignore[override]
@@ -604,10 +713,7 @@ class PostgresStore(BulkEnqueue):
                 logging.WARNING,
                 alias=self.using,
                 error=" ".join(str(exc).split()),
-                note="a prepared statement was lost between transactions: a transaction pooler "
-                "(PgBouncer pool_mode = transaction) sits between; rivet prepares nothing from "
-                "now on. Set DATABASES[alias]['DISABLE_SERVER_SIDE_CURSORS'] = True so it never "
-                "does, nor sets or LISTENs through it (docs/pgbouncer.md)",
+                note="a prepared statement was lost between transactions: " + POOLER_NOTE,
             )
 
     def _claim_rows(self, cursor: Any, params: dict[str, Any]) -> list[dict[str, Any]]:

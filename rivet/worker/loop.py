@@ -143,6 +143,8 @@ class Worker(Slots):
             )
         else:
             self.metrics = NO_METRICS
+        # Every counter at 0 before the first claim (WorkerMetrics.prime says why).
+        self.metrics.prime(self.config.queues, self.registry.names())
         self.reporter = Reporter(
             sender=self,
             metrics=self.metrics,

@@ -9,7 +9,7 @@ gauges a host serves are ``rivet.metrics``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from rivet.extras import require
 from rivet.values import Claimed
@@ -29,6 +29,9 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 
 class NoMetrics:
     """Metrics off: every event is dropped at the cost of one method call."""
+
+    def prime(self, queues: Iterable[str], kinds: Iterable[str]) -> None:
+        pass
 
     def event(self, name: str, claimed: Claimed) -> None:
         pass
@@ -84,6 +87,22 @@ class WorkerMetrics(NoMetrics):
             "async def handlers running on the worker's event loop",
             registry=self.registry,
         ).set_function(busy_async or (lambda: 0.0))
+
+    def prime(self, queues: Iterable[str], kinds: Iterable[str]) -> None:
+        """Export every counter (and the handler histogram) at 0 for each queue and kind.
+
+        A labelled series exists only once its labels are used, and Prometheus's increase()
+        and rate() see nothing in a series whose first sample is already 1: the first lost or
+        abandoned attempt after a start would raise no alert. The worker calls this before it
+        claims, with its queues and the kinds it has handlers for, so every series it can move
+        begins at 0. A kind without a handler (claimed, then failed) starts at its first event.
+        """
+        kinds = list(kinds)
+        for queue in queues:
+            for kind in kinds:
+                for counter in self.counters.values():
+                    counter.labels(queue, kind)
+                self.duration.labels(queue, kind)
 
     def event(self, name: str, claimed: Claimed) -> None:
         self.counters[name].labels(claimed.queue, claimed.kind).inc()

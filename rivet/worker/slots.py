@@ -235,6 +235,8 @@ class Slots:
             recording=recording,
         )
         self._running[attempt.lease] = attempt
+        if attempt.span.recorded and claimed.attempt > 1:
+            self._trace_previous(attempt)
         if definition is None:
             self._fail_unknown(attempt)
             return
@@ -265,6 +267,29 @@ class Slots:
 
     def _run_async_hook(self, attempt: Attempt, awaitable: Any, on_error: Any) -> None:
         self._async_runner().run_hook(attempt, awaitable, on_error)
+
+    def _trace_previous(self, attempt: Attempt) -> None:
+        """Give a traced attempt the evidence of the one before it when that one never settled.
+
+        A claim raises the epoch by one, so the previous attempt held ``epoch - 1``; every
+        settle (ack, retry, burial) writes its epoch as ``settled_epoch``. When the two differ,
+        the previous attempt's worker died or lost the database before it wrote anything, and
+        its span, if it was ever started, was not exported: this span names it. One read of the
+        task, only for attempts after the first and only while spans are recorded; a failed
+        read leaves the span without the event and the attempt runs as usual.
+        """
+        claimed = attempt.claimed
+        try:
+            record = self.store.task_get(claimed.task_id)
+        except Exception as exc:  # tracing never stops an attempt
+            logs.event("trace_read_failed", logging.WARNING, task=claimed.task_id, error=repr(exc))
+            return
+        if record is not None and record.settled_epoch != claimed.epoch - 1:
+            attempt.span.previous_lost(
+                attempt=claimed.attempt - 1,
+                epoch=claimed.epoch - 1,
+                settled_epoch=record.settled_epoch,
+            )
 
     def _fail_unknown(self, attempt: Attempt) -> None:
         """An unknown kind is never run: the attempt fails with the error naming the kind."""

@@ -145,4 +145,5 @@ def test_a_short_chaos_run_with_a_failover_holds_and_reports_it(run_manage, effe
     assert re.search(r"^no ack for\s+[\d.]+ s\s+\(the last ack", done.stdout, re.MULTILINE), output
     for label in ("enqueues lost", "acks rolled back", "claims rolled back"):
         assert re.search(rf"^{label}\s+0\s+<- L1", done.stdout, flags=re.MULTILINE), output
+    assert re.search(r"^ids reused\s+0\s+\(reported\)", done.stdout, flags=re.MULTILINE), output
     assert "runs on a primary" in done.stdout and "target_session_attrs=read-write" in output

@@ -17,6 +17,8 @@ from django.db import connections
 
 from rivet.models import Task
 from rivet.values import TaskState
+from tests.integration.test_pgbouncer import assert_no_session_state, reset_server_connections
+from tests.pgbouncer import running_bouncer
 from tests.processes import child_environ, manage
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
@@ -85,3 +87,46 @@ def _listening(dbname: str) -> bool:
             [dbname],
         )
         return cursor.fetchone()[0] > 0
+
+
+def test_a_worker_through_a_transaction_pooler_its_url_does_not_name_leaves_no_session_state(
+    pgbouncer_transaction, workers
+):
+    """A naive config: transaction pooling, and a DATABASE_URL without the flag. The worker
+    finds the pooler before it sets anything (no flush fails), runs every task, and another
+    client then finds both server connections as new sessions have them."""
+    bouncer = pgbouncer_transaction
+    db = connections["default"].settings_dict
+    naive = f"postgres://{bouncer.user}@{bouncer.host}:{bouncer.port}/{db['NAME']}"
+    reset_server_connections(bouncer, db["NAME"])  # as new, whatever earlier tests left
+    env = child_environ(naive)
+    produced = manage("shell", "-c", PRODUCE, env=env)
+    assert (produced.returncode, produced.stdout.split()[-1]) == (0, str(BULK)), produced.stderr
+    worker = workers.start(
+        "--queue", "bnc", "--concurrency", "4", "--pool-size", "6", "--log-format", "json",
+        "--poll-interval", "0.2", "--max-jobs", str(BULK + 1), env=env,
+    )  # fmt: skip
+    assert worker.wait() == 0, worker.log
+    assert Task.objects.filter(state=TaskState.DONE).count() == BULK + 1
+    (detected,) = worker.events("transaction_pooler_detected")
+    assert "two connections" in detected["how"]
+    assert not worker.events("claim_failed")
+    assert_no_session_state(bouncer, db["NAME"])
+
+
+def test_a_worker_says_when_a_session_pooler_has_no_free_server_connection(
+    workers, django_db_setup
+):
+    """Session pooling with one server connection, held by another client: the worker's first
+    statement would wait for PgBouncer's query_wait_timeout (two minutes). It says within
+    --connect-timeout-secs that no server connection is free, and exits 1."""
+    db = connections["default"].settings_dict
+    with running_bouncer("session", pool=1) as bouncer, bouncer.connect(db["NAME"]) as holder:
+        holder.execute("SELECT 1")  # session pooling: its server connection is held until it ends
+        worker = workers.start(
+            "--queue", "bnc", "--once", "--connect-timeout-secs", "2",
+            env=child_environ(bouncer.url(db["NAME"])),
+        )  # fmt: skip
+        assert worker.wait() == 1, worker.log
+    assert "did not answer its first statement within 2 s" in worker.log
+    assert "no server connection is free" in worker.log

@@ -5,7 +5,8 @@ instrumentation would open one); the workers and the effect service are real chi
 whose tracer provider is the SDK with its in-memory exporter (tests/otel_child/sitecustomize.py),
 writing each span to a file as it starts and ends. The first worker aborts between the effect
 and the ack (the ``after_effect_before_ack`` failpoint: SIGABRT), so its attempt span never
-ends; its effect request, answered by the service, still names it as the parent.
+ends; its effect request, answered by the service, still names it as the parent, and the
+second attempt's span names it as lost (the event ``rivet.previous_attempt_lost``).
 """
 
 from __future__ import annotations
@@ -101,6 +102,12 @@ def test_one_trace_from_the_request_through_two_attempts_to_one_effect_write(
         assert span["attributes"]["rivet.task.queue"] == queue
         assert span["attributes"]["rivet.lease_epoch"] == span["attributes"]["rivet.attempt"]
     assert attempts[1]["attributes"]["rivet.ending"] == "acked"
+    # The aborted attempt's span was never exported: the next one names it as lost.
+    assert attempts[1]["event_attributes"]["rivet.previous_attempt_lost"] == {
+        "rivet.lost.attempt": 1,
+        "rivet.lost.lease_epoch": 1,
+        "rivet.settled_epoch": -1,
+    }
 
     posts = [s for s in found if s["name"] == "POST /effects"]
     by_parent = {s["parent_id"]: s for s in posts}

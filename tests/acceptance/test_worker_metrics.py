@@ -10,6 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rivet.values import TaskState
+from rivet.worker.metrics import WORKER_EVENTS
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 
@@ -69,7 +70,23 @@ def test_a_worker_counts_its_attempts_by_queue_and_kind(workers):
     assert sample(samples, "rivet_worker_handler_duration_seconds_count", **fail) == 2
     assert sample(samples, "rivet_worker_slots") == 3
     assert sample(samples, "rivet_worker_slots_busy") == 0
-    assert sample(samples, "rivet_worker_fenced_total", **noop) is None  # none happened
+    assert sample(samples, "rivet_worker_fenced_total", **noop) == 0  # none happened
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0, worker.log
+
+
+def test_a_worker_exports_every_counter_at_0_before_its_first_claim(workers):
+    # increase() sees nothing in a series whose first sample is 1: the first lost or abandoned
+    # attempt would raise no alert unless its series was already there at 0.
+    port = free_port()
+    worker = workers.start("--queue", "demo,other", "--metrics-port", str(port))
+    samples = workers.wait_for(lambda: scrapable(port), "the metrics port to answer")
+    for queue in ("demo", "other"):
+        for kind in ("noop", "fail", "sleep"):  # kinds the test project has handlers for
+            labels = {"queue": queue, "kind": kind}
+            for event in WORKER_EVENTS.values():
+                assert sample(samples, f"{event[0]}_total", **labels) == 0, (event, labels)
+            assert sample(samples, "rivet_worker_handler_duration_seconds_count", **labels) == 0
     worker.send(signal.SIGTERM)
     assert worker.wait() == 0, worker.log
 

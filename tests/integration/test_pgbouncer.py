@@ -12,13 +12,14 @@ the worker and the producers as processes, in both poolings: tests/acceptance/te
 from __future__ import annotations
 
 import threading
+import uuid
 
 import pytest
 from django.conf import settings
 from django.db import connections
 from django.test import override_settings
 
-from rivet.stores.postgres import PostgresStore
+from rivet.stores.postgres import _PROBED, PostgresStore
 from rivet.values import TaskSpec
 from tests.pgbouncer import POOL_SIZE, through
 
@@ -35,6 +36,8 @@ SELECT current_setting('plan_cache_mode') AS plan_cache_mode,
        (SELECT count(*) FROM pg_prepared_statements) AS prepared,
        (SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema()) AS temp_tables,
        (SELECT count(*) FROM pg_listening_channels()) AS listening,
+       (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid())
+           AS advisory_locks,
        pg_backend_pid() AS pid
 """
 
@@ -60,27 +63,48 @@ def every_server_connection(bouncer, dbname: str) -> list[dict]:
     return seen
 
 
-def test_no_session_state_is_left_on_the_pooled_server_connections(pgbouncer_transaction):
-    dbname = connections["default"].settings_dict["NAME"]
-    with through(pgbouncer_transaction):
-        store = PostgresStore(using="default")
-        assert store.pooled and not store.supports_wakeup
-        store.task_enqueue(TaskSpec(queue=QUEUE, kind="noop", payload=0))
-        # Both COPY paths: plain tasks straight into rivet_task, keyed ones through the stage.
-        specs = [TaskSpec(queue=QUEUE, kind="noop", payload=n) for n in range(BULK)]
-        assert len(store.task_enqueue_many(specs)) == BULK
-        keyed = [
-            TaskSpec(queue=QUEUE, kind="noop", payload=n, idem_key=f"bnc-{n}") for n in range(BULK)
-        ]
-        twice = store.task_enqueue_many(keyed * 2)
-        assert [r.duplicate for r in twice] == [False] * BULK + [True] * BULK
-        flushed = 0
-        for _ in range(3):  # flushes: the worker's statement, several times (it was prepared)
-            batch = store.task_claim(queues=[QUEUE], owner="t", limit=50, lease_ttl=30)
-            flushed += len(batch.claimed)
-        assert flushed == 150
-        store.close()
-    seen = every_server_connection(pgbouncer_transaction, dbname)
+def busiest_paths(store: PostgresStore) -> None:
+    """The store's busiest paths: single and bulk enqueue (both COPY paths), and flushes."""
+    store.task_enqueue(TaskSpec(queue=QUEUE, kind="noop", payload=0))
+    # Both COPY paths: plain tasks straight into rivet_task, keyed ones through the stage.
+    specs = [TaskSpec(queue=QUEUE, kind="noop", payload=n) for n in range(BULK)]
+    assert len(store.task_enqueue_many(specs)) == BULK
+    keyed = [
+        TaskSpec(queue=QUEUE, kind="noop", payload=n, idem_key=f"bnc-{n}-{uuid.uuid4().hex}")
+        for n in range(BULK)
+    ]
+    twice = store.task_enqueue_many(keyed * 2)
+    assert [r.duplicate for r in twice] == [False] * BULK + [True] * BULK
+    flushed = 0
+    for _ in range(3):  # flushes: the worker's statement, several times (it was prepared)
+        batch = store.task_claim(queues=[QUEUE], owner="t", limit=50, lease_ttl=30)
+        flushed += len(batch.claimed)
+    assert flushed == 150
+
+
+def reset_server_connections(bouncer, dbname: str) -> None:
+    """Give every server connection of the bouncer back as new (the fallback tests below leave
+    prepared statements on them on purpose; the bouncer is shared by the whole run)."""
+    barrier = threading.Barrier(POOL_SIZE)
+
+    def reset() -> None:
+        with bouncer.connect(dbname) as conn, conn.transaction():
+            # Each client holds its own server connection until all have cleaned theirs.
+            for statement in ("DEALLOCATE ALL", "RESET ALL", "UNLISTEN *"):
+                conn.execute(statement)
+            conn.execute("SELECT pg_advisory_unlock_all()")
+            barrier.wait(timeout=10)
+
+    threads = [threading.Thread(target=reset) for _ in range(POOL_SIZE)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=15)
+
+
+def assert_no_session_state(bouncer, dbname: str) -> None:
+    """Another client finds every server connection of the bouncer as a new session has it."""
+    seen = every_server_connection(bouncer, dbname)
     assert len({row["pid"] for row in seen}) == POOL_SIZE
     for row in seen:
         assert row == {
@@ -90,8 +114,58 @@ def test_no_session_state_is_left_on_the_pooled_server_connections(pgbouncer_tra
             "enable_seqscan": "on",
             "prepared": 0,
             "temp_tables": 0,
+            "listening": 0,
+            "advisory_locks": 0,
         }
-        assert row["listening"] == 0
+
+
+def test_no_session_state_is_left_on_the_pooled_server_connections(pgbouncer_transaction):
+    dbname = connections["default"].settings_dict["NAME"]
+    with through(pgbouncer_transaction):
+        store = PostgresStore(using="default")
+        assert store.pooled and not store.supports_wakeup
+        busiest_paths(store)
+        store.close()
+    assert_no_session_state(pgbouncer_transaction, dbname)
+
+
+def test_a_transaction_pooler_the_alias_does_not_name_is_found_before_any_session_state(
+    pgbouncer_transaction, caplog
+):
+    """Without DISABLE_SERVER_SIDE_CURSORS, the store probes its way to the server before it
+    sends anything a session would keep: the pooler is found at once, no flush fails, and
+    another client finds nothing left on the shared server connections."""
+    dbname = connections["default"].settings_dict["NAME"]
+    _PROBED.clear()  # an earlier test of this process may have probed the same way
+    with through(pgbouncer_transaction, flag=False):
+        store = PostgresStore(using="default")
+        assert store.pooled and store.pooler_detected and not store.supports_wakeup
+        assert "transaction_pooler_detected" in caplog.text
+        assert "two connections were given one server connection" in caplog.text
+        busiest_paths(store)
+        store.close()
+    assert_no_session_state(pgbouncer_transaction, dbname)
+
+
+def test_session_pooling_and_a_direct_connection_are_not_taken_for_a_transaction_pooler(
+    pgbouncer_session,
+):
+    _PROBED.clear()
+    direct = PostgresStore(using="default")
+    assert not direct.pooled and direct.supports_wakeup
+    with through(pgbouncer_session, flag=False):
+        store = PostgresStore(using="default")
+        assert not store.pooled and not store.pooler_detected and store.supports_wakeup
+        store.close()
+
+
+def missed_probe() -> None:
+    """Pin the probe's answer for the bouncer as 'no pooler', as when it misses one (a pooler
+    that hands out server connections round robin, or another client that took the released
+    one at each look): what the fallback below the probe must still survive."""
+    db = connections["default"].settings_dict
+    way = ("default", *(str(db.get(key) or "") for key in ("HOST", "PORT", "NAME", "USER")))
+    _PROBED[way] = False
 
 
 def test_idle_workers_poll_unless_a_listen_url_bypasses_the_pooler(pgbouncer_transaction):
@@ -143,13 +217,15 @@ def test_the_http_api_and_the_admin_through_transaction_pooling(pgbouncer_transa
         }
 
 
-def test_a_transaction_pooler_the_alias_does_not_name_is_detected(pgbouncer_transaction, caplog):
-    """Without the flag, the first prepared statement the pooler loses fails that one flush;
-    the store then prepares nothing, and the next flushes run."""
+def test_a_transaction_pooler_the_probe_missed_is_detected(pgbouncer_transaction, caplog):
+    """Without the flag and with a probe that missed the pooler, the first prepared statement
+    the pooler loses fails that one flush; the store then prepares nothing, and the next
+    flushes run."""
     from rivet.errors import StoreError
 
     dbname = connections["default"].settings_dict["NAME"]
     with through(pgbouncer_transaction, flag=False):
+        missed_probe()
         store = PostgresStore(using="default")
         store.task_enqueue_many([TaskSpec(queue=QUEUE, kind="noop", payload=n) for n in range(9)])
         assert not store.pooled
@@ -170,6 +246,7 @@ def test_a_transaction_pooler_the_alias_does_not_name_is_detected(pgbouncer_tran
         assert len(claimed.claimed) == 5
         assert not store.supports_wakeup
         store.close()
+    reset_server_connections(pgbouncer_transaction, dbname)
 
 
 def test_single_enqueues_through_a_pooler_the_alias_does_not_name_write_each_task_once(
@@ -184,6 +261,7 @@ def test_single_enqueues_through_a_pooler_the_alias_does_not_name_write_each_tas
 
     dbname = connections["default"].settings_dict["NAME"]
     with through(pgbouncer_transaction, flag=False):
+        missed_probe()
         store = PostgresStore(using="default")
         written, refused = [], 0
         for n in range(6):  # another client holds one server connection: the next gets the other
@@ -201,3 +279,4 @@ def test_single_enqueues_through_a_pooler_the_alias_does_not_name_write_each_tas
         assert len(tasks) == 12 - refused and refused <= 1
         assert refused == 0 or "transaction_pooler_detected" in caplog.text
         store.close()
+    reset_server_connections(pgbouncer_transaction, dbname)

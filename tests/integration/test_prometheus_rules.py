@@ -11,19 +11,26 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import threading
 import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
 from chaos_project.kit.services import free_port
+from rivet.jobs import JobRegistry, job
+from rivet.stores.memory import FakeClock, MemoryStore
+from rivet.validation import build_spec
 from rivet.values import Claimed
+from rivet.worker import Worker
 from rivet.worker.metrics import WORKER_EVENTS, WorkerMetrics
 from tests.factories import UserFactory, task_in
 from tests.tools import required_tool
+from tests.unit.worker_kit import Background, blocking_job, make_worker, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "rivet" / "contrib" / "prometheus" / "rivet-rules.yml"
@@ -124,3 +131,131 @@ def test_the_recording_rules_the_alerts_use_are_defined() -> None:
     recorded = {rule["record"] for group in groups for rule in group["rules"] if "record" in rule}
     used = {name for expr in rule_exprs() for name in re.findall(r"\brivet:[a-z0-9_:]+", expr)}
     assert used and used <= recorded
+
+
+# -- The lost and abandoned alerts against the series a real worker exports --------------------
+
+
+class DeadHeartbeats(MemoryStore):
+    """A store whose heartbeats fail: the worker leaves the attempt to lapse (lost)."""
+
+    def lease_extend(self, leases, lease_ttl):
+        raise ConnectionError("database unreachable")
+
+
+def exported(worker: Worker, *names: str) -> dict[tuple[tuple[str, str], ...], dict[str, float]]:
+    """The worker's samples of ``names``: labels -> {name: value}, as a scrape reads them."""
+    text = generate_latest(worker.metrics.registry).decode()
+    found: dict[tuple[tuple[str, str], ...], dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name in names:
+                found.setdefault(tuple(sorted(s.labels.items())), {})[s.name] = s.value
+    return found
+
+
+NAMES = ("rivet_worker_lost_total", "rivet_worker_abandoned_total")
+
+
+def lost_scrapes() -> tuple[dict, dict]:
+    """Scrapes of a worker before its first claim and after an attempt it left to lapse, made
+    the way that happens: its heartbeats fail until the lease runs out."""
+    jobs = JobRegistry()
+    blocking_job(jobs)
+    store = DeadHeartbeats(clock=FakeClock())
+    store.task_enqueue(build_spec(queue="q", kind="block", payload=None))
+    worker = make_worker(store, jobs, lease_ttl=0.2, metrics=True, max_jobs=1)
+    before = exported(worker, *NAMES)
+    running = Background(worker)
+    wait_until(lambda: worker.counts["lost"] == 1, "the lease to lapse")
+    running.stop()
+    return before, exported(worker, *NAMES)
+
+
+def abandoned_scrapes() -> tuple[dict, dict]:
+    """Scrapes of a worker before its first claim and after it abandoned a handler that would
+    not stop (the worker then gives up, as it does)."""
+    jobs = JobRegistry()
+    release = threading.Event()
+    job("stuck", registry=jobs)(lambda ctx: release.wait(30))
+    store = MemoryStore(clock=FakeClock())
+    store.task_enqueue(build_spec(queue="q", kind="stuck", payload=None))
+    worker = make_worker(
+        store, jobs, concurrency=1, lease_ttl=0.2, job_timeout=0.1, shutdown_timeout=0.2,
+        metrics=True,
+    )  # fmt: skip
+    before = exported(worker, *NAMES)
+    try:
+        worker.run()  # returns once its only slot is abandoned
+    finally:
+        release.set()
+    assert worker.counts["abandoned"] == 1
+    return before, exported(worker, *NAMES)
+
+
+def as_input_series(instance: str, before: dict, after: dict) -> list[dict[str, str]]:
+    """promtool input series of a worker scraped at ``before`` for 3 minutes, then ``after``,
+    after 2 minutes in which it was not up."""
+    series = []
+    for labels, values in after.items():
+        for name, value in values.items():
+            start = before.get(labels, {}).get(name)
+            first = "_x3" if start is None else f"{start:g}x3"  # absent: not exported yet
+            selector = ",".join(f'{k}="{v}"' for k, v in labels)
+            series.append(
+                {
+                    "series": f'{name}{{{selector},job="w",instance="{instance}"}}',
+                    "values": f"_x2 {first} {value:g}x20",
+                }
+            )
+    return series
+
+
+def annotations(alert: str, instance: str) -> dict[str, str]:
+    """The alert's annotations as the rules file writes them, for one instance."""
+    rules = [
+        rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]
+    ]
+    (rule,) = [rule for rule in rules if rule.get("alert") == alert]
+    return {
+        key: text.replace("{{ $labels.instance }}", instance)
+        for key, text in rule["annotations"].items()
+    }
+
+
+@pytest.mark.django_db  # the worker closes its Django connections on the way out
+def test_the_first_lost_and_abandoned_attempts_of_a_worker_fire_their_alerts(
+    promtool, tmp_path
+) -> None:
+    series = as_input_series("w1:9100", *lost_scrapes())
+    series += as_input_series("w2:9100", *abandoned_scrapes())
+    alerts = {"RivetWorkerLostAttempts": "w1:9100", "RivetWorkerAbandonedHandlers": "w2:9100"}
+    tests = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    {
+                        "eval_time": "10m",
+                        "alertname": alert,
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "warning", "job": "w", "instance": at},
+                                "exp_annotations": annotations(alert, at),
+                            }
+                        ],
+                    }
+                    for alert, at in alerts.items()
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "worker-series.test.yml"
+    path.write_text(yaml.safe_dump(tests))
+    tested = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True)
+    assert tested.returncode == 0, (
+        yaml.safe_dump(series) + tested.stdout.decode() + tested.stderr.decode()
+    )

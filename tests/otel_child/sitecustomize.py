@@ -30,6 +30,9 @@ if FOLDER:
             "parent_id": None if parent is None else format(parent.span_id, "016x"),
             "attributes": dict(span.attributes or {}),
             "events": [event.name for event in getattr(span, "events", ())],
+            "event_attributes": {
+                event.name: dict(event.attributes or {}) for event in getattr(span, "events", ())
+            },
         }
         with open(os.path.join(FOLDER, f"{os.getpid()}.jsonl"), "a") as out:
             out.write(json.dumps(line) + "\n")

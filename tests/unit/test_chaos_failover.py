@@ -15,10 +15,12 @@ from chaos_project.chaos.failover import (
     Failover,
     Losses,
     Snapshot,
+    ids_present,
     kill_time,
     losses,
     multi_host_url,
     replayed_all,
+    reused_ids,
     stall,
     worker_writes,
 )
@@ -118,6 +120,32 @@ def test_losses_are_what_clients_were_told_and_the_standby_lacks() -> None:
     )
     assert (found.enqueues, found.acks, found.claims) == (["k3"], [2], [2])
     assert losses(SNAPSHOT, enqueued=["k1"], acked=[1], claimed={1: 1}).total() == 0
+
+
+def test_reused_ids_are_ids_claimed_on_the_old_primary_that_the_standby_lacked_and_now_exist():
+    # 1 and 2 reached the standby; 3, 4 and 5 were claimed on the old primary only; after the
+    # run the new primary has tasks 3 and 5 (its sequence handed them out again), not 4.
+    assert reused_ids(SNAPSHOT, claimed_before=[1, 2, 3, 4, 5], now=[1, 2, 3, 5, 9]) == [3, 5]
+    assert reused_ids(SNAPSHOT, claimed_before=[1, 2], now=[1, 2, 3]) == []
+    record = Losses(reused=[3, 5]).record()
+    assert (record["ids_reused"], record["samples"]["ids_reused"]) == (2, [3, 5])
+    assert Losses(reused=[3, 5]).total() == 0  # a consequence of lost enqueues, reported
+
+
+@pytest.mark.django_db(transaction=True)
+def test_ids_present_reads_which_ids_name_a_task_on_a_real_database() -> None:
+    from rivet.stores import store_for_alias
+    from rivet.values import TaskSpec
+
+    if connections["default"].vendor != "postgresql":
+        pytest.fail("ids_present reads a PostgreSQL database: run with DATABASE_URL set to one")
+    store = store_for_alias("default")
+    made = [
+        store.task_enqueue(TaskSpec(queue="fo", kind="noop", payload=n)).task_id for n in (1, 2)
+    ]
+    url = libpq_url(database_url("default"))
+    assert ids_present(url, [*made, max(made) + 1000]) == set(made)
+    assert ids_present(url, []) == set()
 
 
 def _line(ts: float, event: str, **fields) -> str:

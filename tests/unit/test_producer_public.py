@@ -65,6 +65,35 @@ def test_get_task_refuses_an_id_that_is_not_an_integer(bad):
         rivet.get_task(bad, using=MemoryStore())
 
 
+def test_get_task_and_cancel_with_the_key_act_only_on_the_task_enqueued_with_it():
+    store = MemoryStore()
+    keyed = rivet.enqueue("noop", {"n": 1}, idem_key="order-7", using=store)
+    plain = rivet.enqueue("noop", {"n": 2}, using=store)
+    assert rivet.get_task(keyed.task_id, idem_key="order-7", using=store).payload == {"n": 1}
+    assert rivet.get_task(keyed.task_id, idem_key="order-8", using=store) is None
+    assert rivet.get_task(plain.task_id, idem_key="order-7", using=store) is None
+    assert rivet.get_task(plain.task_id, using=store) is not None  # without the key: as before
+    assert rivet.get_task(plain.task_id + 10, idem_key="order-7", using=store) is None
+    # cancel with another key changes nothing; with its own it cancels.
+    assert rivet.cancel(keyed.task_id, idem_key="order-8", using=store) == (
+        values.CancelOutcome.NOT_FOUND
+    )
+    assert store.task_get(keyed.task_id).state == "pending"
+    assert rivet.cancel(keyed.task_id, idem_key="order-7", using=store) == (
+        values.CancelOutcome.CANCELLED
+    )
+    assert store.task_get(keyed.task_id).state == "dead"
+
+
+@pytest.mark.parametrize("bad", ["", 7, b"order-7"])
+def test_get_task_and_cancel_refuse_a_key_that_is_not_a_non_empty_string(bad):
+    store = MemoryStore()
+    made = rivet.enqueue("noop", using=store)
+    for call in (rivet.get_task, rivet.cancel):
+        with pytest.raises(errors.InvalidInput, match="idem_key must be the non-empty key"):
+            call(made.task_id, idem_key=bad, using=store)
+
+
 def test_get_task_sees_the_fake_while_one_is_installed():
     import rivet.testing
 

@@ -77,6 +77,38 @@ def test_each_attempt_is_a_child_span_of_the_producer_with_its_ending(store, job
     assert second.status.status_code is StatusCode.UNSET
 
 
+def test_an_attempt_after_a_lost_one_names_it_and_one_after_a_retry_does_not(store, jobs, spans):
+    job("noop", registry=jobs)(lambda ctx: "ok")
+    calls = {"n": 0}
+
+    @job("flaky", registry=jobs)
+    def flaky(ctx: JobContext):
+        calls["n"] += 1
+        if ctx.attempt == 1:
+            raise ValueError("first try fails")
+
+    with tracer.start_as_current_span("request"):
+        killed = enqueue(store, "noop", max_attempts=3)
+        retried = enqueue(store, "flaky", max_attempts=3)
+    # A worker claims the first task and dies: attempt 1 (epoch 1) never settles, no span ends.
+    (claimed,) = store.task_claim(queues=["q"], owner="killed", limit=1, lease_ttl=1).claimed
+    assert (claimed.task_id, claimed.attempt, claimed.epoch) == (killed, 1, 1)
+    store.clock.advance(2)
+    for _ in range(2):
+        make_worker(store, jobs, once=True, max_jobs=3).run()
+    by_task = {(s.attributes["rivet.task.id"], s.attributes["rivet.attempt"]): s for s in
+               attempt_spans(spans)}  # fmt: skip
+    assert sorted(by_task) == [(killed, 2), (retried, 1), (retried, 2)]
+    (event,) = [e for e in by_task[(killed, 2)].events if e.name == tracing.LOST_EVENT]
+    assert dict(event.attributes) == {
+        "rivet.lost.attempt": 1,
+        "rivet.lost.lease_epoch": 1,
+        "rivet.settled_epoch": -1,
+    }
+    for key in [(retried, 1), (retried, 2)]:  # attempt 1 settled (retried): nothing was lost
+        assert [e.name for e in by_task[key].events if e.name == tracing.LOST_EVENT] == []
+
+
 def test_a_dead_ending_is_an_event_with_the_last_error(store, jobs, spans):
     job("broken", registry=jobs)(lambda ctx: 1 / 0)
     enqueue(store, "broken", max_attempts=1)

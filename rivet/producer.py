@@ -399,23 +399,35 @@ async def aenqueue_many(
     return await sync_to_async(enqueue_many, thread_sensitive=True)(items, using=using)
 
 
-async def aget_task(task_id: int, *, using: str | Store | None = None) -> TaskRecord | None:
+async def aget_task(
+    task_id: int, *, idem_key: str | None = None, using: str | Store | None = None
+) -> TaskRecord | None:
     """``get_task`` from async code: the same arguments, result and errors.
 
     :param task_id: the task's id, as ``enqueue`` returned it.
+    :param idem_key: the key the task was enqueued with: a task with another key (or none) is
+        None (see ``get_task``).
     :param using: the store: None for ``RIVET["DATABASE_ALIAS"]``, an alias, or a Store.
     :returns: the task as it is now, or None.
     :raises InvalidInput: ``task_id`` is not an integer.
     """
-    return await sync_to_async(get_task, thread_sensitive=True)(task_id, using=using)
+    return await sync_to_async(get_task, thread_sensitive=True)(
+        task_id, idem_key=idem_key, using=using
+    )
 
 
-async def acancel(task_id: int, *, using: str | Store | None = None) -> CancelOutcome:
+async def acancel(
+    task_id: int, *, idem_key: str | None = None, using: str | Store | None = None
+) -> CancelOutcome:
     """``cancel`` from async code: the same arguments, result and errors.
 
     :param task_id: the task's id.
+    :param idem_key: the key the task was enqueued with: a task with another key (or none) is
+        NOT_FOUND, nothing changed (see ``cancel``).
     :param using: the store: None for ``RIVET["DATABASE_ALIAS"]``, an alias, or a Store.
     :returns: what happened: CANCELLED, MARKED, FINISHED or NOT_FOUND.
     :raises InvalidInput: ``task_id`` is not an integer.
     """
-    return await sync_to_async(cancel, thread_sensitive=True)(task_id, using=using)
+    return await sync_to_async(cancel, thread_sensitive=True)(
+        task_id, idem_key=idem_key, using=using
+    )

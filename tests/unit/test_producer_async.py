@@ -228,3 +228,19 @@ def test_many_aenqueues_from_one_loop_never_block_it(store):
     results = run(main())
     assert len({r.task_id for r in results}) == 50
     assert ticks > 0  # the loop went on while the enqueues ran on the sync thread
+
+
+def test_aget_task_and_acancel_with_the_key_act_only_on_the_task_enqueued_with_it(store):
+    keyed = run(rivet.aenqueue("k", {"n": 1}, idem_key="order-7", using=store))
+    plain = run(rivet.aenqueue("k", {"n": 2}, using=store))
+    assert run(rivet.aget_task(keyed.task_id, idem_key="order-7", using=store)).payload == {"n": 1}
+    assert run(rivet.aget_task(keyed.task_id, idem_key="order-8", using=store)) is None
+    assert run(rivet.aget_task(plain.task_id, idem_key="order-7", using=store)) is None
+    assert run(rivet.acancel(keyed.task_id, idem_key="order-8", using=store)) is (
+        CancelOutcome.NOT_FOUND
+    )
+    assert store.task_get(keyed.task_id).state == "pending"
+    assert run(rivet.acancel(keyed.task_id, idem_key="order-7", using=store)) is (
+        CancelOutcome.CANCELLED
+    )
+    assert store.task_get(keyed.task_id).state == "dead"

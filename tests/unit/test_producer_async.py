@@ -244,3 +244,20 @@ def test_aget_task_and_acancel_with_the_key_act_only_on_the_task_enqueued_with_i
         CancelOutcome.CANCELLED
     )
     assert store.task_get(keyed.task_id).state == "dead"
+
+
+def test_an_async_jobs_unique_key_and_defaults_apply_to_its_enqueues(store):
+    @rivet.job("search.areindex", queue="search", priority=4, unique=lambda p: str(p["id"]))
+    async def areindex(context):
+        return None
+
+    try:
+        first = run(areindex.aenqueue({"id": 42}, using=store))
+        again = run(rivet.aenqueue("search.areindex", {"id": 42}, using=store))
+        other = areindex.enqueue({"id": 43}, using=store)
+        assert again == EnqueueResult(task_id=first.task_id, duplicate=True)
+        assert not other.duplicate
+        task = store.task_get(first.task_id)
+        assert (task.queue, task.priority) == ("search", 4)
+    finally:
+        registry.unregister("search.areindex")

@@ -74,3 +74,23 @@ def test_a_worker_config_refuses_a_bad_value_by_its_name(options, message):
     with pytest.raises(InvalidInput) as caught:
         WorkerConfig(**{"queues": ("q",), **options})
     assert message in str(caught.value)
+
+
+def test_async_concurrency_from_its_flag_variable_or_setting_and_its_bounds(settings):
+    settings.RIVET = {"ASYNC_CONCURRENCY": 300}
+    assert resolve({}, {})["async_concurrency"] == 300
+    assert resolve({}, {"RIVET_ASYNC_CONCURRENCY": "40"})["async_concurrency"] == 40
+    assert (
+        resolve({"async_concurrency": "7"}, {"RIVET_ASYNC_CONCURRENCY": "40"})["async_concurrency"]
+        == 7
+    )
+    settings.RIVET = {}
+    assert resolve({}, {})["async_concurrency"] == 100
+    for flags, env, message in [
+        ({"async_concurrency": "0"}, {}, "--async-concurrency must be an integer from 1 to"),
+        ({}, {"RIVET_ASYNC_CONCURRENCY": "lots"}, "RIVET_ASYNC_CONCURRENCY must be an integer"),
+    ]:
+        with pytest.raises(OptionError, match=message):
+            resolve(flags, env)
+    config = WorkerConfig(queues=("q",), async_concurrency=50)
+    assert config.async_abandon_limit == 25

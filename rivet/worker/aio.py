@@ -11,11 +11,12 @@ that claims only sync tasks starts no event loop and sizes its claims as it alwa
 A claim comes from the same queues for both kinds, and the store cannot tell them apart before
 it leases a task, so the claim is sized by both pools (``KindMix``): by the share of async
 tasks among the ones this worker claimed lately, as many as should fill the free thread slots
-(and the sync prefetch) and the free async slots (and the async prefetch: as many as the
-handlers' run times call for, ``rivet.worker.prefetch``, so a slot that frees starts a waiting
-task without a round trip), not more than one extra of either kind. A task claimed beyond its
-pool's free slots waits, leased and heartbeated, as a prefetched task does; its job timeout
-counts from when it starts.
+(and the sync prefetch) and the free async slots (and the async prefetch), not more than one
+extra of either kind. The async prefetch is set by the async handlers' run times as the sync
+one is (``rivet.worker.prefetch``), with a wait budget of ``ASYNC_WAIT_BUDGET_SECS``: a slot
+that frees starts a waiting task without a round trip. A task claimed beyond its pool's free
+slots waits, leased and heartbeated, as a prefetched task does; its job timeout counts from
+when it starts.
 
 Stopping a coroutine. A stop (timeout, cancel, lease fenced or lost, shutdown) sets the
 context's ``should_stop`` as for a sync handler, and also cancels the coroutine: the await it

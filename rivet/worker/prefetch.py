@@ -12,7 +12,8 @@ concurrency handler runs: about ``WAIT_BUDGET_SECS`` (20 ms), which no lease com
 waiting task's lease is heartbeated like a running one's anyway). Until the first handler
 returns the worker prefetches nothing, as ``--prefetch 0`` does. Noop-like tasks (well under a
 millisecond) reach the cap; 5 ms tasks at concurrency 4 hold 16; 20 ms tasks hold 4; tasks of
-80 ms or more at concurrency 4 hold none.
+80 ms or more at concurrency 4 hold none. The event loop's async tasks have a prefetch of their
+own (``rivet.worker.aio``), with the larger budget ``ASYNC_WAIT_BUDGET_SECS``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ import threading
 AUTO = "auto"
 #: How long a prefetched task should expect to wait for a slot.
 WAIT_BUDGET_SECS = 0.02
+#: The same for async tasks (``rivet.worker.aio``): they wait for a slot of the event loop,
+#: whose handlers mostly wait on other services; a budget of one flush round trip's worth and
+#: more keeps the loop fed while the worker settles and claims.
+ASYNC_WAIT_BUDGET_SECS = 0.1
 #: The most an automatic prefetch holds, unless concurrency is larger.
 AUTO_CAP = 16
 #: Weight of the newest handler time in the moving average.
@@ -31,7 +36,11 @@ ALPHA = 0.1
 class Prefetch:
     """The prefetch of one worker: ``current()`` for each claim, ``observe`` for each run."""
 
-    def __init__(self, setting: int | str, concurrency: int) -> None:
+    def __init__(
+        self, setting: int | str, concurrency: int, wait_budget: float = WAIT_BUDGET_SECS
+    ) -> None:
+        """``wait_budget``: how long a prefetched task should expect to wait (auto only)."""
+        self.wait_budget = wait_budget
         self.auto = setting == AUTO
         self.fixed = 0 if self.auto else int(setting)
         self.concurrency = concurrency
@@ -62,4 +71,4 @@ class Prefetch:
             return 0
         if average <= 0:
             return self.cap
-        return min(self.cap, int(self.concurrency * WAIT_BUDGET_SECS / average))
+        return min(self.cap, int(self.concurrency * self.wait_budget / average))

@@ -34,7 +34,7 @@ from rivet.worker.ending import Ended, Reporter
 from rivet.worker.guard import Guard
 from rivet.worker.metrics import NoMetrics
 from rivet.worker.pool import HandlerPool, tidy_connections
-from rivet.worker.prefetch import AUTO, Prefetch
+from rivet.worker.prefetch import ASYNC_WAIT_BUDGET_SECS, AUTO, Prefetch
 from rivet.worker.settle import Outcome, Settler
 
 
@@ -258,7 +258,7 @@ class Slots:
 
     def _async_runner_made(self) -> AsyncRunner:
         setting = AUTO if self.prefetcher.auto else self.prefetcher.fixed
-        prefetch = Prefetch(setting, self.config.async_concurrency)
+        prefetch = Prefetch(setting, self.config.async_concurrency, ASYNC_WAIT_BUDGET_SECS)
         self.aio = AsyncRunner(self.config.async_concurrency, self._execute_async, prefetch)
         logs.event(
             "event_loop_started", owner=self.owner, async_concurrency=self.config.async_concurrency

@@ -425,3 +425,18 @@ def test_async_attempts_are_counted_and_timed_and_shown_in_flight_apart_from_the
     running.stop()
     assert counted(worker, "rivet_worker_acks_total", kind="m") == 3
     assert scrape("rivet_worker_handler_duration_seconds_count", {"queue": "q", "kind": "m"}) == 3
+
+
+def test_the_async_prefetch_holds_a_tenth_of_a_second_of_work_per_slot():
+    from rivet.worker.prefetch import ASYNC_WAIT_BUDGET_SECS, AUTO, Prefetch
+
+    prefetch = Prefetch(AUTO, 500, ASYNC_WAIT_BUDGET_SECS)
+    assert prefetch.current() == 0  # nothing observed yet
+    prefetch.observe(0.1)
+    assert prefetch.current() == 500  # 0.1 s tasks: a round of slots waits, the cap
+    for _ in range(200):
+        prefetch.observe(1.0)
+    assert 45 <= prefetch.current() <= 55  # 1 s tasks: about a tenth of the slots
+    fixed = Prefetch(7, 500, ASYNC_WAIT_BUDGET_SECS)
+    fixed.observe(0.001)
+    assert fixed.current() == 7  # --prefetch N holds N, whatever the budget

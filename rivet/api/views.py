@@ -290,6 +290,13 @@ class TaskBulkView(RivetView):
                     f"{new} are not); use a new key for new work",
                     code="idempotency_mismatch",
                 )
+            if not new and _keyed_task_exists(alias, f"{header}:{len(results)}"):
+                raise Unprocessable(
+                    f"the {IDEMPOTENCY_HEADER} header {header!r} already names a bulk call of "
+                    f"more tasks than these {len(results)} (its task {len(results)} is "
+                    f"{header}:{len(results)}); send the whole call again, or use a new key",
+                    code="idempotency_mismatch",
+                )
         return results
 
     def _check_count(self, count: int) -> None:
@@ -481,3 +488,8 @@ class DeadLetterRequeueView(DeadLetterMixin, RivetView):
                 code="not_requeued",
             )
         return self.render_task(self.find_task(task_id))
+
+
+def _keyed_task_exists(alias: str, key: str) -> bool:
+    """Whether a task of that idempotency key is in the database (any state)."""
+    return Task.objects.using(alias).filter(idem_key=key).exists()

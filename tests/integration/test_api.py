@@ -223,6 +223,9 @@ def test_other_tasks_under_a_bulk_idempotency_key_are_422_and_write_nothing(api,
         api, [BATCH[0], {"kind": "noop", "payload": 3}], **{"Idempotency-Key": "batch-8"}
     )
     assert_error(changed, 422, "idempotency_mismatch")
+    fewer = bulk(api, BATCH[:1], **{"Idempotency-Key": "batch-8"})  # a part of the first call
+    body = assert_error(fewer, 422, "idempotency_mismatch")
+    assert "already names a bulk call of more tasks than these 1" in body["detail"]
     assert rows(alias) == 2
 
 

@@ -48,7 +48,15 @@ def chaos_effect(context: JobContext) -> dict[str, Any]:
             f"chaos task {payload.get('chaos_task')} fails attempt {context.attempt} by design"
         )
     response = send_effect(context)
-    return {"status": response.status, "replay": response.replay}
+    return {"status": response.status, "replay": response.replay, "effect_id": effect_id(response)}
+
+
+def effect_id(response: Any) -> int | None:
+    """The id of the effect the service's answer names (the verifier's H5 looks it up in the
+    service's own table)."""
+    body = response.body
+    found = body.get("id") if isinstance(body, dict) else None
+    return found if isinstance(found, int) and not isinstance(found, bool) else None
 
 
 def work_ms(payload: Any) -> int:

@@ -37,7 +37,7 @@ from chaos_project.chaos.plan import (
 )
 from chaos_project.chaos.zombies import HEARTBEAT_POINT, Phase, Zombie
 from chaos_project.kit import queries
-from rivet.producer import cancel
+from rivet.producer import cancel, resolve_store
 from rivet.values import CancelOutcome
 
 TICK_SECS = 0.05
@@ -66,6 +66,14 @@ EPOCH_GUARD_RETRIES = 3
 #: ack it) and a task a stopped zombie holds (buried at the zombie's epoch, now or at the next
 #: claim: the zombie's late write must meet a finished task and be refused).
 CANCEL_EVERY_SECS = 0.5
+#: An operator's requeue of a dead chaos task every this many seconds of the chaos (through the
+#: store's dead_requeue, the path the admin, the API and ``rivet_dlq requeue`` take): a new life
+#: with fresh attempts, whose epochs must still grow (H4) and whose claims count afresh (H3).
+#: A task is requeued at most REQUEUE_LIMIT times. Besides, a stopped zombie's task that dies
+#: while it sleeps (a cancel, a one-shot task's burial) is requeued at once, before the zombie
+#: is continued: its late write must meet a task in a new life under a newer epoch.
+REQUEUE_EVERY_SECS = 1.0
+REQUEUE_LIMIT = 2
 
 
 #: A woken zombie's new holders are stopped (pinned) until its late write landed, or this many
@@ -172,6 +180,10 @@ class LoopOutcome:
         default_factory=lambda: {outcome.value: 0 for outcome in CancelOutcome}
     )
     """The operator cancels the harness issued, by what ``rivet.cancel`` answered."""
+    requeues: dict[str, int] = field(default_factory=lambda: {"dead": 0, "asleep zombie's": 0})
+    """The operator requeues the harness made: of a dead task, of a sleeping zombie's task."""
+    effect_faults: dict[str, int] = field(default_factory=dict)
+    """The recording proxy's effect faults carried out (drop, reset, dup)."""
 
     def zombie_counts(self) -> dict[str, int]:
         return {phase.value: sum(1 for z in self.zombies if z.phase is phase) for phase in Phase}
@@ -209,6 +221,9 @@ class ChaosLoop:
         self.chaos_on = True
         self.next_cancel = CANCEL_EVERY_SECS
         self.cancels_sent = 0
+        self.next_requeue = REQUEUE_EVERY_SECS
+        self.requeued: dict[int, int] = {}
+        self.store = resolve_store("default")
         # A reclaim needs the lease to lapse and a free slot elsewhere; a woken worker needs
         # one guard tick. Both bounds are generous: reaching one is reported, never hidden.
         self.stop_limit = max(10.0, 5 * lease_ttl)
@@ -260,6 +275,8 @@ class ChaosLoop:
             if released:
                 self.release(released)
                 outstanding += len(released)
+        if self.chaos_on:
+            self.requeue_zombie_tasks()
         self.follow_zombies(now)
         if self.chaos_on:
             while self.due and self.due[0].at <= now:
@@ -268,6 +285,9 @@ class ChaosLoop:
             if now >= self.next_cancel:
                 self.next_cancel = now + CANCEL_EVERY_SECS
                 self.cancel_one()
+            if now >= self.next_requeue:
+                self.next_requeue = now + REQUEUE_EVERY_SECS
+                self.requeue_one()
         for source in self.sources:
             source.tick(now)
         return outstanding
@@ -365,6 +385,32 @@ class ChaosLoop:
         outcome = cancel(task, using="default")
         self.outcome.cancels[outcome.value] += 1
         self.fleet.log.add("cancel", task=task, outcome=outcome.value)
+
+    # -- operator requeues ------------------------------------------------------------------
+
+    def requeue_zombie_tasks(self) -> None:
+        """Requeue every task of a stopped zombie that died while it sleeps (see
+        REQUEUE_EVERY_SECS)."""
+        ids = [task for z in self.open if z.phase is Phase.STOPPED for task in z.held]
+        if not ids:
+            return
+        for (task,) in self._rows(queries.DEAD_AMONG, {"ids": ids}):
+            self._requeue(task, "asleep zombie's")
+
+    def requeue_one(self) -> None:
+        """Requeue one dead chaos task, the most recently buried one not requeued too often."""
+        for (task,) in self._rows(queries.REQUEUE_PICK, {"queue": self.queue}):
+            if self.requeued.get(task, 0) < REQUEUE_LIMIT:
+                self._requeue(task, "dead")
+                return
+
+    def _requeue(self, task: int, what: str) -> None:
+        if self.requeued.get(task, 0) >= REQUEUE_LIMIT:
+            return
+        if self.store.dead_requeue(self.queue, task):
+            self.requeued[task] = self.requeued.get(task, 0) + 1
+            self.outcome.requeues[what] += 1
+            self.fleet.log.add("requeue", task=task, what=what)
 
     # -- zombies -----------------------------------------------------------------------------
 

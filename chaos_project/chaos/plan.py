@@ -81,6 +81,20 @@ FLAKY_FAILS = 2
 PERMANENT_MAX_ATTEMPTS = 3
 
 
+#: Every DELAYED_EVERY-th chaos task (from DELAYED_FROM) is enqueued with a delay that grows
+#: with its number (DELAY_SECS, in turn): a claim must wait for it (H2).
+DELAYED_EVERY = 20
+DELAYED_FROM = 18
+DELAY_SECS = (0.5, 1.0, 2.0)
+
+
+def release_delay(n: int) -> float:
+    """The delay chaos task ``n`` is enqueued with (0: none)."""
+    if n % DELAYED_EVERY != DELAYED_FROM:
+        return 0.0
+    return DELAY_SECS[(n // DELAYED_EVERY) % len(DELAY_SECS)]
+
+
 def design(n: int) -> str:
     """How chaos task ``n`` is meant to go (see DESIGN_CYCLE)."""
     return DESIGN_CYCLE.get(n % 20, PLAIN)

@@ -21,6 +21,9 @@
     system that was not under the pressure claimed.
 - T1 no tick fired twice and T2 no due tick missing, with schedules (``rivet_chaos
   --schedules N``): see ``chaos_project.chaos.ticks``.
+- H1 leases never overlap, H2 nothing runs early, H3 attempts are bounded, H4 epochs only grow,
+  H5 every done effect task's answer was a success, D1 no task died unless designed to: read
+  from the run's history, not its end state (``chaos_project.chaos.leases``).
 
 Every figure is read from the two databases; none comes from what the harness intended.
 """
@@ -32,6 +35,8 @@ from datetime import datetime
 
 from django.db import connections
 
+from chaos_project.chaos import history as run_history
+from chaos_project.chaos.leases import HistoryFigures, TaskEnd, judge_history
 from chaos_project.chaos.ticks import TickFigures, read_ticks
 from chaos_project.kit import queries
 from chaos_project.kit.services import effect_connection
@@ -84,6 +89,8 @@ class Verdict:
     violations: tuple[Violation, ...] = field(default=())
     ticks: TickFigures | None = None
     """T1 and T2, when the queue has chaos schedules."""
+    history: HistoryFigures | None = None
+    """H1-H5 and D1, when the run recorded its history."""
 
     @property
     def ok(self) -> bool:
@@ -140,9 +147,10 @@ def judge(
     drain_note: str = "",
     unfenced_zombies: int = 0,
     ticks: TickFigures | None = None,
+    history: HistoryFigures | None = None,
 ) -> Verdict:
-    """The violations of S1, S2, L1, F2 and C1 in ``figures`` (and T1, T2 in ``ticks``), each
-    with a message saying why."""
+    """The violations of S1, S2, L1, F2 and C1 in ``figures`` (T1, T2 in ``ticks``; H1-H5 and
+    D1 in ``history``), each with a message saying why."""
     found = []
     if figures.duplicate_effects:
         found.append(
@@ -208,7 +216,86 @@ def judge(
             )
         )
     found += tick_violations(ticks)
-    return Verdict(figures=figures, violations=tuple(found), ticks=ticks)
+    found += history_violations(history)
+    return Verdict(figures=figures, violations=tuple(found), ticks=ticks, history=history)
+
+
+#: Each history invariant: its code, the HistoryFigures field, and what a violation means.
+HISTORY_INVARIANTS = (
+    (
+        "H1",
+        "overlapping",
+        "claim(s) took a task while another worker's lease on it was live (by the claiming "
+        "transaction's clock): two workers held one lease at once",
+    ),
+    (
+        "H2",
+        "early",
+        "claim(s) took a task before it was ready (its delay, run_at or retry backoff)",
+    ),
+    (
+        "H3",
+        "over_attempts",
+        "claim(s) went past max_attempts in one life, or took a done or dead task, or a "
+        "requeue revived a task that was not dead",
+    ),
+    (
+        "H4",
+        "epochs_back",
+        "change(s) gave a task an epoch not above every epoch it had before: a stale write "
+        "of an earlier lease could match the new one",
+    ),
+    (
+        "H5",
+        "bad_answers",
+        "done effect task(s) have no successful answer from the effect service behind their "
+        "ack (the result, the service's own record and what the worker was delivered)",
+    ),
+    (
+        "D1",
+        "dead_not_designed",
+        "task(s) died that were neither cancelled nor designed to fail and still had "
+        "attempts left in their life",
+    ),
+)
+
+
+def history_violations(history: HistoryFigures | None) -> list[Violation]:
+    """H1-H5 and D1 (none when no history was recorded)."""
+    if history is None:
+        return []
+    found = []
+    for code, name, meaning in HISTORY_INVARIANTS:
+        count = getattr(history, name)
+        if count.n:
+            found.append(Violation(code, f"{count.n} {meaning}{_named(tuple(count.samples))}"))
+    return found
+
+
+def read_history(
+    *, queue: str, effect_database_url: str, using: str = "default"
+) -> HistoryFigures | None:
+    """The history invariants' figures, or None when the run recorded no history."""
+    changes = run_history.read_changes(queue=queue, using=using)
+    if not changes:
+        return None
+    with connections[using].cursor() as cursor:
+        cursor.execute(queries.TASK_ENDS, {"queue": queue, "cancelled": CANCELLED_SUFFIX})
+        ends = {
+            task_id: TaskEnd(
+                state=state,
+                kind=kind,
+                key=key,
+                designed_to_fail=designed,
+                cancelled=cancelled,
+                result=run_history.parse_json(result),
+            )
+            for task_id, state, kind, key, designed, cancelled, result in cursor.fetchall()
+        }
+    with effect_connection(effect_database_url) as effect_db:
+        effects = dict(effect_db.execute(queries.EFFECT_IDS).fetchall())
+    requests = run_history.read_effect_requests(using=using)
+    return judge_history(changes, ends, effects=effects, requests=requests)
 
 
 def tick_violations(ticks: TickFigures | None) -> list[Violation]:
@@ -253,4 +340,11 @@ def verify(
     ``ticks_until``: the end of the chaos, where T2's window ends)."""
     figures = read_figures(queue=queue, effect_database_url=effect_database_url, using=using)
     ticks = read_ticks(queue=queue, until=ticks_until, using=using)
-    return judge(figures, drain_note=drain_note, unfenced_zombies=unfenced_zombies, ticks=ticks)
+    history = read_history(queue=queue, effect_database_url=effect_database_url, using=using)
+    return judge(
+        figures,
+        drain_note=drain_note,
+        unfenced_zombies=unfenced_zombies,
+        ticks=ticks,
+        history=history,
+    )

@@ -3,7 +3,8 @@
 - H1 leases never overlap: a task is claimed only once the lease before it was settled or had
   expired, by the claiming transaction's own clock (the ``now()`` the claim compared
   ``visible_at`` with: one clock, so no skew between two transactions' clocks can matter). The
-  lease's deadline is the one its last claim or heartbeat wrote.
+  lease's deadline is the one its last claim or heartbeat wrote. And a live lease is ended
+  only by its holder: no other worker's decision settles the task while it is live.
 - H2 nothing runs early: a task with no live lease is claimed only once it is ready: its
   enqueue's delay or ``run_at``, a retry's backoff, a requeue's time.
 - H3 attempts are bounded: no task is claimed more than ``max_attempts`` times in one life (a
@@ -141,8 +142,10 @@ def judge_history(
             if task.lease is not None and task.lease[0] == new.epoch:
                 task.lease = (new.epoch, new.owner, new.visible_at)
         elif what == RETRY:
+            _ended_by_holder(figures, change, task)
             task.lease, task.ready_at = None, new.visible_at
         elif what in (ACK, BURY):
+            _ended_by_holder(figures, change, task)
             task.lease = None
             if what == ACK:
                 task.acked_at = change.tx_now
@@ -208,6 +211,23 @@ def _claim(figures: HistoryFigures, change: Change, task: _Task) -> None:
                 f"{(ready - now).total_seconds():.3f} s before it was ready ({_t(ready)})"
             )
     task.lease = (new.epoch, new.owner, new.visible_at)
+
+
+def _ended_by_holder(figures: HistoryFigures, change: Change, task: _Task) -> None:
+    """A live lease ends only by its holder's decision: a worker's decision (settled_by names
+    a worker) written while another lease was live, or under another epoch, took the task from
+    the holder. (A claim's or the sweep's burial names no worker: it meets lapsed leases.)"""
+    if task.lease is None or not change.new.settled_by:
+        return
+    epoch, owner, deadline = task.lease
+    new = change.new
+    live = change.tx_now < max(deadline, change.old.visible_at if change.old else deadline)
+    if live and (new.settled_epoch != epoch or new.settled_by != owner):
+        figures.overlapping.add(
+            f"task {change.task}: {new.settled_by}'s {change.what} at epoch {new.settled_epoch} "
+            f"ended {owner}'s live lease (epoch {epoch}, until {_t(deadline)}) at "
+            f"{_t(change.tx_now)}"
+        )
 
 
 def _judge_ends(

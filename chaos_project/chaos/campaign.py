@@ -20,6 +20,7 @@ from chaos_project.kit.progress import progress
 
 COLUMNS = (
     ("seed", 6),
+    ("prefetch", 8),
     ("kill", 5),
     ("failpoint", 9),
     ("zombie", 6),
@@ -43,7 +44,10 @@ class Campaign:
         seeds: list[int],
         json_path: Path | None,
         say: Callable[[str], None] = print,
+        prefetch_cycle: tuple[int | str, ...] = (),
     ) -> None:
+        """``prefetch_cycle``: the seeds' worker --prefetch in turn (empty: the options')."""
+        self.prefetch_cycle = prefetch_cycle
         self.options = options
         self.seeds = seeds
         self.say = say
@@ -77,6 +81,9 @@ class Campaign:
     def _one(self, seed: int) -> dict[str, Any]:
         out_path = self.out_dir / f"seed-{seed}.txt"
         options = dataclasses.replace(self.options, seed=seed)
+        if self.prefetch_cycle:
+            turn = self.seeds.index(seed) % len(self.prefetch_cycle)
+            options = dataclasses.replace(options, prefetch=self.prefetch_cycle[turn])
         started = time.monotonic()
         with out_path.open("w") as out:
 
@@ -96,6 +103,7 @@ class Campaign:
                     "wall_secs": round(time.monotonic() - started, 1),
                 }
         summary["output"] = str(out_path)
+        summary["prefetch"] = options.prefetch if options.prefetch is not None else "default"
         return summary
 
 
@@ -120,6 +128,7 @@ def _row(row: dict[str, Any], columns: tuple[tuple[str, int], ...] = COLUMNS) ->
     bit = zombies.get("fenced", 0) + zombies.get("unfenced", 0)
     cells = {
         "seed": row["seed"],
+        "prefetch": row.get("prefetch", "-"),
         **{kind: events.get(kind, "-") for kind in KINDS},
         "fenced": f"{zombies.get('fenced', 0)}/{bit}" if zombies else "-",
         "S1": row.get("S1", "-"),
@@ -146,6 +155,7 @@ def _totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
     return {
         "seed": "all",
+        "prefetch": "",
         "ok": all(row["ok"] for row in rows),
         "failed": sorted({code for row in rows for code in row["failed"]}),
         "events": {kind: total("events", kind) for kind in KINDS},

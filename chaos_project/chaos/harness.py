@@ -75,9 +75,10 @@ RETRY_BACKOFF_SECS = 0.4
 RETRY_BACKOFF_CAP_SECS = 1.5
 #: The effect fault of every run: the workers reach the effect service through the harness's
 #: recording proxy (chaos_project.chaos.proxy), which during the chaos drops a request, resets
-#: the connection after the effect, or sends a request twice at once, now and then. Cheap: a
-#: dropped or reset request costs a retry, a duplicated one a replay.
-EFFECT_FAULT_RATES = NetFaultRates(delay=0.0, drop=0.01, reset=0.015, dup=0.04)
+#: the connection after the effect, answers 503 without forwarding, or sends a request twice at
+#: once, now and then. Cheap: a dropped or reset request costs the client a resend, a refused
+#: one the task a retry, a duplicated one a replay.
+EFFECT_FAULT_RATES = NetFaultRates(delay=0.0, drop=0.01, reset=0.015, dup=0.04, refuse=0.03)
 
 
 class ChaosError(RivetError):
@@ -215,6 +216,7 @@ class ChaosRun:
                 drain_note=outcome.drain_note,
                 unfenced_zombies=unfenced,
                 ticks_until=schedules.until,
+                log_dir=log_dir,
             )
             verdict = self.faults.judge(verdict)  # faults hook: the failover's part of L1, F2
             self._check_effect_store(service_url, expected=verdict.figures.effects_written)
@@ -404,8 +406,8 @@ class ChaosRun:
         r = EFFECT_FAULT_RATES
         self.say(
             f"effect requests: through the recording proxy {recorder.url}; during the chaos "
-            f"per request drop {r.drop:.1%} / reset after the effect {r.reset:.1%} / sent "
-            f"twice at once {r.dup:.1%}"
+            f"per request drop {r.drop:.1%} / reset after the effect {r.reset:.1%} / 503 "
+            f"{r.refuse:.1%} / sent twice at once {r.dup:.1%}"
         )
         env = worker_env(database_url(), EFFECT_SERVICE_URL=recorder.url)
         fleet = Fleet(
@@ -462,7 +464,7 @@ class ChaosRun:
             recorder.close()
         written = run_history.write_effect_requests(recorder.records)
         faults = recorder.injected()
-        loop.outcome.effect_faults = {k: faults[k] for k in ("drop", "reset", "dup")}
+        loop.outcome.effect_faults = {k: faults[k] for k in ("drop", "reset", "refuse", "dup")}
         self.say(
             f"effect requests recorded: {written} ("
             + " / ".join(f"{k} {n}" for k, n in loop.outcome.effect_faults.items())

@@ -6,7 +6,8 @@
   lease's deadline is the one its last claim or heartbeat wrote. And a live lease is ended
   only by its holder: no other worker's decision settles the task while it is live.
 - H2 nothing runs early: a task with no live lease is claimed only once it is ready: its
-  enqueue's delay or ``run_at``, a retry's backoff, a requeue's time.
+  enqueue's delay or ``run_at``, a retry's backoff, a requeue's time; and a retry is made ready
+  no sooner than the backoff its worker decided (read from the worker's log).
 - H3 attempts are bounded: no task is claimed more than ``max_attempts`` times in one life (a
   requeue starts a new life), a done or dead task is never claimed, and only a dead task is
   requeued.
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from chaos_project.chaos.history import (
     ACK,
@@ -43,6 +44,8 @@ from chaos_project.chaos.history import (
 
 SAMPLES = 5
 SUCCESS = (200, 201)
+#: The workers log a retry's backoff to the millisecond.
+DELAY_ROUNDING_SECS = 0.001
 
 
 @dataclass
@@ -114,10 +117,13 @@ def judge_history(
     effects: Mapping[int, str] | None = None,
     requests: list[EffectRequest] | None = None,
     effect_kinds: tuple[str, ...] = ("chaos.effect",),
+    retry_delays: Mapping[tuple[int, int], float] | None = None,
 ) -> HistoryFigures:
     """H1-H5 and D1 over ``changes`` (in seq order). ``ends``: each task's final row;
     ``effects``: the effect service's own record (effect id -> key; None: not read);
-    ``requests``: the proxy's record (None when no proxy recorded)."""
+    ``requests``: the proxy's record (None when no proxy recorded); ``retry_delays``: the
+    backoff each worker decided for a retry, by (task, epoch), from its own log (the decision
+    is not in the row: a store that drops it writes a visible_at that looks like any other)."""
     figures = HistoryFigures()
     tasks: dict[int, _Task] = {}
     claims = heartbeats = requeues = count = 0
@@ -144,6 +150,16 @@ def judge_history(
         elif what == RETRY:
             _ended_by_holder(figures, change, task)
             task.lease, task.ready_at = None, new.visible_at
+            decided = (retry_delays or {}).get((change.task, new.settled_epoch or 0))
+            if decided is not None:
+                due = change.tx_now + timedelta(seconds=decided - DELAY_ROUNDING_SECS)
+                if new.visible_at < due:
+                    figures.early.add(
+                        f"task {change.task}: its retry (epoch {new.settled_epoch}) was made "
+                        f"ready at {_t(new.visible_at)}, {decided:.3f} s backoff decided at "
+                        f"{_t(change.tx_now)}"
+                    )
+                task.ready_at = max(new.visible_at, due)
         elif what in (ACK, BURY):
             _ended_by_holder(figures, change, task)
             task.lease = None

@@ -12,6 +12,9 @@ moment that matters. While ``injecting``, each request draws one of:
   instead of forwarding the answer: the effect happened and the client never learns (the
   ambiguous case; only the idempotency key turns the client's retry into a replay).
 
+- ``refuse``: answer 503 (the service is overloaded) without forwarding the request: an
+  answer with a status, which the client never sends again by itself, so the handler sees the
+  failure and the task is retried after its backoff;
 - ``dup``: send the request to the service twice at once, on two connections, and forward the
   first answer: a duplicate delivery of one request, racing itself (only the service's dedup
   keeps it one effect, and only if it holds against a concurrent twin).
@@ -47,7 +50,14 @@ DELAY = "delay"
 DROP = "drop"
 RESET = "reset"
 DUP = "dup"
-KINDS = (DELAY, DROP, RESET, DUP)
+REFUSE = "refuse"
+KINDS = (DELAY, DROP, RESET, DUP, REFUSE)
+#: The refuse fault's answer: what an overloaded service says.
+_REFUSED_BODY = b'{"detail": "overloaded (the chaos proxy)"}'
+REFUSED = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Content-Length: " + str(len(_REFUSED_BODY)).encode() + b"\r\n\r\n" + _REFUSED_BODY
+)
 EFFECTS_PATH = "/effects"
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -64,9 +74,10 @@ class NetFaultRates:
     reset: float = 0.04
     delay_secs: tuple[float, float] = (0.02, 0.3)
     dup: float = 0.0
+    refuse: float = 0.0
 
     def __post_init__(self) -> None:
-        rates = (self.delay, self.drop, self.reset, self.dup)
+        rates = (self.delay, self.drop, self.reset, self.dup, self.refuse)
         if min(rates) < 0 or sum(rates) > 1:
             raise ValueError(f"fault rates must be >= 0 and add up to <= 1, got {self}")
 
@@ -129,9 +140,11 @@ class FaultyProxy:
             self._listener.close()
 
     def injected(self) -> dict[str, int]:
-        """How many faults of each kind were applied (a fault is counted once it happened)."""
+        """How many faults of each kind were applied (a fault is counted once it happened):
+        delay, drop and reset, and dup and refuse when their rate is not 0."""
+        kinds = [k for k in KINDS if k in (DELAY, DROP, RESET) or getattr(self.rates, k)]
         with self._lock:
-            return {kind: self.counts[kind] for kind in KINDS}
+            return {kind: self.counts[kind] for kind in kinds}
 
     # -- threads -----------------------------------------------------------------------------
 
@@ -216,6 +229,9 @@ class FaultyProxy:
         if fault == DROP:
             self._count(DROP)
             return None
+        if fault == REFUSE:
+            self._count(REFUSE)
+            return Message(REFUSED, REFUSED.split(b"\r\n", 1)[0].decode("latin-1"), False)
         if link.upstream is None and not self._connect(link):
             return None  # nothing listens (the service is down): as if refused
         method = request.first_line.split(" ", 1)[0]
@@ -290,6 +306,8 @@ class FaultyProxy:
             return DELAY, delay
         if r < rates.reset + rates.drop + rates.delay + rates.dup:
             return DUP, 0.0
+        if r < rates.reset + rates.drop + rates.delay + rates.dup + rates.refuse:
+            return REFUSE, 0.0
         return None, 0.0
 
     def _count(self, kind: str) -> None:

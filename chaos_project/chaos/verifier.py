@@ -30,8 +30,10 @@ Every figure is read from the two databases; none comes from what the harness in
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 from django.db import connections
 
@@ -273,9 +275,14 @@ def history_violations(history: HistoryFigures | None) -> list[Violation]:
 
 
 def read_history(
-    *, queue: str, effect_database_url: str, using: str = "default"
+    *,
+    queue: str,
+    effect_database_url: str,
+    using: str = "default",
+    log_dir: Path | None = None,
 ) -> HistoryFigures | None:
-    """The history invariants' figures, or None when the run recorded no history."""
+    """The history invariants' figures, or None when the run recorded no history
+    (``log_dir``: the run's worker logs, for the retries' decided backoffs)."""
     changes = run_history.read_changes(queue=queue, using=using)
     if not changes:
         return None
@@ -295,7 +302,28 @@ def read_history(
     with effect_connection(effect_database_url) as effect_db:
         effects = dict(effect_db.execute(queries.EFFECT_IDS).fetchall())
     requests = run_history.read_effect_requests(using=using)
-    return judge_history(changes, ends, effects=effects, requests=requests)
+    delays = retry_delays(log_dir) if log_dir is not None else None
+    return judge_history(changes, ends, effects=effects, requests=requests, retry_delays=delays)
+
+
+def retry_delays(log_dir: Path) -> dict[tuple[int, int], float]:
+    """The backoff of every retry the workers logged (``retry`` lines), by (task, epoch)."""
+    found: dict[tuple[int, int], float] = {}
+    for log_path in sorted(log_dir.glob("chaos-w*.log")):
+        with log_path.open("rb") as log:
+            for raw in log:
+                if b'"retry"' not in raw:
+                    continue
+                try:
+                    record = json.loads(raw)
+                except ValueError:
+                    continue
+                if not isinstance(record, dict) or record.get("event") != "retry":
+                    continue
+                task, epoch, delay = record.get("task"), record.get("epoch"), record.get("retry_in")
+                if isinstance(task, int) and isinstance(epoch, int) and isinstance(delay, float):
+                    found[(task, epoch)] = delay
+    return found
 
 
 def tick_violations(ticks: TickFigures | None) -> list[Violation]:
@@ -335,12 +363,15 @@ def verify(
     drain_note: str = "",
     unfenced_zombies: int = 0,
     ticks_until: datetime | None = None,
+    log_dir: Path | None = None,
 ) -> Verdict:
     """Read both databases and judge them (``unfenced_zombies``: from the run's own watch;
     ``ticks_until``: the end of the chaos, where T2's window ends)."""
     figures = read_figures(queue=queue, effect_database_url=effect_database_url, using=using)
     ticks = read_ticks(queue=queue, until=ticks_until, using=using)
-    history = read_history(queue=queue, effect_database_url=effect_database_url, using=using)
+    history = read_history(
+        queue=queue, effect_database_url=effect_database_url, using=using, log_dir=log_dir
+    )
     return judge(
         figures,
         drain_note=drain_note,

@@ -15,10 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from tests.mutation import CHAOS_STORES, CONFORMANCE_STORES, ENV, MUTATIONS
@@ -83,10 +85,9 @@ def _chaos_once(name: str, seed: int, workdir: Path) -> dict:
 
 def _effect_service(name: str, workdir: Path) -> tuple[subprocess.Popen, str]:
     """The effect service with the mutant applied (tests.mutation.effect_service), answering."""
-    from chaos_project.kit.services import free_port
-    from effect_project.client import EffectUnavailable, fetch_health
-
-    port = free_port()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, ENV: name, "RIVET_READ_DOTENV": "0"}
     log = (workdir / f"{name}-effect-service.log").open("ab")
@@ -97,9 +98,9 @@ def _effect_service(name: str, workdir: Path) -> tuple[subprocess.Popen, str]:
     )  # fmt: skip
     for _ in range(600):
         try:
-            fetch_health(url, timeout=1.0)
-            return service, url
-        except EffectUnavailable:
+            with urllib.request.urlopen(f"{url}/health", timeout=1.0):
+                return service, url
+        except OSError:  # not answering yet (URLError, a refused or reset connection)
             if service.poll() is not None:
                 break
             time.sleep(0.1)

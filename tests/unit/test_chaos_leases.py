@@ -202,6 +202,33 @@ def test_h2_a_claim_before_the_retry_backoff_fails():
     assert failed(judged(t, requests=[delivered(0.9)])) == ["H2"]
 
 
+def test_h2_a_retry_made_ready_before_its_decided_backoff_fails():
+    """The store wrote visible_at = now for a retry its worker decided to delay 1 s: the claim
+    that follows at once looks ready by the row, and is early by the decision."""
+    t = Task()
+    t.claim(0.1, "w1").retry(0.5, delay=0.0).claim(0.6, "w2").ack(1.0)
+    delays = {(t.task, 1): 1.0}
+    figures = judge_history(
+        t.changes,
+        {t.task: done_end()},
+        effects={EFFECT: KEY},
+        requests=[delivered(0.9)],
+        retry_delays=delays,
+    )
+    assert failed(figures) == ["H2"]
+    assert figures.early.n == 2  # the retry's write, and the claim before the decided time
+    honest = Task()
+    honest.claim(0.1, "w1").retry(0.5, delay=1.0).claim(1.6, "w2").ack(2.0)
+    figures = judge_history(
+        honest.changes,
+        {honest.task: done_end()},
+        effects={EFFECT: KEY},
+        requests=[delivered(1.9)],
+        retry_delays=delays,
+    )
+    assert failed(figures) == []
+
+
 def test_h3_one_claim_too_many_in_a_life_fails():
     t = Task(max_attempts=2)
     t.claim(0.1, "w1").claim(2.2, "w2").claim(4.3, "w3").ack(5.0)

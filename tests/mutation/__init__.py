@@ -95,9 +95,12 @@ LEASES = "rivet.stores.memoryleases"
 #: above, the memory store's rules, the effect service's dedup and the handler's effect check.
 EXTRA = [
     # -- PostgreSQL: the claim ------------------------------------------------------------
+    # FOR UPDATE without SKIP LOCKED is not among them: a claim then waits for a row another
+    # claim locked and, READ COMMITTED, checks its WHERE again on the row that claim wrote (no
+    # longer runnable): slower, never wrong, so no invariant can fail it.
     _m("postgres-claim-skip-locked", "postgres", "settle_claim", "FOR UPDATE SKIP LOCKED\n),",
-       "FOR UPDATE\n),", "settle_claim: the claim's SKIP LOCKED (a claim waits for a row "
-       "another claim leased, and takes it)"),
+       "\n),", "settle_claim: the claim's FOR UPDATE SKIP LOCKED (two claims that read one "
+       "runnable row both lease it)"),
     _m("postgres-claim-visible", "postgres", "settle_claim", _PG_READY,
        "\nAND (claim_rank, id)", "settle_claim: the claim's visible_at <= now() (a live "
        "lease, a delay, a backoff)"),

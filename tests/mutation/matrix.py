@@ -66,6 +66,7 @@ def _chaos_once(name: str, seed: int, workdir: Path) -> dict:
     if MUTATIONS[name].store == "effect":  # the effect service runs the mutant, not the workers
         service, url = _effect_service(name, workdir)
         extra = ["--effect-url", url]
+        env = {k: v for k, v in os.environ.items() if k not in (ENV, "DJANGO_SETTINGS_MODULE")}
     try:
         done = subprocess.run(
             [sys.executable, "manage.py", "rivet_chaos", *QUICK_RUN, "--seed", str(seed),

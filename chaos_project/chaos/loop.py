@@ -43,8 +43,9 @@ from rivet.values import CancelOutcome
 TICK_SECS = 0.05
 #: A failpoint that no restart took within this long retires a running worker for an armed one.
 ARM_ON_RESTART_SECS = 1.0
-#: Armed workers at once (each one reaches its failpoint before another is armed).
-MAX_ARMED = 1
+#: Armed workers at once (each one reaches its failpoint before another is armed): two, so the
+#: default run's 60 s carry out its failpoints while zombies are stopped.
+MAX_ARMED = 2
 #: After SIGSTOP, what a zombie holds is read this much later: a write it sent just before it
 #: stopped (a fail that releases a task) still commits on the server, and such a task is not
 #: held; counting it would mistake the next claim of it for a bite.
@@ -299,8 +300,14 @@ class ChaosLoop:
         return self.fleet.working_count() - 1 >= max(1, self.fleet.size // 2)
 
     def apply(self, event: Planned, now: float) -> bool:
-        """Carry out one event; False to try it again at the next tick."""
-        if not self.can_break_one():
+        """Carry out one event; False to try it again at the next tick.
+
+        A kill needs only one other worker working: the killed one is restarted at once (a
+        fork), so it leaves the fleet for milliseconds, not for a lease as a zombie does."""
+        if event.kind == KILL:
+            if self.fleet.working_count() < 2:
+                return False
+        elif not self.can_break_one():
             return False
         if event.kind == ZOMBIE:
             if event.pause:

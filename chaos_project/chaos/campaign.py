@@ -20,7 +20,6 @@ from chaos_project.kit.progress import progress
 
 COLUMNS = (
     ("seed", 6),
-    ("prefetch", 8),
     ("kill", 5),
     ("failpoint", 9),
     ("zombie", 6),
@@ -32,6 +31,8 @@ COLUMNS = (
     ("wall", 6),
     ("verdict", 7),
 )
+#: With --prefetch-cycle, each seed's worker --prefetch after the seed.
+PREFETCH_COLUMN = ("prefetch", 8)
 #: With schedules (--schedules), two more columns before the wall time.
 TICK_COLUMNS = (("T1", 3), ("T2", 3))
 
@@ -103,7 +104,8 @@ class Campaign:
                     "wall_secs": round(time.monotonic() - started, 1),
                 }
         summary["output"] = str(out_path)
-        summary["prefetch"] = options.prefetch if options.prefetch is not None else "default"
+        if self.prefetch_cycle:
+            summary["prefetch"] = options.prefetch
         return summary
 
 
@@ -112,6 +114,8 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
     columns = COLUMNS
     if any("T1" in row for row in rows):
         columns = COLUMNS[:-2] + TICK_COLUMNS + COLUMNS[-2:]
+    if any("prefetch" in row for row in rows):
+        columns = columns[:1] + (PREFETCH_COLUMN,) + columns[1:]
     header = "  ".join(f"{name:>{width}}" for name, width in columns)
     lines = [header, "-" * len(header)]
     for row in rows:

@@ -45,7 +45,7 @@ def ends(store, *task_ids: int) -> dict[int, TaskEnd]:
 
 def test_every_change_of_a_task_is_recorded_and_classified(recorded):
     store = resolve_store("default")
-    task_id = enqueue("chaos.effect", {"work_ms": 1}, queue=QUEUE, max_attempts=1).task_id
+    task_id = enqueue("chaos.effect", {"work_ms": 1}, queue=QUEUE, max_attempts=2).task_id
     enqueue("chaos.effect", {"work_ms": 1}, queue="another-queue")  # not recorded
     first = claim(store, "w1")
     store.lease_extend([first.lease], 30)

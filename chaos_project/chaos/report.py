@@ -56,12 +56,12 @@ def report_lines(verdict: Verdict, chaos: Mapping[str, int] | None) -> list[str]
             line("claims past bound", h.over_attempts.n, proves("H3", "H3 attempts bounded")),
             line("epochs not growing", h.epochs_back.n, proves("H4", "H4 epochs only grow")),
             line(
-                "done, no success",
+                "done no success",
                 h.bad_answers.n,
                 proves("H5", "H5 each done task's effect answer was a success"),
             ),
             line(
-                "dead, not designed",
+                "dead not designed",
                 h.dead_not_designed.n,
                 proves("D1", "D1 no task died with attempts left unless designed or cancelled"),
             ),

@@ -9,8 +9,8 @@
   enqueue's delay or ``run_at``, a retry's backoff, a requeue's time; and a retry is made ready
   no sooner than the backoff its worker decided (read from the worker's log).
 - H3 attempts are bounded: no task is claimed more than ``max_attempts`` times in one life (a
-  requeue starts a new life), a done or dead task is never claimed, and only a dead task is
-  requeued.
+  requeue starts a new life), and a finished task stays finished: a done or dead task is never
+  claimed or changed (a heartbeat, a decision, a cancel mark), and only a dead task is requeued.
 - H4 epochs only grow: every claim gives the task an epoch above every epoch it had before,
   over its whole history, requeues included, and no change lowers it.
 - H5 every done effect task's answer was a success: the result its handler returned names the
@@ -40,6 +40,7 @@ from chaos_project.chaos.history import (
     RETRY,
     Change,
     EffectRequest,
+    Image,
 )
 
 SAMPLES = 5
@@ -138,6 +139,11 @@ def judge_history(
             figures.epochs_back.add(
                 f"task {change.task}: a {what} lowered its epoch from {old.epoch} to {new.epoch}"
             )
+        if old is not None and old.state != "pending" and what not in (CLAIM, REQUEUE):
+            figures.over_attempts.add(
+                f"task {change.task}: changed while {old.state} ({what}: "
+                f"{_difference(old, new)}), not requeued"
+            )
         if what == ENQUEUE:
             task.ready_at = new.visible_at
         elif what == CLAIM:
@@ -190,6 +196,15 @@ def judge_history(
         bad_answers=figures.bad_answers,
         dead_not_designed=figures.dead_not_designed,
     )
+
+
+def _difference(old: Image, new: Image) -> str:
+    changed = [
+        f"{name} {getattr(old, name)!s} -> {getattr(new, name)!s}"
+        for name in ("state", "attempts", "epoch", "owner", "visible_at", "cancel_requested")
+        if getattr(old, name) != getattr(new, name)
+    ]
+    return ", ".join(changed) or "no lease field"
 
 
 def _claim(figures: HistoryFigures, change: Change, task: _Task) -> None:

@@ -248,6 +248,14 @@ def test_h3_a_claim_of_a_done_task_fails():
     assert failed(judged(t, requests=[delivered(0.4)])) == ["H3"]
 
 
+def test_h3_a_heartbeat_of_a_done_task_fails():
+    t = Task()
+    t.claim(0.1, "w1").ack(0.5).change(0.6, visible_at=at(2.6))  # extended after its ack
+    figures = judged(t, requests=[delivered(0.4)])
+    assert failed(figures) == ["H3"]
+    assert "changed while done" in figures.over_attempts.samples[0]
+
+
 def test_h4_an_epoch_that_does_not_grow_after_a_requeue_fails():
     t = Task(max_attempts=1)
     t.claim(0.1, "w1").bury(2.2).requeue(3.0, new_epoch=False)

@@ -233,7 +233,11 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
         lines.append(
             f"dead tasks not designed to die (plain chaos tasks, not cancelled): "
             f"{figures['dead_not_designed']} of {figures.get('dead_lettered', 0)} dead"
-            + ("   <- D1" if "D1" in summary else "")
+            + (
+                f"; {summary['D1']} of them with attempts left in their life   <- D1"
+                if "D1" in summary
+                else ""
+            )
         )
     planned = summary.get("planned")
     if planned:

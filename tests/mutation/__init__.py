@@ -154,9 +154,8 @@ EXTRA = [
     _m("postgres-requeue-epoch", "postgres", "dead_requeue",
        "lease_epoch = t.lease_epoch + 1,\n", "",
        "dead_requeue: a new epoch for the new life"),
-    _m("postgres-cancel-state", "postgres", "cancel_mark",
-       "WHERE id = %(task_id)s AND state = 'pending'", "WHERE id = %(task_id)s",
-       "cancel_mark: only a pending task is marked"),
+    # cancel_mark's state guard is not among them: task_cancel reads the row FOR UPDATE first
+    # (cancel_pick) and marks only a pending one, so without the guard nothing changes.
     _m("postgres-sweep-visible", "postgres", "sweep_pick",
        "AND queue = %(queue)s AND visible_at <= now()", "AND queue = %(queue)s",
        "sweep_pick: only a lapsed lease is swept"),

@@ -9,8 +9,9 @@
   enqueue's delay or ``run_at``, a retry's backoff, a requeue's time; and a retry is made ready
   no sooner than the backoff its worker decided (read from the worker's log).
 - H3 attempts are bounded: no task is claimed more than ``max_attempts`` times in one life (a
-  requeue starts a new life), and a finished task stays finished: a done or dead task is never
-  claimed or changed (a heartbeat, a decision, a cancel mark), and only a dead task is requeued.
+  requeue starts a new life), a cancelled task is never claimed again, and a finished task
+  stays finished: a done or dead task is never claimed or changed (a heartbeat, a decision, a
+  cancel mark), and only a dead task is requeued.
 - H4 epochs only grow: every claim gives the task an epoch above every epoch it had before,
   over its whole history, requeues included, and no change lowers it.
 - H5 every done effect task's answer was a success: the result its handler returned names the
@@ -219,6 +220,11 @@ def _claim(figures: HistoryFigures, change: Change, task: _Task) -> None:
         figures.over_attempts.add(
             f"task {change.task}: claimed by {new.owner} while {old.state} (life {task.life}, "
             "not requeued)"
+        )
+    elif old.cancel_requested:
+        figures.over_attempts.add(
+            f"task {change.task}: claimed by {new.owner} after an operator cancelled it (a "
+            "claim buries a cancelled task, it never runs it again)"
         )
     task.claims_in_life += 1
     if task.claims_in_life > change.max_attempts:

@@ -238,8 +238,8 @@ HISTORY_INVARIANTS = (
     (
         "H3",
         "over_attempts",
-        "claim(s) went past max_attempts in one life, or a done or dead task was claimed or "
-        "changed, or a requeue revived a task that was not dead",
+        "claim(s) went past max_attempts in one life or took a cancelled task, or a done or "
+        "dead task was claimed or changed, or a requeue revived a task that was not dead",
     ),
     (
         "H4",

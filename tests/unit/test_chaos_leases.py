@@ -248,6 +248,14 @@ def test_h3_a_claim_of_a_done_task_fails():
     assert failed(judged(t, requests=[delivered(0.4)])) == ["H3"]
 
 
+def test_h3_a_claim_of_a_cancelled_task_fails():
+    t = Task()
+    t.claim(0.1, "w1").change(0.5, cancel_requested=True)  # marked; w1 is lost
+    t.claim(2.2, "w2").bury(2.5, by="w2")  # a claim must bury it, not lease it
+    end = TaskEnd(state="dead", kind="chaos.effect", key=KEY, cancelled=True)
+    assert failed(judged(t, end, requests=[])) == ["H3"]
+
+
 def test_h3_a_heartbeat_of_a_done_task_fails():
     t = Task()
     t.claim(0.1, "w1").ack(0.5).change(0.6, visible_at=at(2.6))  # extended after its ack

@@ -4,7 +4,8 @@
   expired, by the claiming transaction's own clock (the ``now()`` the claim compared
   ``visible_at`` with: one clock, so no skew between two transactions' clocks can matter). The
   lease's deadline is the one its last claim or heartbeat wrote. And a live lease is ended
-  only by its holder: no other worker's decision settles the task while it is live.
+  only by its holder (no other worker's decision settles the task while it is live), and a
+  retry ends it (the task waits for its retry held by nobody).
 - H2 nothing runs early: a task with no live lease is claimed only once it is ready: its
   enqueue's delay or ``run_at``, a retry's backoff, a requeue's time; and a retry is made ready
   no sooner than the backoff its worker decided (read from the worker's log).
@@ -156,6 +157,11 @@ def judge_history(
                 task.lease = (new.epoch, new.owner, new.visible_at)
         elif what == RETRY:
             _ended_by_holder(figures, change, task)
+            if new.owner is not None:
+                figures.overlapping.add(
+                    f"task {change.task}: {new.settled_by}'s retry left {new.owner} as its "
+                    "holder: a task waiting for its retry must be held by nobody"
+                )
             task.lease, task.ready_at = None, new.visible_at
             decided = (retry_delays or {}).get((change.task, new.settled_epoch or 0))
             if decided is not None:

@@ -190,6 +190,14 @@ def test_h1_another_workers_decision_on_a_live_lease_fails():
     assert failed(judged(t, requests=[delivered(2.9)])) == ["H1"]
 
 
+def test_h1_a_retry_that_keeps_its_holder_fails():
+    t = Task()
+    t.claim(0.1, "w1")
+    t.change(0.5, settled_epoch=1, settled_by="w1", visible_at=at(0.7))  # a retry, owner kept
+    t.claim(1.0, "w2").ack(1.5)
+    assert failed(judged(t, requests=[delivered(1.4)])) == ["H1"]
+
+
 def test_h2_a_claim_before_the_delay_fails():
     t = Task(delay=1.0)
     t.claim(0.5, "w1").ack(0.9)

@@ -217,6 +217,7 @@ class ChaosRun:
                 unfenced_zombies=unfenced,
                 ticks_until=schedules.until,
                 log_dir=log_dir,
+                lease_ttl=o.lease_ttl,
             )
             verdict = self.faults.judge(verdict)  # faults hook: the failover's part of L1, F2
             self._check_effect_store(service_url, expected=verdict.figures.effects_written)

@@ -213,8 +213,8 @@ def classify(change: Change) -> str:
         return CLAIM
     if new.cancel_requested and not old.cancel_requested:
         return CANCEL
-    if old.state == "pending" and new.visible_at != old.visible_at:
-        return HEARTBEAT
+    if old.state == "pending" and (new.visible_at != old.visible_at or new.owner is not None):
+        return HEARTBEAT  # under the same lease: its deadline moved (or, wrongly, did not)
     return OTHER
 
 

@@ -3,7 +3,8 @@
 - H1 leases never overlap: a task is claimed only once the lease before it was settled or had
   expired, by the claiming transaction's own clock (the ``now()`` the claim compared
   ``visible_at`` with: one clock, so no skew between two transactions' clocks can matter). The
-  lease's deadline is the one its last claim or heartbeat wrote. And a live lease is ended
+  lease's deadline is the one its last claim or heartbeat wrote, which must be that
+  transaction's now() plus the lease (``lease_ttl``). And a live lease is ended
   only by its holder (no other worker's decision settles the task while it is live), and a
   retry ends it (the task waits for its retry held by nobody).
 - H2 nothing runs early: a task with no live lease is claimed only once it is ready: its
@@ -121,12 +122,15 @@ def judge_history(
     requests: list[EffectRequest] | None = None,
     effect_kinds: tuple[str, ...] = ("chaos.effect",),
     retry_delays: Mapping[tuple[int, int], float] | None = None,
+    lease_ttl: float | None = None,
 ) -> HistoryFigures:
     """H1-H5 and D1 over ``changes`` (in seq order). ``ends``: each task's final row;
     ``effects``: the effect service's own record (effect id -> key; None: not read);
     ``requests``: the proxy's record (None when no proxy recorded); ``retry_delays``: the
     backoff each worker decided for a retry, by (task, epoch), from its own log (the decision
-    is not in the row: a store that drops it writes a visible_at that looks like any other)."""
+    is not in the row: a store that drops it writes a visible_at that looks like any other);
+    ``lease_ttl``: the workers' lease, which each claim and heartbeat must grant from its own
+    transaction's now() (None: only that the deadline is after it)."""
     figures = HistoryFigures()
     tasks: dict[int, _Task] = {}
     claims = heartbeats = requeues = count = 0
@@ -151,8 +155,10 @@ def judge_history(
         elif what == CLAIM:
             claims += 1
             _claim(figures, change, task)
+            _granted(figures, change, lease_ttl)
         elif what == HEARTBEAT:
             heartbeats += 1
+            _granted(figures, change, lease_ttl)
             if task.lease is not None and task.lease[0] == new.epoch:
                 task.lease = (new.epoch, new.owner, new.visible_at)
         elif what == RETRY:
@@ -203,6 +209,22 @@ def judge_history(
         bad_answers=figures.bad_answers,
         dead_not_designed=figures.dead_not_designed,
     )
+
+
+def _granted(figures: HistoryFigures, change: Change, lease_ttl: float | None) -> None:
+    """A claim or a heartbeat grants its lease from its own transaction's now(): a deadline
+    of now() + the lease (to the microsecond the store writes), or at least after now()."""
+    if change.old is not None and change.old.state != "pending":
+        return  # a claim of a finished task: H3's
+    granted = (change.new.visible_at - change.tx_now).total_seconds()
+    short = granted <= 0 if lease_ttl is None else granted < lease_ttl - DELAY_ROUNDING_SECS
+    if short:
+        wanted = f"{lease_ttl:g} s" if lease_ttl is not None else "a lease"
+        figures.overlapping.add(
+            f"task {change.task}: {change.new.owner}'s {change.what} at {_t(change.tx_now)} "
+            f"granted a lease of {granted:.3f} s, not {wanted}: another claim may take it while "
+            "its holder works"
+        )
 
 
 def _difference(old: Image, new: Image) -> str:

@@ -198,6 +198,26 @@ def test_h1_a_retry_that_keeps_its_holder_fails():
     assert failed(judged(t, requests=[delivered(1.4)])) == ["H1"]
 
 
+def test_h1_a_lease_granted_short_of_its_ttl_fails():
+    t = Task()
+    t.claim(0.1, "w1").change(0.5, visible_at=at(0.5 + TTL)).ack(1.0)  # claim and beat: 2 s
+    ok = judge_history(t.changes, {t.task: done_end()}, effects={EFFECT: KEY},
+                       requests=[delivered(0.9)], lease_ttl=TTL)  # fmt: skip
+    assert failed(ok) == []
+    short = Task()
+    short.claim(0.1, "w1").change(0.5, visible_at=at(0.6)).ack(1.0)  # a beat of 0.1 s
+    figures = judge_history(short.changes, {short.task: done_end()}, effects={EFFECT: KEY},
+                            requests=[delivered(0.9)], lease_ttl=TTL)  # fmt: skip
+    assert (
+        failed(figures) == ["H1"] and "granted a lease of 0.100 s" in figures.overlapping.samples[0]
+    )
+    unmoved = Task()
+    unmoved.claim(0.1, "w1").change(0.9, owner="w1").ack(1.0)  # a beat that moved nothing
+    figures = judge_history(unmoved.changes, {unmoved.task: done_end()}, effects={EFFECT: KEY},
+                            requests=[delivered(0.95)], lease_ttl=TTL)  # fmt: skip
+    assert failed(figures) == ["H1"]
+
+
 def test_h2_a_claim_before_the_delay_fails():
     t = Task(delay=1.0)
     t.claim(0.5, "w1").ack(0.9)

@@ -6,8 +6,9 @@
 - S2 no task done without its effect: every done effect task's key has an effect row.
 - L1 nothing left pending: every task ended done or dead.
 - C1 a cancel is never overruled: no task an operator's cancel marked (``cancel_requested``)
-  ended done. The harness cancels leased tasks during the run; their worker may decide an ack
-  before its heartbeat sees the mark, and the store must bury the task anyway.
+  ended done, nor dead with the result of the ack the cancel turned into a burial. The harness
+  cancels leased tasks during the run; their worker may decide an ack before its heartbeat sees
+  the mark, and the store must bury the task anyway.
 - F2 the fence fired and was handled, in three parts:
   - per task: for every task a stopped worker held and another worker claimed while it slept,
     that worker's late write to it was refused and recorded (every such task, not any one;
@@ -183,7 +184,8 @@ def judge(
             Violation(
                 "C1",
                 f"{figures.done_cancelled} task(s) an operator cancelled while they were leased "
-                "ended done: a decision of their worker overruled the cancel",
+                "ended done, or dead with the result of an ack: a decision of their worker "
+                "overruled the cancel",
             )
         )
     if figures.stale_settled:

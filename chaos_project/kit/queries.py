@@ -112,7 +112,9 @@ SELECT
     count(*) FILTER (
         WHERE state = 'dead' AND right(last_error, length(%(cancelled)s)) = %(cancelled)s
     ) AS dead_cancelled,
-    count(*) FILTER (WHERE state = 'done' AND cancel_requested) AS done_cancelled,
+    count(*) FILTER (
+        WHERE cancel_requested AND (state = 'done' OR (state = 'dead' AND result IS NOT NULL))
+    ) AS done_cancelled,
     count(*) FILTER (
         WHERE state = 'dead' AND kind = 'chaos.effect' AND max_attempts > 1
             AND NOT cancel_requested

@@ -282,9 +282,11 @@ def read_history(
     effect_database_url: str,
     using: str = "default",
     log_dir: Path | None = None,
+    lease_ttl: float | None = None,
 ) -> HistoryFigures | None:
     """The history invariants' figures, or None when the run recorded no history
-    (``log_dir``: the run's worker logs, for the retries' decided backoffs)."""
+    (``log_dir``: the run's worker logs, for the retries' decided backoffs; ``lease_ttl``: the
+    workers' lease)."""
     changes = run_history.read_changes(queue=queue, using=using)
     if not changes:
         return None
@@ -305,7 +307,14 @@ def read_history(
         effects = dict(effect_db.execute(queries.EFFECT_IDS).fetchall())
     requests = run_history.read_effect_requests(using=using)
     delays = retry_delays(log_dir) if log_dir is not None else None
-    return judge_history(changes, ends, effects=effects, requests=requests, retry_delays=delays)
+    return judge_history(
+        changes,
+        ends,
+        effects=effects,
+        requests=requests,
+        retry_delays=delays,
+        lease_ttl=lease_ttl,
+    )
 
 
 def retry_delays(log_dir: Path) -> dict[tuple[int, int], float]:
@@ -366,13 +375,18 @@ def verify(
     unfenced_zombies: int = 0,
     ticks_until: datetime | None = None,
     log_dir: Path | None = None,
+    lease_ttl: float | None = None,
 ) -> Verdict:
     """Read both databases and judge them (``unfenced_zombies``: from the run's own watch;
     ``ticks_until``: the end of the chaos, where T2's window ends)."""
     figures = read_figures(queue=queue, effect_database_url=effect_database_url, using=using)
     ticks = read_ticks(queue=queue, until=ticks_until, using=using)
     history = read_history(
-        queue=queue, effect_database_url=effect_database_url, using=using, log_dir=log_dir
+        queue=queue,
+        effect_database_url=effect_database_url,
+        using=using,
+        log_dir=log_dir,
+        lease_ttl=lease_ttl,
     )
     return judge(
         figures,

@@ -222,6 +222,9 @@ class ChaosLoop:
         self.chaos_on = True
         self.next_cancel = CANCEL_EVERY_SECS
         self.cancels_sent = 0
+        self.marked: set[int] = set()
+        """Tasks a cancel marked: never cancelled again (a second mark writes the row without
+        changing it, which the history could not tell from a heartbeat that extends nothing)."""
         self.next_requeue = REQUEUE_EVERY_SECS
         self.requeued: dict[int, int] = {}
         self.store = resolve_store("default")
@@ -360,7 +363,11 @@ class ChaosLoop:
                 and z.pause_point == STATE_GUARD_POINT
                 and not z.paused_task_cancelled
             ):
-                targets = [t for t in z.paused_tasks if t in z.held and t not in z.reclaimed]
+                targets = [
+                    t
+                    for t in z.paused_tasks
+                    if t in z.held and t not in z.reclaimed and t not in self.marked
+                ]
                 z.paused_task_cancelled = True
                 if targets:
                     self._cancel(targets[0])
@@ -370,7 +377,7 @@ class ChaosLoop:
             for z in self.open
             if z.phase is Phase.STOPPED
             for task in sorted(z.held)
-            if task not in z.reclaimed and task not in z.paused_tasks
+            if task not in z.reclaimed and task not in z.paused_tasks and task not in self.marked
         ]
         if self.cancels_sent % 2 == 0 and zombie_tasks:
             task = zombie_tasks[0]
@@ -382,7 +389,7 @@ class ChaosLoop:
                 if proc.paused:
                     paused.update(paused_tasks(proc.child.log_path))
             rows = self._rows(queries.CANCEL_PICK, {"queue": self.queue})
-            picks = [row[0] for row in rows if row[0] not in paused]
+            picks = [row[0] for row in rows if row[0] not in paused and row[0] not in self.marked]
             if not picks:
                 return
             task = picks[0]
@@ -390,6 +397,8 @@ class ChaosLoop:
 
     def _cancel(self, task: int) -> None:
         outcome = cancel(task, using="default")
+        if outcome is CancelOutcome.MARKED:
+            self.marked.add(task)
         self.outcome.cancels[outcome.value] += 1
         self.fleet.log.add("cancel", task=task, outcome=outcome.value)
 

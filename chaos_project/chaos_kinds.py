@@ -51,7 +51,7 @@ def chaos_effect(context: JobContext) -> dict[str, Any]:
     context.wait(_ms(context) / 1000)
     _fail_by_design(context)
     response = send_effect(context)
-    return {"status": response.status, "replay": response.replay}
+    return {"status": response.status, "replay": response.replay, "effect_id": effect_id(response)}
 
 
 @fires("before_effect")
@@ -61,7 +61,7 @@ async def chaos_effect_async(context: JobContext) -> dict[str, Any]:
     context.check()
     _fail_by_design(context)
     response = await asend_effect(context)
-    return {"status": response.status, "replay": response.replay}
+    return {"status": response.status, "replay": response.replay, "effect_id": effect_id(response)}
 
 
 def _ms(context: JobContext) -> int:
@@ -91,6 +91,14 @@ def use_handlers(handlers: str | None) -> None:
 
 
 use_handlers(os.environ.get(HANDLERS_ENV))
+
+
+def effect_id(response: Any) -> int | None:
+    """The id of the effect the service's answer names (the verifier's H5 looks it up in the
+    service's own table)."""
+    body = response.body
+    found = body.get("id") if isinstance(body, dict) else None
+    return found if isinstance(found, int) and not isinstance(found, bool) else None
 
 
 def work_ms(payload: Any) -> int:

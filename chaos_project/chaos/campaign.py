@@ -31,6 +31,8 @@ COLUMNS = (
     ("wall", 6),
     ("verdict", 7),
 )
+#: With --prefetch-cycle, each seed's worker --prefetch after the seed.
+PREFETCH_COLUMN = ("prefetch", 8)
 #: With schedules (--schedules), two more columns before the wall time.
 TICK_COLUMNS = (("T1", 3), ("T2", 3))
 
@@ -43,7 +45,10 @@ class Campaign:
         seeds: list[int],
         json_path: Path | None,
         say: Callable[[str], None] = print,
+        prefetch_cycle: tuple[int | str, ...] = (),
     ) -> None:
+        """``prefetch_cycle``: the seeds' worker --prefetch in turn (empty: the options')."""
+        self.prefetch_cycle = prefetch_cycle
         self.options = options
         self.seeds = seeds
         self.say = say
@@ -77,6 +82,9 @@ class Campaign:
     def _one(self, seed: int) -> dict[str, Any]:
         out_path = self.out_dir / f"seed-{seed}.txt"
         options = dataclasses.replace(self.options, seed=seed)
+        if self.prefetch_cycle:
+            turn = self.seeds.index(seed) % len(self.prefetch_cycle)
+            options = dataclasses.replace(options, prefetch=self.prefetch_cycle[turn])
         started = time.monotonic()
         with out_path.open("w") as out:
 
@@ -96,6 +104,8 @@ class Campaign:
                     "wall_secs": round(time.monotonic() - started, 1),
                 }
         summary["output"] = str(out_path)
+        if self.prefetch_cycle:
+            summary["prefetch"] = options.prefetch
         return summary
 
 
@@ -104,6 +114,8 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
     columns = COLUMNS
     if any("T1" in row for row in rows):
         columns = COLUMNS[:-2] + TICK_COLUMNS + COLUMNS[-2:]
+    if any("prefetch" in row for row in rows):
+        columns = columns[:1] + (PREFETCH_COLUMN,) + columns[1:]
     header = "  ".join(f"{name:>{width}}" for name, width in columns)
     lines = [header, "-" * len(header)]
     for row in rows:
@@ -120,6 +132,7 @@ def _row(row: dict[str, Any], columns: tuple[tuple[str, int], ...] = COLUMNS) ->
     bit = zombies.get("fenced", 0) + zombies.get("unfenced", 0)
     cells = {
         "seed": row["seed"],
+        "prefetch": row.get("prefetch", "-"),
         **{kind: events.get(kind, "-") for kind in KINDS},
         "fenced": f"{zombies.get('fenced', 0)}/{bit}" if zombies else "-",
         "S1": row.get("S1", "-"),
@@ -146,6 +159,7 @@ def _totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
     return {
         "seed": "all",
+        "prefetch": "",
         "ok": all(row["ok"] for row in rows),
         "failed": sorted({code for row in rows for code in row["failed"]}),
         "events": {kind: total("events", kind) for kind in KINDS},

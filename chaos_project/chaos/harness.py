@@ -13,6 +13,7 @@ import shutil
 import sys
 import tempfile
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -24,12 +25,21 @@ from django.core.management import call_command
 from django.db import connections
 from django.db.migrations.executor import MigrationExecutor
 
+from chaos_project.chaos import history as run_history
 from chaos_project.chaos import plan as chaos_plan
 from chaos_project.chaos.faults import FaultSet
 from chaos_project.chaos.fleet import EventLog, Fleet
 from chaos_project.chaos.loop import ChaosLoop, LoopOutcome
 from chaos_project.chaos.pacing import Pacer
-from chaos_project.chaos.plan import FAILPOINT, KILL, ZOMBIE, ChaosPlan, designed_fields
+from chaos_project.chaos.plan import (
+    FAILPOINT,
+    KILL,
+    ZOMBIE,
+    ChaosPlan,
+    designed_fields,
+    release_delay,
+)
+from chaos_project.chaos.proxy import FaultyProxy, NetFaultRates
 from chaos_project.chaos.report import report_lines, run_summary, summary_lines, verdict_lines
 from chaos_project.chaos.ticks import ChaosSchedules
 from chaos_project.chaos.timeline import Timeline, read_timeline
@@ -59,6 +69,16 @@ EFFECT_MAX_ATTEMPTS = 10
 POISON_KIND = "fail"
 POISON_MAX_ATTEMPTS = 3
 ENQUEUE_CHUNK = 1000
+#: The retry backoff the workers get: long enough that a claim ignoring it is seen (H2), short
+#: enough that a flaky task's retries fit in a quick run.
+RETRY_BACKOFF_SECS = 0.4
+RETRY_BACKOFF_CAP_SECS = 1.5
+#: The effect fault of every run: the workers reach the effect service through the harness's
+#: recording proxy (chaos_project.chaos.proxy), which during the chaos drops a request, resets
+#: the connection after the effect, answers 503 without forwarding, or sends a request twice at
+#: once, now and then. Cheap: a dropped or reset request costs the client a resend, a refused
+#: one the task a retry, a duplicated one a replay.
+EFFECT_FAULT_RATES = NetFaultRates(delay=0.0, drop=0.01, reset=0.015, dup=0.04, refuse=0.03)
 
 
 class ChaosError(RivetError):
@@ -76,7 +96,8 @@ class ChaosOptions:
     lease_ttl: float = 2.0
     queue: str = "chaos"
     concurrency: int = 4
-    prefetch: int = 0
+    prefetch: int | str | None = None
+    """Each worker's --prefetch; None: the worker's own default."""
     poison: int = 2
     effect_url: str | None = None
     own_effect_service: bool = False
@@ -99,9 +120,10 @@ class ChaosOptions:
         return [
             *("--queue", self.queue, "--lease-ttl-secs", str(self.lease_ttl)),
             *("--concurrency", str(self.concurrency), "--pool-size", str(self.concurrency + 2)),
-            *("--prefetch", str(self.prefetch)),
+            *(("--prefetch", str(self.prefetch)) if self.prefetch is not None else ()),
             *("--poll-interval", "0.2", "--shutdown-timeout", "5", "--log-format", "json"),
-            *("--retry-backoff-secs", "0.05", "--retry-backoff-cap-secs", "0.5"),
+            *("--retry-backoff-secs", str(RETRY_BACKOFF_SECS)),
+            *("--retry-backoff-cap-secs", str(RETRY_BACKOFF_CAP_SECS)),
             *(("--async-concurrency", str(self.concurrency)) if self.handlers == "async" else ()),
         ]
 
@@ -171,6 +193,13 @@ class ChaosRun:
             self._check_same_effect_database(service_url)
             self._empty()
             self._check_effect_store(service_url)
+            run_history.install(o.queue)
+            stack.callback(run_history.remove)
+            self.say(
+                f"history: every change of the queue's tasks is recorded in "
+                f"{run_history.HISTORY_TABLE} (a trigger, dropped after the run), every effect "
+                f"request in {run_history.EFFECT_TABLE}"
+            )
             self._fill(plan)
             log = EventLog(log_dir / "events.jsonl")
             schedules = ChaosSchedules(
@@ -190,6 +219,8 @@ class ChaosRun:
                 drain_note=outcome.drain_note,
                 unfenced_zombies=unfenced,
                 ticks_until=schedules.until,
+                log_dir=log_dir,
+                lease_ttl=o.lease_ttl,
             )
             verdict = self.faults.judge(verdict)  # faults hook: the failover's part of L1, F2
             self._check_effect_store(service_url, expected=verdict.figures.effects_written)
@@ -335,15 +366,17 @@ class ChaosRun:
         for n in indexes:
             fields, max_attempts = designed_fields(n, EFFECT_MAX_ATTEMPTS)
             payload = {"chaos_task": self._key(n), "n": n, "work_ms": plan.work_ms[n], **fields}
-            items.append(
-                {
-                    "kind": EFFECT_KIND,
-                    "payload": payload,
-                    "queue": self.options.queue,
-                    "idem_key": self._key(n),
-                    "max_attempts": max_attempts,
-                }
-            )
+            item = {
+                "kind": EFFECT_KIND,
+                "payload": payload,
+                "queue": self.options.queue,
+                "idem_key": self._key(n),
+                "max_attempts": max_attempts,
+            }
+            delay = release_delay(n)
+            if delay:
+                item["delay"] = delay
+            items.append(item)
         for start in range(0, len(items), ENQUEUE_CHUNK):
             chunk = items[start : start + ENQUEUE_CHUNK]
             enqueue_many(chunk, using="default")
@@ -371,8 +404,17 @@ class ChaosRun:
     ):
         o = self.options
         worker_effect_url = self.faults.worker_effect_url(service_url)  # faults hook: proxy
+        recorder = FaultyProxy(_host_port(worker_effect_url), seed=f"{self.seed}/effects")
+        recorder.rates = EFFECT_FAULT_RATES
+        recorder.start()
+        r = EFFECT_FAULT_RATES
+        self.say(
+            f"effect requests: through the recording proxy {recorder.url}; during the chaos "
+            f"per request drop {r.drop:.1%} / reset after the effect {r.reset:.1%} / 503 "
+            f"{r.refuse:.1%} / sent twice at once {r.dup:.1%}"
+        )
         env = worker_env(
-            database_url(), EFFECT_SERVICE_URL=worker_effect_url, RIVET_CHAOS_HANDLERS=o.handlers
+            database_url(), EFFECT_SERVICE_URL=recorder.url, RIVET_CHAOS_HANDLERS=o.handlers
         )
         fleet = Fleet(
             size=o.workers,
@@ -404,12 +446,14 @@ class ChaosRun:
             loop.sources.append(schedules)
             self.faults.fleet_started(fleet)  # faults hook: what scheduler-stall stops
             fleet.start_all()
+            recorder.injecting = True
             self.faults.start(log)  # faults hook
             loop.sources.append(self.faults)
             loop.run_chaos()
             schedules.chaos_over()
             loop.sources.remove(self.faults)
             self.faults.stop()  # the drain runs without faults
+            recorder.injecting = False
             self.say(
                 f"chaos over at {loop.now():.1f} s ({pacer.released} of {o.tasks} tasks "
                 "released); draining with the same workers, no new events"
@@ -425,6 +469,15 @@ class ChaosRun:
             loop.close()
             fleet.stop_all()
             schedules.close()  # no worker is left to hold a schedule's row
+            recorder.close()
+        written = run_history.write_effect_requests(recorder.records)
+        faults = recorder.injected()
+        loop.outcome.effect_faults = {k: faults[k] for k in ("drop", "reset", "refuse", "dup")}
+        self.say(
+            f"effect requests recorded: {written} ("
+            + " / ".join(f"{k} {n}" for k, n in loop.outcome.effect_faults.items())
+            + ")"
+        )
         return loop.outcome
 
     # -- the end -----------------------------------------------------------------------------
@@ -476,6 +529,13 @@ def _answers(url: str) -> bool:
     except EffectUnavailable:
         return False
     return True
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    parts = urllib.parse.urlsplit(url)
+    if not parts.hostname or not parts.port:
+        raise ChaosError(f"the effect service URL {url} names no host and port")
+    return parts.hostname, parts.port
 
 
 def _db_name(url: str) -> str:

@@ -37,14 +37,15 @@ from chaos_project.chaos.plan import (
 )
 from chaos_project.chaos.zombies import HEARTBEAT_POINT, Phase, Zombie
 from chaos_project.kit import queries
-from rivet.producer import cancel
+from rivet.producer import cancel, resolve_store
 from rivet.values import CancelOutcome
 
 TICK_SECS = 0.05
 #: A failpoint that no restart took within this long retires a running worker for an armed one.
 ARM_ON_RESTART_SECS = 1.0
-#: Armed workers at once (each one reaches its failpoint before another is armed).
-MAX_ARMED = 1
+#: Armed workers at once (each one reaches its failpoint before another is armed): two, so the
+#: default run's 60 s carry out its failpoints while zombies are stopped.
+MAX_ARMED = 2
 #: After SIGSTOP, what a zombie holds is read this much later: a write it sent just before it
 #: stopped (a fail that releases a task) still commits on the server, and such a task is not
 #: held; counting it would mistake the next claim of it for a bite.
@@ -66,6 +67,14 @@ EPOCH_GUARD_RETRIES = 3
 #: ack it) and a task a stopped zombie holds (buried at the zombie's epoch, now or at the next
 #: claim: the zombie's late write must meet a finished task and be refused).
 CANCEL_EVERY_SECS = 0.5
+#: An operator's requeue of a dead chaos task every this many seconds of the chaos (through the
+#: store's dead_requeue, the path the admin, the API and ``rivet_dlq requeue`` take): a new life
+#: with fresh attempts, whose epochs must still grow (H4) and whose claims count afresh (H3).
+#: A task is requeued at most REQUEUE_LIMIT times. Besides, a stopped zombie's task that dies
+#: while it sleeps (a cancel, a one-shot task's burial) is requeued at once, before the zombie
+#: is continued: its late write must meet a task in a new life under a newer epoch.
+REQUEUE_EVERY_SECS = 1.0
+REQUEUE_LIMIT = 2
 
 
 #: A woken zombie's new holders are stopped (pinned) until its late write landed, or this many
@@ -172,6 +181,10 @@ class LoopOutcome:
         default_factory=lambda: {outcome.value: 0 for outcome in CancelOutcome}
     )
     """The operator cancels the harness issued, by what ``rivet.cancel`` answered."""
+    requeues: dict[str, int] = field(default_factory=lambda: {"dead": 0, "asleep zombie's": 0})
+    """The operator requeues the harness made: of a dead task, of a sleeping zombie's task."""
+    effect_faults: dict[str, int] = field(default_factory=dict)
+    """The recording proxy's effect faults carried out (drop, reset, dup)."""
 
     def zombie_counts(self) -> dict[str, int]:
         return {phase.value: sum(1 for z in self.zombies if z.phase is phase) for phase in Phase}
@@ -209,6 +222,12 @@ class ChaosLoop:
         self.chaos_on = True
         self.next_cancel = CANCEL_EVERY_SECS
         self.cancels_sent = 0
+        self.marked: set[int] = set()
+        """Tasks a cancel marked: never cancelled again (a second mark writes the row without
+        changing it, which the history could not tell from a heartbeat that extends nothing)."""
+        self.next_requeue = REQUEUE_EVERY_SECS
+        self.requeued: dict[int, int] = {}
+        self.store = resolve_store("default")
         # A reclaim needs the lease to lapse and a free slot elsewhere; a woken worker needs
         # one guard tick. Both bounds are generous: reaching one is reported, never hidden.
         self.stop_limit = max(10.0, 5 * lease_ttl)
@@ -260,6 +279,8 @@ class ChaosLoop:
             if released:
                 self.release(released)
                 outstanding += len(released)
+        if self.chaos_on:
+            self.requeue_zombie_tasks()
         self.follow_zombies(now)
         if self.chaos_on:
             while self.due and self.due[0].at <= now:
@@ -268,6 +289,9 @@ class ChaosLoop:
             if now >= self.next_cancel:
                 self.next_cancel = now + CANCEL_EVERY_SECS
                 self.cancel_one()
+            if now >= self.next_requeue:
+                self.next_requeue = now + REQUEUE_EVERY_SECS
+                self.requeue_one()
         for source in self.sources:
             source.tick(now)
         return outstanding
@@ -279,8 +303,14 @@ class ChaosLoop:
         return self.fleet.working_count() - 1 >= max(1, self.fleet.size // 2)
 
     def apply(self, event: Planned, now: float) -> bool:
-        """Carry out one event; False to try it again at the next tick."""
-        if not self.can_break_one():
+        """Carry out one event; False to try it again at the next tick.
+
+        A kill needs only one other worker working: the killed one is restarted at once (a
+        fork), so it leaves the fleet for milliseconds, not for a lease as a zombie does."""
+        if event.kind == KILL:
+            if self.fleet.working_count() < 2:
+                return False
+        elif not self.can_break_one():
             return False
         if event.kind == ZOMBIE:
             if event.pause:
@@ -333,7 +363,11 @@ class ChaosLoop:
                 and z.pause_point == STATE_GUARD_POINT
                 and not z.paused_task_cancelled
             ):
-                targets = [t for t in z.paused_tasks if t in z.held and t not in z.reclaimed]
+                targets = [
+                    t
+                    for t in z.paused_tasks
+                    if t in z.held and t not in z.reclaimed and t not in self.marked
+                ]
                 z.paused_task_cancelled = True
                 if targets:
                     self._cancel(targets[0])
@@ -343,7 +377,7 @@ class ChaosLoop:
             for z in self.open
             if z.phase is Phase.STOPPED
             for task in sorted(z.held)
-            if task not in z.reclaimed and task not in z.paused_tasks
+            if task not in z.reclaimed and task not in z.paused_tasks and task not in self.marked
         ]
         if self.cancels_sent % 2 == 0 and zombie_tasks:
             task = zombie_tasks[0]
@@ -355,7 +389,7 @@ class ChaosLoop:
                 if proc.paused:
                     paused.update(paused_tasks(proc.child.log_path))
             rows = self._rows(queries.CANCEL_PICK, {"queue": self.queue})
-            picks = [row[0] for row in rows if row[0] not in paused]
+            picks = [row[0] for row in rows if row[0] not in paused and row[0] not in self.marked]
             if not picks:
                 return
             task = picks[0]
@@ -363,8 +397,36 @@ class ChaosLoop:
 
     def _cancel(self, task: int) -> None:
         outcome = cancel(task, using="default")
+        if outcome is CancelOutcome.MARKED:
+            self.marked.add(task)
         self.outcome.cancels[outcome.value] += 1
         self.fleet.log.add("cancel", task=task, outcome=outcome.value)
+
+    # -- operator requeues ------------------------------------------------------------------
+
+    def requeue_zombie_tasks(self) -> None:
+        """Requeue every task of a stopped zombie that died while it sleeps (see
+        REQUEUE_EVERY_SECS)."""
+        ids = [task for z in self.open if z.phase is Phase.STOPPED for task in z.held]
+        if not ids:
+            return
+        for (task,) in self._rows(queries.DEAD_AMONG, {"ids": ids}):
+            self._requeue(task, "asleep zombie's")
+
+    def requeue_one(self) -> None:
+        """Requeue one dead chaos task, the most recently buried one not requeued too often."""
+        for (task,) in self._rows(queries.REQUEUE_PICK, {"queue": self.queue}):
+            if self.requeued.get(task, 0) < REQUEUE_LIMIT:
+                self._requeue(task, "dead")
+                return
+
+    def _requeue(self, task: int, what: str) -> None:
+        if self.requeued.get(task, 0) >= REQUEUE_LIMIT:
+            return
+        if self.store.dead_requeue(self.queue, task):
+            self.requeued[task] = self.requeued.get(task, 0) + 1
+            self.outcome.requeues[what] += 1
+            self.fleet.log.add("requeue", task=task, what=what)
 
     # -- zombies -----------------------------------------------------------------------------
 

@@ -12,6 +12,19 @@ moment that matters. While ``injecting``, each request draws one of:
   instead of forwarding the answer: the effect happened and the client never learns (the
   ambiguous case; only the idempotency key turns the client's retry into a replay).
 
+- ``refuse``: answer 503 (the service is overloaded) without forwarding the request: an
+  answer with a status, which the client never sends again by itself, so the handler sees the
+  failure and the task is retried after its backoff;
+- ``dup``: send the request to the service twice at once, on two connections, and forward the
+  first answer: a duplicate delivery of one request, racing itself (only the service's dedup
+  keeps it one effect, and only if it holds against a concurrent twin).
+
+Every ``POST /effects`` is recorded (``records``): its Idempotency-Key, each answer the service
+gave (status, replay, the effect's id), and what the client was delivered (the answer, or
+nothing: its connection broke), with the time of each on the wall clock, which the database
+server on this host reads too. The history invariant H5 reads them
+(chaos_project.chaos.history).
+
 A reset is a TCP RST (``SO_LINGER`` 0), so the client sees ECONNRESET, as from a real network.
 A client cannot tell ``drop`` from ``reset``: that is the point. Draws come from one
 ``random.Random(seed)`` in the order requests arrive; with several clients that order depends on
@@ -20,18 +33,32 @@ timing, so a seed fixes the mix of faults, not which request gets which.
 
 from __future__ import annotations
 
+import json
 import random
 import select
 import socket
 import struct
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from chaos_project.chaos.history import EffectRequest
 
 DELAY = "delay"
 DROP = "drop"
 RESET = "reset"
-KINDS = (DELAY, DROP, RESET)
+DUP = "dup"
+REFUSE = "refuse"
+KINDS = (DELAY, DROP, RESET, DUP, REFUSE)
+#: The refuse fault's answer: what an overloaded service says.
+_REFUSED_BODY = b'{"detail": "overloaded (the chaos proxy)"}'
+REFUSED = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Content-Length: " + str(len(_REFUSED_BODY)).encode() + b"\r\n\r\n" + _REFUSED_BODY
+)
+EFFECTS_PATH = "/effects"
 
 MAX_HEAD_BYTES = 64 * 1024
 UPSTREAM_TIMEOUT_SECS = 60.0  # bounds a thread whose peer never sends
@@ -46,9 +73,12 @@ class NetFaultRates:
     drop: float = 0.03
     reset: float = 0.04
     delay_secs: tuple[float, float] = (0.02, 0.3)
+    dup: float = 0.0
+    refuse: float = 0.0
 
     def __post_init__(self) -> None:
-        if min(self.delay, self.drop, self.reset) < 0 or self.delay + self.drop + self.reset > 1:
+        rates = (self.delay, self.drop, self.reset, self.dup, self.refuse)
+        if min(rates) < 0 or sum(rates) > 1:
             raise ValueError(f"fault rates must be >= 0 and add up to <= 1, got {self}")
 
 
@@ -76,6 +106,8 @@ class FaultyProxy:
         self.injecting = False
         self.counts: Counter[str] = Counter()
         self.requests = 0
+        self.records: list[EffectRequest] = []
+        """Every POST /effects and its answers (see the module's docstring)."""
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -108,9 +140,11 @@ class FaultyProxy:
             self._listener.close()
 
     def injected(self) -> dict[str, int]:
-        """How many faults of each kind were applied (a fault is counted once it happened)."""
+        """How many faults of each kind were applied (a fault is counted once it happened):
+        delay, drop and reset, and dup and refuse when their rate is not 0."""
+        kinds = [k for k in KINDS if k in (DELAY, DROP, RESET) or getattr(self.rates, k)]
         with self._lock:
-            return {kind: self.counts[kind] for kind in KINDS}
+            return {kind: self.counts[kind] for kind in kinds}
 
     # -- threads -----------------------------------------------------------------------------
 
@@ -170,24 +204,68 @@ class FaultyProxy:
             if request is None:
                 return False
             fault, delay = self._draw()
-            if fault == DELAY and self._closing.wait(delay):
+            record = _Record.of(request, fault or "")
+            answer = None
+            try:
+                answer = self._forward(link, request, fault, delay, record)
+                if answer is not None and record is not None:
+                    record.delivered(answer)
+            finally:
+                if record is not None:
+                    self._keep(record)
+            if answer is None:
                 return True
-            if fault == DROP:
-                self._count(DROP)
-                return True
-            if link.upstream is None and not self._connect(link):
-                return True  # nothing listens (the service is down): as if refused
-            link.upstream.sendall(request.raw)
-            answer = read_answer(link.from_upstream, method=request.first_line.split(" ", 1)[0])
-            if fault == RESET:
-                self._count(RESET)
-                return True
-            if fault == DELAY:
-                self._count(DELAY)
             link.client.sendall(answer.raw)
             if request.close or answer.close:
                 return False
         return True
+
+    def _forward(
+        self, link: Link, request: Message, fault: str | None, delay: float, record: _Record | None
+    ) -> Message | None:
+        """The answer to forward to the client; None to reset the client instead."""
+        if fault == DELAY and self._closing.wait(delay):
+            return None
+        if fault == DROP:
+            self._count(DROP)
+            return None
+        if fault == REFUSE:
+            self._count(REFUSE)
+            return Message(REFUSED, REFUSED.split(b"\r\n", 1)[0].decode("latin-1"), False)
+        if link.upstream is None and not self._connect(link):
+            return None  # nothing listens (the service is down): as if refused
+        method = request.first_line.split(" ", 1)[0]
+        twin = self._twin(request) if fault == DUP else None
+        link.upstream.sendall(request.raw)
+        answer = read_answer(link.from_upstream, method=method)
+        if record is not None:
+            record.answered(answer)
+        if twin is not None:
+            twin.join(UPSTREAM_TIMEOUT_SECS)
+            if record is not None and twin.answer is not None:
+                record.answered(twin.answer)
+            self._count(DUP)
+        if fault == RESET:
+            self._count(RESET)
+            return None
+        if fault == DELAY:
+            self._count(DELAY)
+        return answer
+
+    def _twin(self, request: Message) -> _Twin | None:
+        """Send ``request`` again at once on a connection of its own (the dup fault)."""
+        try:
+            sock = socket.create_connection(self.upstream, timeout=UPSTREAM_TIMEOUT_SECS)
+        except OSError:
+            return None
+        self._track(sock)
+        twin = _Twin(sock, request, self._forget)
+        twin.start()
+        return twin
+
+    def _keep(self, record: _Record) -> None:
+        with self._lock:
+            self.records.append(record.done())
 
     def _wait_for_request(self, link: Link) -> bool:
         """Until the client sends (True), or either side closes or the proxy stops (False)."""
@@ -226,6 +304,10 @@ class FaultyProxy:
             return DROP, 0.0
         if r < rates.reset + rates.drop + rates.delay:
             return DELAY, delay
+        if r < rates.reset + rates.drop + rates.delay + rates.dup:
+            return DUP, 0.0
+        if r < rates.reset + rates.drop + rates.delay + rates.dup + rates.refuse:
+            return REFUSE, 0.0
         return None, 0.0
 
     def _count(self, kind: str) -> None:
@@ -241,6 +323,87 @@ class Link:
     from_client: Reader
     upstream: socket.socket | None = None
     from_upstream: Reader | None = None
+
+
+class _Twin(threading.Thread):
+    """The second copy of a duplicated request, on its own connection: sent and answered."""
+
+    def __init__(self, sock: socket.socket, request: Message, forget) -> None:
+        super().__init__(name="chaos-proxy-dup", daemon=True)
+        self.sock = sock
+        self.request = request
+        self.forget = forget
+        self.answer: Message | None = None
+
+    def run(self) -> None:
+        try:
+            self.sock.sendall(self.request.raw)
+            method = self.request.first_line.split(" ", 1)[0]
+            self.answer = read_answer(Reader(self.sock), method=method)
+        except (OSError, Broken):
+            pass
+        finally:
+            self.forget(self.sock)
+
+
+class _Record:
+    """One POST /effects as it goes: the request's key, the service's answers, the delivery."""
+
+    def __init__(self, key: str, fault: str) -> None:
+        self.key = key
+        self.fault = fault
+        self.sent_at = _now()
+        self.answers: list[tuple[int, bool, int | None]] = []
+        self.delivered_status: int | None = None
+        self.delivered_effect: int | None = None
+        self.delivered_at: datetime | None = None
+
+    @classmethod
+    def of(cls, request: Message, fault: str) -> _Record | None:
+        """A record for a POST /effects with a key; None for any other request."""
+        parts = request.first_line.split(" ")
+        if len(parts) < 2 or parts[0] != "POST" or parts[1].split("?", 1)[0] != EFFECTS_PATH:
+            return None
+        head = request.raw.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")[1:]
+        key = _headers(head).get("idempotency-key", "")
+        return cls(key, fault) if key else None
+
+    def answered(self, answer: Message) -> None:
+        self.answers.append(_outcome(answer))
+
+    def delivered(self, answer: Message) -> None:
+        status, _, effect = _outcome(answer)
+        self.delivered_status, self.delivered_effect = status, effect
+        self.delivered_at = _now()
+
+    def done(self) -> EffectRequest:
+        return EffectRequest(
+            key=self.key,
+            sent_at=self.sent_at,
+            fault=self.fault,
+            answers=tuple(self.answers),
+            delivered_status=self.delivered_status,
+            delivered_effect=self.delivered_effect,
+            delivered_at=self.delivered_at,
+        )
+
+
+def _now() -> datetime:
+    return datetime.fromtimestamp(time.time(), UTC)
+
+
+def _outcome(answer: Message) -> tuple[int, bool, int | None]:
+    """(status, replay, the effect's id) of an answer of the effect service."""
+    head, _, body = answer.raw.rpartition(b"\r\n\r\n")
+    headers = _headers(head.decode("latin-1").split("\r\n")[1:])
+    replay = headers.get("idempotent-replay", "").lower() == "true"
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    found = data.get("id") if isinstance(data, dict) else None
+    effect = found if isinstance(found, int) and not isinstance(found, bool) else None
+    return _status(answer.first_line), replay, effect
 
 
 # -- HTTP/1.1 framing, just enough to know where a message ends ---------------------------------

@@ -42,6 +42,30 @@ def report_lines(verdict: Verdict, chaos: Mapping[str, int] | None) -> list[str]
         line("dead-lettered", f.dead_lettered, dead_note),
         line("fenced acks", f.fenced_writes, proves("F2", F2_NOTE)),
     ]
+    h = verdict.history
+    if h is not None:
+        lines += [
+            line(
+                "history",
+                h.changes,
+                f"(task changes: {h.claims} claims, {h.heartbeats} heartbeats, {h.requeues} "
+                f"requeues; {h.effect_requests} effect requests)",
+            ),
+            line("overlapping leases", h.overlapping.n, proves("H1", "H1 leases never overlap")),
+            line("claims too early", h.early.n, proves("H2", "H2 nothing runs early")),
+            line("claims past bound", h.over_attempts.n, proves("H3", "H3 attempts bounded")),
+            line("epochs not growing", h.epochs_back.n, proves("H4", "H4 epochs only grow")),
+            line(
+                "done no success",
+                h.bad_answers.n,
+                proves("H5", "H5 each done task's effect answer was a success"),
+            ),
+            line(
+                "dead not designed",
+                h.dead_not_designed.n,
+                proves("D1", "D1 no task died with attempts left unless designed or cancelled"),
+            ),
+        ]
     t = verdict.ticks
     if t is not None:
         lines += [
@@ -74,6 +98,8 @@ def verdict_lines(verdict: Verdict) -> list[str]:
 def invariant_codes(verdict: Verdict) -> list[str]:
     """The invariants the verdict judged: T1 and T2 only with schedules."""
     codes = ["S1", "S2", "L1", "F2", "C1"]
+    if verdict.history is not None:
+        codes += ["H1", "H2", "H3", "H4", "H5", "D1"]
     return codes + ["T1", "T2"] if verdict.ticks is not None else codes
 
 
@@ -108,7 +134,10 @@ def run_summary(
         "F2": f.fenced_writes,
         "C1": f.done_cancelled,
         **tick_summary(verdict),
+        **history_summary(verdict),
         "cancels": dict(getattr(outcome, "cancels", {})),
+        "requeues": dict(getattr(outcome, "requeues", {})),
+        "effect_faults": dict(getattr(outcome, "effect_faults", {})),
         "figures": {
             "tasks_enqueued": f.tasks_enqueued,
             "effects_written": f.effects_written,
@@ -122,6 +151,28 @@ def run_summary(
         },
         "faults": list(faults),
         "wall_secs": round(wall_secs, 1),
+    }
+
+
+def history_summary(verdict: Verdict) -> dict[str, Any]:
+    """H1-H5, D1 and the history's size for the summary; nothing without a history."""
+    h = verdict.history
+    if h is None:
+        return {}
+    return {
+        "H1": h.overlapping.n,
+        "H2": h.early.n,
+        "H3": h.over_attempts.n,
+        "H4": h.epochs_back.n,
+        "H5": h.bad_answers.n,
+        "D1": h.dead_not_designed.n,
+        "history": {
+            "changes": h.changes,
+            "claims": h.claims,
+            "heartbeats": h.heartbeats,
+            "requeues": h.requeues,
+            "effect_requests": h.effect_requests,
+        },
     }
 
 
@@ -169,11 +220,24 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
             f"operator cancels: {sum(cancels.values())} ({detail or 'none'}); "
             f"{summary.get('C1', 0)} of the cancelled tasks ended done   <- C1"
         )
+    requeues = summary.get("requeues")
+    if requeues:
+        detail = ", ".join(f"{n} {what}" for what, n in requeues.items())
+        lines.append(f"operator requeues: {sum(requeues.values())} ({detail})")
+    effect_faults = summary.get("effect_faults")
+    if effect_faults:
+        detail = " / ".join(f"{what} {n}" for what, n in effect_faults.items())
+        lines.append(f"effect faults (recording proxy, during the chaos): {detail}")
     figures = summary.get("figures", {})
     if "dead_not_designed" in figures:
         lines.append(
             f"dead tasks not designed to die (plain chaos tasks, not cancelled): "
             f"{figures['dead_not_designed']} of {figures.get('dead_lettered', 0)} dead"
+            + (
+                f"; {summary['D1']} of them with attempts left in their life   <- D1"
+                if "D1" in summary
+                else ""
+            )
         )
     planned = summary.get("planned")
     if planned:

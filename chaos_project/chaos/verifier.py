@@ -6,8 +6,9 @@
 - S2 no task done without its effect: every done effect task's key has an effect row.
 - L1 nothing left pending: every task ended done or dead.
 - C1 a cancel is never overruled: no task an operator's cancel marked (``cancel_requested``)
-  ended done. The harness cancels leased tasks during the run; their worker may decide an ack
-  before its heartbeat sees the mark, and the store must bury the task anyway.
+  ended done, nor dead with the result of the ack the cancel turned into a burial. The harness
+  cancels leased tasks during the run; their worker may decide an ack before its heartbeat sees
+  the mark, and the store must bury the task anyway.
 - F2 the fence fired and was handled, in three parts:
   - per task: for every task a stopped worker held and another worker claimed while it slept,
     that worker's late write to it was refused and recorded (every such task, not any one;
@@ -21,17 +22,24 @@
     system that was not under the pressure claimed.
 - T1 no tick fired twice and T2 no due tick missing, with schedules (``rivet_chaos
   --schedules N``): see ``chaos_project.chaos.ticks``.
+- H1 leases never overlap, H2 nothing runs early, H3 attempts are bounded, H4 epochs only grow,
+  H5 every done effect task's answer was a success, D1 no task died unless designed to: read
+  from the run's history, not its end state (``chaos_project.chaos.leases``).
 
 Every figure is read from the two databases; none comes from what the harness intended.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 from django.db import connections
 
+from chaos_project.chaos import history as run_history
+from chaos_project.chaos.leases import HistoryFigures, TaskEnd, judge_history
 from chaos_project.chaos.ticks import TickFigures, read_ticks
 from chaos_project.kit import queries
 from chaos_project.kit.services import effect_connection
@@ -84,6 +92,8 @@ class Verdict:
     violations: tuple[Violation, ...] = field(default=())
     ticks: TickFigures | None = None
     """T1 and T2, when the queue has chaos schedules."""
+    history: HistoryFigures | None = None
+    """H1-H5 and D1, when the run recorded its history."""
 
     @property
     def ok(self) -> bool:
@@ -140,9 +150,10 @@ def judge(
     drain_note: str = "",
     unfenced_zombies: int = 0,
     ticks: TickFigures | None = None,
+    history: HistoryFigures | None = None,
 ) -> Verdict:
-    """The violations of S1, S2, L1, F2 and C1 in ``figures`` (and T1, T2 in ``ticks``), each
-    with a message saying why."""
+    """The violations of S1, S2, L1, F2 and C1 in ``figures`` (T1, T2 in ``ticks``; H1-H5 and
+    D1 in ``history``), each with a message saying why."""
     found = []
     if figures.duplicate_effects:
         found.append(
@@ -173,7 +184,8 @@ def judge(
             Violation(
                 "C1",
                 f"{figures.done_cancelled} task(s) an operator cancelled while they were leased "
-                "ended done: a decision of their worker overruled the cancel",
+                "ended done, or dead with the result of an ack: a decision of their worker "
+                "overruled the cancel",
             )
         )
     if figures.stale_settled:
@@ -208,7 +220,121 @@ def judge(
             )
         )
     found += tick_violations(ticks)
-    return Verdict(figures=figures, violations=tuple(found), ticks=ticks)
+    found += history_violations(history)
+    return Verdict(figures=figures, violations=tuple(found), ticks=ticks, history=history)
+
+
+#: Each history invariant: its code, the HistoryFigures field, and what a violation means.
+HISTORY_INVARIANTS = (
+    (
+        "H1",
+        "overlapping",
+        "claim(s) took a task while another worker's lease on it was live (by the claiming "
+        "transaction's clock): two workers held one lease at once",
+    ),
+    (
+        "H2",
+        "early",
+        "claim(s) took a task before it was ready (its delay, run_at or retry backoff)",
+    ),
+    (
+        "H3",
+        "over_attempts",
+        "claim(s) went past max_attempts in one life or took a cancelled task, or a done or "
+        "dead task was claimed or changed, or a requeue revived a task that was not dead",
+    ),
+    (
+        "H4",
+        "epochs_back",
+        "change(s) gave a task an epoch not above every epoch it had before: a stale write "
+        "of an earlier lease could match the new one",
+    ),
+    (
+        "H5",
+        "bad_answers",
+        "done effect task(s) have no successful answer from the effect service behind their "
+        "ack (the result, the service's own record and what the worker was delivered)",
+    ),
+    (
+        "D1",
+        "dead_not_designed",
+        "task(s) died that were neither cancelled nor designed to fail and still had "
+        "attempts left in their life",
+    ),
+)
+
+
+def history_violations(history: HistoryFigures | None) -> list[Violation]:
+    """H1-H5 and D1 (none when no history was recorded)."""
+    if history is None:
+        return []
+    found = []
+    for code, name, meaning in HISTORY_INVARIANTS:
+        count = getattr(history, name)
+        if count.n:
+            found.append(Violation(code, f"{count.n} {meaning}{_named(tuple(count.samples))}"))
+    return found
+
+
+def read_history(
+    *,
+    queue: str,
+    effect_database_url: str,
+    using: str = "default",
+    log_dir: Path | None = None,
+    lease_ttl: float | None = None,
+) -> HistoryFigures | None:
+    """The history invariants' figures, or None when the run recorded no history
+    (``log_dir``: the run's worker logs, for the retries' decided backoffs; ``lease_ttl``: the
+    workers' lease)."""
+    changes = run_history.read_changes(queue=queue, using=using)
+    if not changes:
+        return None
+    with connections[using].cursor() as cursor:
+        cursor.execute(queries.TASK_ENDS, {"queue": queue, "cancelled": CANCELLED_SUFFIX})
+        ends = {
+            task_id: TaskEnd(
+                state=state,
+                kind=kind,
+                key=key,
+                designed_to_fail=designed,
+                cancelled=cancelled,
+                result=run_history.parse_json(result),
+            )
+            for task_id, state, kind, key, designed, cancelled, result in cursor.fetchall()
+        }
+    with effect_connection(effect_database_url) as effect_db:
+        effects = dict(effect_db.execute(queries.EFFECT_IDS).fetchall())
+    requests = run_history.read_effect_requests(using=using)
+    delays = retry_delays(log_dir) if log_dir is not None else None
+    return judge_history(
+        changes,
+        ends,
+        effects=effects,
+        requests=requests,
+        retry_delays=delays,
+        lease_ttl=lease_ttl,
+    )
+
+
+def retry_delays(log_dir: Path) -> dict[tuple[int, int], float]:
+    """The backoff of every retry the workers logged (``retry`` lines), by (task, epoch)."""
+    found: dict[tuple[int, int], float] = {}
+    for log_path in sorted(log_dir.glob("chaos-w*.log")):
+        with log_path.open("rb") as log:
+            for raw in log:
+                if b'"retry"' not in raw:
+                    continue
+                try:
+                    record = json.loads(raw)
+                except ValueError:
+                    continue
+                if not isinstance(record, dict) or record.get("event") != "retry":
+                    continue
+                task, epoch, delay = record.get("task"), record.get("epoch"), record.get("retry_in")
+                if isinstance(task, int) and isinstance(epoch, int) and isinstance(delay, float):
+                    found[(task, epoch)] = delay
+    return found
 
 
 def tick_violations(ticks: TickFigures | None) -> list[Violation]:
@@ -248,9 +374,24 @@ def verify(
     drain_note: str = "",
     unfenced_zombies: int = 0,
     ticks_until: datetime | None = None,
+    log_dir: Path | None = None,
+    lease_ttl: float | None = None,
 ) -> Verdict:
     """Read both databases and judge them (``unfenced_zombies``: from the run's own watch;
     ``ticks_until``: the end of the chaos, where T2's window ends)."""
     figures = read_figures(queue=queue, effect_database_url=effect_database_url, using=using)
     ticks = read_ticks(queue=queue, until=ticks_until, using=using)
-    return judge(figures, drain_note=drain_note, unfenced_zombies=unfenced_zombies, ticks=ticks)
+    history = read_history(
+        queue=queue,
+        effect_database_url=effect_database_url,
+        using=using,
+        log_dir=log_dir,
+        lease_ttl=lease_ttl,
+    )
+    return judge(
+        figures,
+        drain_note=drain_note,
+        unfenced_zombies=unfenced_zombies,
+        ticks=ticks,
+        history=history,
+    )

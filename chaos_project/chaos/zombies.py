@@ -158,8 +158,10 @@ class Zombie:
         server) was not taken from it: it simply holds it no more."""
         if state != "pending":
             return not (settled_by == self.owner and now_epoch == epoch)
-        if task in self.attempts:
-            return now_attempts > self.attempts[task]
+        if task in self.attempts and now_attempts > self.attempts[task]:
+            return True
+        # An operator's requeue starts the attempts again; a claim after it still raises the
+        # epoch (a store whose claims do not is caught by H4 and the per-task fence check).
         return now_epoch > epoch
 
     def observe_fenced(

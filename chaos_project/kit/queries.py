@@ -57,6 +57,17 @@ ORDER BY id DESC
 LIMIT 5
 """
 
+#: Which of these tasks are dead (a sleeping zombie's tasks an operator requeues).
+DEAD_AMONG = "SELECT id FROM rivet_task WHERE id = ANY(%(ids)s) AND state = 'dead' ORDER BY id"
+
+#: Dead chaos tasks for an operator's requeue, the most recently buried first.
+REQUEUE_PICK = """
+SELECT id FROM rivet_task
+WHERE queue = %(queue)s AND state = 'dead' AND kind = 'chaos.effect'
+ORDER BY updated_at DESC, id DESC
+LIMIT 20
+"""
+
 #: The writes the fence refused for these owners: (owner, task, the stale epoch, op).
 FENCED_BY_OWNERS = """
 SELECT owner, task_id, epoch, op FROM rivet_fenced_write WHERE owner = ANY(%(owners)s)
@@ -101,7 +112,9 @@ SELECT
     count(*) FILTER (
         WHERE state = 'dead' AND right(last_error, length(%(cancelled)s)) = %(cancelled)s
     ) AS dead_cancelled,
-    count(*) FILTER (WHERE state = 'done' AND cancel_requested) AS done_cancelled,
+    count(*) FILTER (
+        WHERE cancel_requested AND (state = 'done' OR (state = 'dead' AND result IS NOT NULL))
+    ) AS done_cancelled,
     count(*) FILTER (
         WHERE state = 'dead' AND kind = 'chaos.effect' AND max_attempts > 1
             AND NOT cancel_requested
@@ -154,6 +167,20 @@ DONE_EFFECT_KEYS = """
 SELECT coalesce(idem_key, 'rivet-task-' || id)
 FROM rivet_task
 WHERE queue = %(queue)s AND state = 'done' AND kind = ANY(%(kinds)s)
+"""
+
+#: Every task of a queue as the history invariants need it (chaos.leases.TaskEnd): its end,
+#: its effect key, whether it was designed to fail (a poison task; a payload that fails every
+#: attempt it has, or permanently) and whether an operator's cancel ended it.
+TASK_ENDS = """
+SELECT
+    id, state, kind, coalesce(idem_key, 'rivet-task-' || id),
+    kind = 'fail' OR payload ? 'permanent_at'
+        OR coalesce((payload ->> 'fail_attempts')::integer >= max_attempts, false),
+    cancel_requested OR right(last_error, length(%(cancelled)s)) = %(cancelled)s,
+    result
+FROM rivet_task
+WHERE queue = %(queue)s
 """
 
 #: Which of the given idempotency keys a queue already holds (a repeated seed under --keep).
@@ -261,6 +288,9 @@ FROM (SELECT count(*) AS n FROM effects_effect GROUP BY {EFFECT_TASK}) AS per_ta
 
 #: Every task (by key) that has an effect.
 EFFECT_KEYS = f"SELECT DISTINCT {EFFECT_TASK} FROM effects_effect"
+
+#: Every effect's id and key: the effect service's own record, for H5.
+EFFECT_IDS = "SELECT id, key FROM effects_effect"
 
 #: Effects under one key (the harness's check that the service writes where it reads).
 EFFECT_COUNT_KEY = "SELECT count(*) FROM effects_effect WHERE key = %(key)s"

@@ -40,6 +40,31 @@ def check_requeue_revives_a_dead_task(h: Harness) -> None:
 
 
 @check()
+def check_requeue_fences_the_earlier_life(h: Harness) -> None:
+    """A requeue starts a new life under a new epoch: a write of the earlier life's lease that
+    arrives after the requeue and before any new claim (a worker stopped while its task was
+    buried, say by a cancel, and requeued) is refused, so the new life is not finished, or
+    held, by a decision of the old one."""
+    q = fresh_queue()
+    task_id = enqueue(h, q, max_attempts=1)
+    lost = claim_one(h, q)
+    expect_eq(h.store.task_bury(lost.lease, "poison"), Settled.BURIED, "bury of the only attempt")
+    expect_eq(h.store.dead_requeue(q, task_id), True, "requeue of a dead task")
+    row = get(h, task_id)
+    expect(row.lease_epoch > lost.epoch, f"requeue must raise the epoch: {row.lease_epoch}")
+    held = h.store.lease_extend([lost.lease], TTL)
+    expect_eq(set(held), set(), "heartbeat under the pre-requeue lease")
+    expect_eq(h.store.task_ack(lost.lease), Settled.FENCED, "ack under the pre-requeue lease")
+    expect_eq(
+        h.store.task_retry(lost.lease, "late", 0.0), Settled.FENCED, "retry of the earlier life"
+    )
+    expect_eq((get(h, task_id).state, get(h, task_id).attempts), ("pending", 0), "new life")
+    again = claim_one(h, q)
+    expect_eq((again.task_id, again.attempt), (task_id, 1), "claim of the requeued task")
+    expect(again.epoch > row.lease_epoch - 1, f"epoch after requeue {again.epoch}")
+
+
+@check()
 def check_requeue_refuses_live_tasks(h: Harness) -> None:
     q = fresh_queue()
     done_id = enqueue(h, q)

@@ -99,7 +99,10 @@ def check_concurrent_claimers_never_share_a_task(h: Harness) -> None:
 
     def drain(index: int) -> list[tuple[int, Settled]]:
         seen = []
-        while batch := claim(h, q, owner=f"thread-{index}", limit=5, ttl=LONG_TTL):
+        for _ in range(total):  # bounded: a store that hands out a task again must not hang it
+            batch = claim(h, q, owner=f"thread-{index}", limit=5, ttl=LONG_TTL)
+            if not batch:
+                break
             seen += [(c.task_id, h.store.task_ack(c.lease, {"by": index})) for c in batch]
         return seen
 

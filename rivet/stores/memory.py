@@ -179,6 +179,7 @@ class MemoryStore(MemoryLeases):
                 task,
                 state="pending",
                 attempts=0,
+                lease_epoch=task.lease_epoch + 1,  # a new life: the old lease's writes fenced
                 last_error="",
                 lease_owner=None,
                 visible_at=now,

@@ -516,11 +516,14 @@ WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
 
 -- name: dead_requeue
 -- Revive a dead task of a queue with fresh attempts, unless its unique job is pending again.
--- A new life: last_error is cleared, the errors list (the whole life's history) is kept.
+-- A new life: last_error is cleared, the errors list (the whole life's history) is kept. It
+-- starts under a new epoch: a write of the earlier life's lease (a worker stopped while its task
+-- was buried) is fenced, not applied to the new life.
 WITH revived AS (
     UPDATE rivet_task AS t
     SET
         state = 'pending', attempts = 0, last_error = '', lease_owner = NULL, visible_at = now(),
+        lease_epoch = t.lease_epoch + 1,
         updated_at = now(), cancel_requested = false,
         claim_rank = rivet_claim_rank(now(), t.priority, %(aging_secs)s::float8)
     WHERE t.id = %(task_id)s AND t.queue = %(queue)s AND t.state = 'dead'

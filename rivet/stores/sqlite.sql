@@ -218,10 +218,12 @@ WHERE (:queue IS NULL OR queue = :queue) AND (:op IS NULL OR op = :op);
 
 -- name: dead_requeue
 -- Make a dead task pending with fresh attempts, unless its unique job is pending already.
--- A new life: last_error is cleared, the errors list (the whole life's history) is kept.
+-- A new life: last_error is cleared, the errors list (the whole life's history) is kept. It
+-- starts under a new epoch: a write of the earlier life's lease is fenced, not applied to it.
 UPDATE rivet_task SET
     state = 'pending',
     attempts = 0,
+    lease_epoch = lease_epoch + 1,
     last_error = '',
     lease_owner = NULL,
     cancel_requested = 0,

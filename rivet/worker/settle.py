@@ -77,9 +77,13 @@ class Pending(NamedTuple):
     exc: BaseException | None = None
     #: The end when the store applies the decision (None: by what it applied, BY_SETTLED).
     applied_as: End | None = None
+    #: It was in a flush whose answer never came (the database became unreachable): that
+    #: flush may have committed it, so a refusal now may be its own earlier success.
+    resent: bool = False
 
-    def ended(self, settled: Settled) -> Ended:
-        """This attempt's end, now that the store answered ``settled``."""
+    def ended(self, settled: Settled, fence_reason: str = "") -> Ended:
+        """This attempt's end, now that the store answered ``settled`` (``fence_reason``: why
+        the store refused it, when the task's row told)."""
         end = BY_SETTLED[settled]
         if self.applied_as is not None and end is not End.FENCED:
             end = self.applied_as
@@ -93,12 +97,14 @@ class Pending(NamedTuple):
             exc=self.exc,
             retry_in=decision.delay if isinstance(decision, Retry) else 0.0,
             dead_error=decision.error if isinstance(decision, Bury) else "",
-            reason=self._fence_reason() if end is End.FENCED else "",
+            reason=self._fence_reason(fence_reason) if end is End.FENCED else "",
         )
 
-    def _fence_reason(self) -> str:
+    def _fence_reason(self, found: str) -> str:
         return (
-            self.attempt.stop_reason or f"the lease was claimed again before the {self.decision.op}"
+            self.attempt.stop_reason
+            or found
+            or f"the lease was claimed again before the {self.decision.op}"
         )
 
     def lost(self, exc: BaseException) -> Ended:
@@ -252,9 +258,38 @@ class Settler:
         flushed, self.pending = self.pending[: len(outcomes)], self.pending[len(outcomes) :]
         self._wait, self._retry_at = WRITE_RETRY_FIRST_SECS, 0.0
         return [
-            self._ended(item.ended(settled))
+            self._ended(item.ended(settled, self._refused_because(item, settled)))
             for item, settled in zip(flushed, outcomes, strict=True)
         ]
+
+    def _refused_because(self, item: Pending, settled: Settled) -> str:
+        """Why the store refused a decision that was sent again after a write whose answer never
+        came (``resent``): read from the task's row, since that first write may have been
+        applied. "" for any other outcome: a write sent once and refused was claimed again
+        (the epoch guard), or its attempt's stop reason says why."""
+        if settled is not Settled.FENCED or not item.resent or item.attempt.stop_reason:
+            return ""
+        decision, lease = item.decision, item.decision.lease
+        try:
+            row = self.store.task_get(lease.task_id)
+        except Exception as exc:  # noqa: BLE001 - the reason is a report; the fence stands
+            return (
+                f"the {decision.op} was refused when sent again after a write whose answer was "
+                f"lost; the task could not be read to say why ({describe(exc)})"
+            )
+        if row is None:
+            return f"the task was gone when the {decision.op} was sent again"
+        if row.lease_epoch > lease.epoch:
+            return f"the lease was claimed again before the {decision.op}"
+        if (row.settled_epoch, row.settled_by) == (lease.epoch, lease.owner):
+            return (
+                f"the {decision.op} had been applied already: an earlier send of it committed "
+                f"and its answer was lost (the task is {row.state} under this lease)"
+            )
+        return (
+            f"the task was finished under this lease by another write before the "
+            f"{decision.op} (it is {row.state}: a cancel or a claim's burial)"
+        )
 
     def failed(self, exc: BaseException) -> list[Ended]:
         """The flush of ``due()`` raised: back off, give up, or write one by one."""
@@ -284,7 +319,7 @@ class Settler:
             if not retry or now + self._wait >= item.give_up:
                 ended.append(self._ended(item.lost(exc)))
                 continue
-            kept.append(item)
+            kept.append(item._replace(resent=True))
             logs.task_event(
                 "write_retry",
                 item.attempt.claimed,
@@ -305,12 +340,12 @@ class Settler:
             try:
                 (settled,) = self.store.task_settle([item.decision])
             except StoreUnavailable:
-                self.pending.append(item)
+                self.pending.append(item._replace(resent=True))
             except Exception as exc:
                 tidy_connections()
                 ended.append(self._ended(item.lost(exc)))
             else:
-                ended.append(self._ended(item.ended(settled)))
+                ended.append(self._ended(item.ended(settled, self._refused_because(item, settled))))
         return ended
 
     def _ended(self, ended: Ended) -> Ended:

@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from chaos_project.chaos.harness import ChaosOptions
 from rivet.models import FencedWrite, Task
 from tests.effect_service import EffectDB
 from tests.processes import child_environ, postgres_url
@@ -57,7 +58,16 @@ def test_chaos_run_holds_every_invariant_and_the_report_matches_the_databases(
     assert figures["tasks still pending"] == 0
     assert figures["fenced acks"] > 0
     assert figures["chaos events"] > 0
-    assert "every invariant held: S1, S2, L1, F2, C1" in done.stdout
+    assert "every invariant held: S1, S2, L1, F2, C1, H1, H2, H3, H4, H5, D1" in done.stdout
+    # The history was recorded and judged (chaos_project.chaos.history, .leases).
+    for line in ("overlapping leases", "claims too early", "claims past bound"):
+        assert figures[line] == 0
+    assert figures["epochs not growing"] == figures["done no success"] == 0
+    assert figures["dead not designed"] == 0
+    assert summary["history"]["claims"] >= figures["tasks done"] > 0
+    assert summary["history"]["effect_requests"] >= figures["tasks done"]
+    assert summary["requeues"]["dead"] > 0  # an operator's requeues during the run
+    assert "--prefetch" not in " ".join(ChaosOptions(effect_database_url="x").worker_args())
 
     tasks = Task.objects.filter(queue="chaos")
     assert tasks.count() == figures["tasks enqueued"] == 152

@@ -1,11 +1,13 @@
-"""``make mutation``: every mutant against the conformance suite and, for the PostgreSQL ones,
-the chaos verdict of a quick run on three seeds; prints the table docs/chaos.md shows.
+"""``make mutation``: every store mutant against the conformance suite and every mutant the
+chaos harness can run (PostgreSQL, the effect service, the handler) through a quick chaos run
+on three seeds; prints the table docs/chaos.md shows, with what caught each.
 
-    python -m tests.mutation.matrix [--seeds 1,2,3] [--only NAME,...] [--out PATH]
+    python -m tests.mutation.matrix [--seeds 1,2,3] [--only NAME,...] [--out PATH] [--chaos-only]
 
-The chaos harness runs on PostgreSQL only, so a SQLite mutant has conformance rows alone. Exit
-status 1 when any mutant passed the conformance suite or any chaos run of a PostgreSQL mutant:
-a row the verifier does not catch.
+The chaos harness runs on PostgreSQL only, so a SQLite or memory-store mutant has conformance
+rows alone; the effect service's and the handler's have chaos rows alone (the conformance suite
+is the store's). Exit status 1 when any mutant passed a harness it is run through: a row
+nothing catches.
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 
-from tests.mutation import ENV, MUTATIONS
+from tests.mutation import CHAOS_STORES, CONFORMANCE_STORES, ENV, MUTATIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK_RUN = ("--tasks", "500", "--workers", "4", "--duration-secs", "15")
@@ -56,16 +61,52 @@ def chaos(name: str, seed: int, workdir: Path, tries: int = 3) -> dict:
 def _chaos_once(name: str, seed: int, workdir: Path) -> dict:
     out = workdir / f"{name}-{seed}.json"
     env = {**os.environ, ENV: name, "DJANGO_SETTINGS_MODULE": "tests.mutation.settings"}
-    done = subprocess.run(
-        [sys.executable, "manage.py", "rivet_chaos", *QUICK_RUN, "--seed", str(seed),
-         "--json", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    extra: list[str] = ["--own-effect-service"]
+    service = None
+    if MUTATIONS[name].store == "effect":  # the effect service runs the mutant, not the workers
+        service, url = _effect_service(name, workdir)
+        extra = ["--effect-url", url]
+        env = {k: v for k, v in os.environ.items() if k not in (ENV, "DJANGO_SETTINGS_MODULE")}
+    try:
+        done = subprocess.run(
+            [sys.executable, "manage.py", "rivet_chaos", *QUICK_RUN, "--seed", str(seed),
+             "--json", str(out), *extra],
+            cwd=ROOT, env=env, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+    finally:
+        if service is not None:
+            service.terminate()
+            service.wait(timeout=30)
     (workdir / f"{name}-{seed}.log").write_text(done.stdout + done.stderr)
     if not out.exists():
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return {"seed": seed, "error": last[:200]}
     return json.loads(out.read_text())
+
+
+def _effect_service(name: str, workdir: Path) -> tuple[subprocess.Popen, str]:
+    """The effect service with the mutant applied (tests.mutation.effect_service), answering."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, ENV: name, "RIVET_READ_DOTENV": "0"}
+    log = (workdir / f"{name}-effect-service.log").open("ab")
+    service = subprocess.Popen(
+        [sys.executable, "-m", "tests.mutation.effect_service", "serve", "--bind",
+         f"127.0.0.1:{port}", "--threads", "16"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    for _ in range(600):
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=1.0):
+                return service, url
+        except OSError:  # not answering yet (URLError, a refused or reset connection)
+            if service.poll() is not None:
+                break
+            time.sleep(0.1)
+    service.kill()
+    raise RuntimeError(f"the mutant effect service did not answer (log: {log.name})")
 
 
 def caught_by(summary: dict) -> str:
@@ -95,7 +136,10 @@ def table(rows: list[tuple[str, str, list[str], list[str]]]) -> list[str]:
         shown = ", ".join(f"`{c}`" for c in checks[:3]) + (
             f" (+{len(checks) - 3})" if len(checks) > 3 else ""
         )
-        lines.append(f"| {name} | {what} | {len(checks)}: {shown or 'none'} | {'; '.join(runs)} |")
+        found = f"{len(checks)}: {shown or 'none'}"
+        if MUTATIONS[name].store not in CONFORMANCE_STORES:
+            found = "n/a (not a store)"
+        lines.append(f"| {name} | {what} | {found} | {'; '.join(runs)} |")
     return lines
 
 
@@ -104,19 +148,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--only", default="", help="comma-separated mutants (default: all)")
     parser.add_argument("--out", type=Path, help="also write the table here")
+    parser.add_argument(
+        "--chaos-only", action="store_true", help="skip the conformance rows (run elsewhere)"
+    )
     args = parser.parse_args(argv)
     names = [n for n in args.only.split(",") if n] or list(MUTATIONS)
     seeds = [int(s) for s in args.seeds.split(",")]
     workdir = Path(tempfile.mkdtemp(prefix="rivet-mutation-"))
     print(f"mutation matrix: {len(names)} mutant(s), seeds {seeds}; runs in {workdir}")
-    checks = conformance(names, workdir / "conformance.jsonl")
+    stores = [n for n in names if MUTATIONS[n].store in CONFORMANCE_STORES]
+    if args.chaos_only:
+        stores = []
+    checks = conformance(stores, workdir / "conformance.jsonl") if stores else {}
     rows, missed = [], []
     for name in names:
         mutation = MUTATIONS[name]
-        if not checks.get(name):
+        if name in stores and not checks.get(name):
             missed.append(f"{name}: conformance")
         runs = ["n/a (the chaos harness runs on PostgreSQL)"]
-        if mutation.store == "postgres":
+        if mutation.store in CHAOS_STORES:
             runs = []
             for seed in seeds:
                 verdict = caught_by(chaos(name, seed, workdir))

@@ -35,6 +35,12 @@ def test_one_line_per_seed_then_the_totals() -> None:
     assert totals[-1] == "S1"  # the invariants some run failed
 
 
+def test_a_prefetch_cycle_shows_each_seeds_prefetch() -> None:
+    lines = table([row(1) | {"prefetch": 0}, row(2) | {"prefetch": "auto"}])
+    assert lines[0].split()[:3] == ["seed", "prefetch", "kill"]
+    assert lines[2].split()[:2] == ["1", "0"] and lines[3].split()[:2] == ["2", "auto"]
+
+
 def test_a_run_that_could_not_be_carried_out_is_a_row_too() -> None:
     lines = table([{"seed": 7, "ok": False, "failed": ["error"], "wall_secs": 3.0}])
     assert lines[2].split()[0] == "7"

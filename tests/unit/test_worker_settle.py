@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from rivet import signals
 from rivet.errors import StoreError, StoreUnavailable
 from rivet.jobs import JobRegistry, job
 from rivet.stores.memory import FakeClock, MemoryStore
@@ -153,3 +154,41 @@ def test_an_expired_attempt_waits_out_a_database_restart_to_record_its_fence(job
     assert settler.settle_stopped(attempt) is None  # a decision is queued
     ended = settler.flush_all()  # the loop (here, the test) writes it
     assert (store.calls, store.fenced_count("q"), [e.end for e in ended]) == (4, 1, [End.FENCED])
+
+
+class LostAnswerStore(MemoryStore):
+    """Applies the first settle write, then raises as if the connection died before its
+    answer came back (a failover): the worker sends the write again."""
+
+    def __init__(self) -> None:
+        super().__init__(clock=FakeClock())
+        self.calls = 0
+
+    def task_settle(self, decisions):
+        self.calls += 1
+        outcomes = super().task_settle(decisions)
+        if self.calls == 1:
+            raise StoreUnavailable("server closed the connection unexpectedly")
+        return outcomes
+
+
+def test_an_ack_whose_answer_was_lost_is_fenced_for_the_true_reason(jobs):
+    """The second send of an ack the first send applied is refused; its reason says so, not
+    that the lease was claimed again (nobody claimed it)."""
+    store = LostAnswerStore()
+    task_id = enqueue(store, "noop")
+    reasons = []
+
+    def fenced(sender, **kwargs):
+        reasons.append(kwargs["reason"])
+
+    signals.task_fenced.connect(fenced)
+    try:
+        make_worker(store, jobs, once=True, lease_ttl=30.0).run()
+    finally:
+        signals.task_fenced.disconnect(fenced)
+    row = store.task_get(task_id)
+    assert (row.state, row.lease_epoch, store.calls) == ("done", 1, 2)
+    assert len(reasons) == 1
+    assert "claimed again" not in reasons[0]
+    assert "had been applied already" in reasons[0]

@@ -47,6 +47,15 @@ def _prefetch(text: str) -> int | str:
     return _non_negative_int(text)
 
 
+def _prefetch_cycle(text: str) -> tuple[int | str, ...]:
+    values = tuple(_prefetch(part) for part in text.split(",") if part.strip())
+    if not values:
+        raise argparse.ArgumentTypeError(
+            f"expected P[,P...] with each P an integer or auto, got {text!r}"
+        )
+    return values
+
+
 def _non_negative_float(text: str) -> float:
     try:
         value = float(text)
@@ -101,6 +110,15 @@ class Command(BaseCommand):
         )
         campaign.add_argument(
             "--first-seed", type=int, default=1, help="seed of the first run (default: %(default)s)"
+        )
+        campaign.add_argument(
+            "--prefetch-cycle",
+            type=_prefetch_cycle,
+            default=(),
+            metavar="P[,P...]",
+            help="the seeds' --prefetch in turn, e.g. 0,auto,8: the campaign covers a worker "
+            "that claims only into free slots and one that claims ahead (default: every run "
+            "takes --prefetch)",
         )
         self._run_arguments(campaign, seed=False)
         check = sub.add_parser("verify", help="check the invariants on the databases as they are")
@@ -354,10 +372,10 @@ class Command(BaseCommand):
         )
         add(
             "--prefetch",
-            type=_non_negative_int,
-            default=0,
-            help="each worker's --prefetch: claimed tasks that may wait for a slot "
-            "(default: %(default)s)",
+            type=_prefetch,
+            default=None,
+            help="each worker's --prefetch (N or auto): claimed tasks that may wait for a slot "
+            "(default: the worker's own default)",
         )
         add(
             "--backlog-tasks",
@@ -487,6 +505,7 @@ class Command(BaseCommand):
             seeds=list(range(first, first + options["seeds"])),
             json_path=options["json"],
             say=self._say,
+            prefetch_cycle=options["prefetch_cycle"],
         ).run()
         failed = [str(row["seed"]) for row in rows if not row["ok"]]
         if failed:

@@ -490,6 +490,6 @@ class DeadLetterRequeueView(DeadLetterMixin, RivetView):
         return self.render_task(self.find_task(task_id))
 
 
-def _keyed_task_exists(alias: str, key: str) -> bool:
+def _keyed_task_exists(alias: str | None, key: str) -> bool:
     """Whether a task of that idempotency key is in the database (any state)."""
     return Task.objects.using(alias).filter(idem_key=key).exists()

@@ -28,7 +28,7 @@ def test_a_run_with_schedules_fires_every_due_tick_once(run_manage, effect_datab
         "rivet_chaos", "run", *RUN, "--seed", "3", "--json", str(summary_path), env=env
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "every invariant held: S1, S2, L1, F2, C1, T1, T2" in done.stdout
+    assert "every invariant held: S1, S2, L1, F2, C1, H1, H2, H3, H4, H5, D1, T1, T2" in done.stdout
     assert "ticks fired twice        0   <- T1" in done.stdout
     assert "due ticks missing        0   <- T2" in done.stdout
 

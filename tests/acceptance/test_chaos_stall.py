@@ -41,7 +41,7 @@ def test_a_stalled_scheduler_pass_releases_its_schedules_within_the_bound(
     )  # fmt: skip
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
-    assert "every invariant held: S1, S2, L1, F2, C1, T1, T2" in output
+    assert "every invariant held: S1, S2, L1, F2, C1, H1, H2, H3, H4, H5, D1, T1, T2" in output
     stall = json.loads(summary_path.read_text())["scheduler_stall"]
     assert stall["stalls"] >= 1 and stall["schedules_stalled"] >= 1, stall
     assert stall["longest_refire_secs"] <= stall["allowed_secs"], stall

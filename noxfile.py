@@ -201,10 +201,13 @@ def repeats_make_test(
 
 def run_cell(session: nox.Session, cell: Cell) -> None:
     # pip reads pyproject's dependency groups from 25.1 on; a venv may start with an older one.
+    # The docs group too: the suite builds the documentation site and reads the API reference
+    # as the site does (tests/acceptance/test_docs_site.py, tests/unit/test_api_reference.py).
     session.install("pip>=25.1")
     session.install(
-        "-e", ".[binary,pool,api,metrics,otel]", "--group", "test", f"Django~={cell.django}.0"
-    )
+        "-e", ".[binary,pool,api,metrics,otel]", "--group", "test", "--group", "docs",
+        f"Django~={cell.django}.0",
+    )  # fmt: skip
     python = str(Path(session.bin) / "python")
     python_series, django_series, python_version, django_version = session.run(
         python, "-c", _VERSIONS, silent=True

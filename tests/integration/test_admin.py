@@ -278,11 +278,12 @@ def test_requeue_confirmed_revives_the_task_with_its_key_logs_and_reports(client
     response = action(client, "requeue_selected", [task], confirm="yes")
     assert response.status_code == 302
     task.refresh_from_db()
+    # A requeue starts a new life under a new epoch: a late write of the old life is fenced.
     assert (task.state, task.attempts, task.idem_key, task.lease_epoch) == (
         "pending",
         0,
         "pay-7",
-        4,
+        5,
     )
     (entry,) = LogEntry.objects.all()
     assert (entry.user, entry.action_flag, entry.object_id) == (user, CHANGE, str(task.pk))

@@ -28,7 +28,17 @@ from pathlib import Path
 from django.db import connections
 
 from bench import fleet
-from bench.report import BACKLOG, busy_load, cpu_check, load, machine
+from bench.report import (
+    ASYNC_BEGIN,
+    ASYNC_END,
+    BACKLOG,
+    TITLE,
+    busy_load,
+    cpu_check,
+    load,
+    machine,
+    with_async_section,
+)
 from bench.runner import STOP_TIMEOUT_SECS, Bench, BenchOptions, peak_rss_mb
 from chaos_project.kit import queries
 from chaos_project.kit.services import database_url, worker_env
@@ -64,7 +74,7 @@ class AsyncRow:
 
 
 class AsyncBench:
-    """Measures the async rows and writes them as markdown to ``out``."""
+    """Measures the async rows and writes them as a section of ``out`` (results.md)."""
 
     def __init__(self, options: BenchOptions, out: Path, say=print) -> None:
         effects = options.effect_database_url.startswith(("postgres://", "postgresql://"))
@@ -77,6 +87,7 @@ class AsyncBench:
         import tempfile
 
         started = datetime.now(UTC)
+        start_load = load()
         busy = busy_load()
         self.bench._migrate()
         self.bench.log_dir = Path(tempfile.mkdtemp(prefix="rivet-bench-async-"))
@@ -86,7 +97,7 @@ class AsyncBench:
         sleep = {"ms": SLEEP_MS}
         rows = [
             self._row("async sleep 0.1 s", "async_sleep", sleep, tasks, async_args, runs),
-            self._row("sync sleep 0.1 s", "sleep", sleep, tasks, sync_args, 1),
+            self._row("sync sleep 0.1 s", "sleep", sleep, tasks, sync_args, runs),
             self._row("async noop", "async_noop", {}, tasks, async_args, runs),
             self._row("sync noop", "noop", {}, tasks, sync_args, runs),
         ]
@@ -119,10 +130,13 @@ class AsyncBench:
                 rows.append(
                     self._row("sync effect", "effect", {"amount": 1}, effect_tasks, sync_args, runs)
                 )
-        text = self._render(rows, started, busy)
-        self.out.write_text(text)
-        self.say(f"wrote {self.out}")
-        return text
+        section = self._render(rows, started, busy, start_load)
+        # Into the results file beside the thread-pool rows, whose part is kept as it is.
+        text = self.out.read_text() if self.out.exists() else f"{TITLE}\n"
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.out.write_text(with_async_section(text, section))
+        self.say(f"wrote the async rows into {self.out}")
+        return section
 
     def _row(
         self,
@@ -174,18 +188,30 @@ class AsyncBench:
         time.sleep(0.1)
         return bench._figures(BACKLOG, kind, 1, SYNC_SLOTS, rss, None), rss
 
-    def _render(self, rows: list[AsyncRow], started: datetime, busy: float | None) -> str:
+    def _render(
+        self, rows: list[AsyncRow], started: datetime, busy: float | None, start_load: str
+    ) -> str:
+        o = self.options
+        command = (
+            "python manage.py rivet_chaos bench --async-rows "
+            f"--tasks {o.tasks} --effect-tasks {o.effect_tasks} --runs {o.runs}"
+        )
         lines = [
-            "# rivet benchmark: async jobs",
+            ASYNC_BEGIN,
+            "## Async jobs",
             "",
-            "Written by `python manage.py rivet_chaos bench --async-rows` (bench/asyncbench.py).",
-            "One worker process per row, started and idle, then the backlog inserted in one "
-            "commit; throughput and latency from the task rows, the median of the runs.",
+            "Written by `python manage.py rivet_chaos bench --async-rows` (bench/asyncbench.py), "
+            "a run of its own: the rest of this file is the full bench's, kept as it was. One "
+            "worker process per row, started and idle, then the backlog inserted in one commit; "
+            "throughput and latency from the task rows, the median of the runs, each run in "
+            "brackets and the spread (the largest over the smallest, less one) beside them.",
             "",
             f"- date: {started:%Y-%m-%d %H:%M} UTC",
             f"- machine: {machine()}",
             f"- cpu check: {cpu_check()}",
+            f"- load average at the start: {start_load}",
             f"- load average at the end: {load()}",
+            f"- command: `{command}`",
         ]
         if busy is not None:
             lines.append(
@@ -194,9 +220,9 @@ class AsyncBench:
             )
         lines += [
             "",
-            "| row | kind | tasks | worker options | throughput (runs) | end to end p50 | p99 "
-            "| peak RSS |",
-            "|---|---|--:|---|--:|--:|--:|--:|",
+            "| row | kind | tasks | worker options | throughput (runs) | spread "
+            "| end to end p50 | p99 | peak RSS |",
+            "|---|---|--:|---|--:|--:|--:|--:|--:|",
         ]
         for row in rows:
             runs = ", ".join(f"{t:,.0f}" for t in row.throughputs)
@@ -204,8 +230,8 @@ class AsyncBench:
             rss = f"{row.rss_mb:.0f} MB" if row.rss_mb else "-"
             lines.append(
                 f"| {row.name} | {row.kind} | {row.tasks} | `{' '.join(row.args)}` | "
-                f"{row.throughput:,.0f}/s ({runs}) | {p50 * 1000:.0f} ms | {p99 * 1000:.0f} ms "
-                f"| {rss} |"
+                f"{row.throughput:,.0f}/s ({runs}) | {spread(row.throughputs)} "
+                f"| {p50 * 1000:.0f} ms | {p99 * 1000:.0f} ms | {rss} |"
             )
         sleep, sync_sleep = rows[0], rows[1]
         verdict = "met" if sleep.throughput >= ASYNC_SLEEP_TARGET else "missed"
@@ -215,7 +241,16 @@ class AsyncBench:
             f"{ASYNC_SLOTS} in flight is {ASYNC_SLEEP_LIMIT:,.0f}/s): "
             f"{sleep.throughput:,.0f}/s, {verdict}; "
             f"{sleep.throughput / sync_sleep.throughput:.1f} x the sync sleep row "
-            f"({SYNC_SLOTS} threads).",
-            "",
+            f"({SYNC_SLOTS} threads); every run of it "
+            f"{'met' if min(sleep.throughputs) >= ASYNC_SLEEP_TARGET else 'did not meet'} "
+            "the target.",
+            ASYNC_END,
         ]
         return "\n".join(lines)
+
+
+def spread(values: tuple[float, ...]) -> str:
+    """How far apart the runs are: the largest over the smallest, less one ("-" for one run)."""
+    if len(values) < 2 or min(values) <= 0:
+        return "-"
+    return f"{max(values) / min(values) - 1:.0%}"

@@ -512,6 +512,42 @@ def _mb(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f} MB"
 
 
+#: The async rows' section of results.md (``rivet_chaos bench --async-rows``,
+#: bench/asyncbench.py): measured apart from the rest, so each writer keeps the other's part.
+ASYNC_BEGIN = "<!-- async rows: written by rivet_chaos bench --async-rows -->"
+ASYNC_END = "<!-- end of the async rows -->"
+
+
+def async_section(text: str) -> str | None:
+    """The async rows' section of a results file, markers included; None when it has none."""
+    begin, end = text.find(ASYNC_BEGIN), text.find(ASYNC_END)
+    if begin < 0 or end < begin:
+        return None
+    return text[begin : end + len(ASYNC_END)]
+
+
+def with_async_section(text: str, section: str | None) -> str:
+    """``text`` with its async rows' section replaced by ``section`` (added before the plot,
+    or at the end, when it has none); ``section`` None leaves ``text`` as it is."""
+    if section is None:
+        return text
+    old = async_section(text)
+    if old is not None:
+        return text.replace(old, section)
+    plot = text.find("\n## Plot\n")
+    if plot < 0:
+        return text.rstrip("\n") + "\n\n" + section + "\n"
+    return text[: plot + 1] + section + "\n\n" + text[plot + 1 :]
+
+
+def write_results(out: Path, text: str) -> None:
+    """Write the full bench's results file, keeping the async rows' section that the file
+    already holds (``--async-rows`` measures it in a run of its own)."""
+    kept = async_section(out.read_text()) if out.exists() else None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(with_async_section(text, kept))
+
+
 def render(
     *,
     setup: Sequence[tuple[str, str]],

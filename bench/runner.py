@@ -62,6 +62,7 @@ from bench.report import (
     render,
     to_json,
     with_ceiling,
+    write_results,
 )
 from bench.schedules import measure_scheduler
 from bench.stale import RELTUPLES, stale_result
@@ -886,8 +887,7 @@ class Bench:
             big_claim=self.big_claim,
             stale=self.stale,
         )
-        o.out.parent.mkdir(parents=True, exist_ok=True)
-        o.out.write_text(text)
+        write_results(o.out, text)
         o.json_out.parent.mkdir(parents=True, exist_ok=True)
         o.json_out.write_text(
             json.dumps(

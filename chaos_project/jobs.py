@@ -1,5 +1,5 @@
 """Demo job kinds of the host project: ``noop``, ``fail`` and ``sleep``, and the ``async def``
-kinds ``async_noop``, ``async_sleep`` and ``async_orm``.
+kinds ``async_noop``, ``async_sleep``, ``async_orm`` and ``async_crowd``.
 
 rivet's app config imports every installed app's ``jobs`` module, so these register when
 Django starts.
@@ -87,3 +87,29 @@ async def async_orm(context: JobContext) -> dict[str, Any]:
     await asyncio.sleep(ms / 1000)
     count = await Task.objects.filter(pk=context.task_id).acount()
     return {"attempts": before, "found": count}
+
+
+#: ``async_crowd`` handlers in flight on this worker's event loop now, and the most seen.
+_crowd = {"now": 0, "most": 0}
+
+
+@job("async_crowd")
+async def async_crowd(context: JobContext) -> dict[str, int]:
+    """Waits on the event loop until ``payload["n"]`` of its kind are in flight at once on this
+    worker, or ``payload["ms"]`` pass; returns the most it saw in flight (``crowd``).
+
+    A worker that fills its async slots as soon as it has the tasks gets every one to ``n``;
+    one that claims more only when a handler returns gets none of them there.
+    """
+    payload = context.payload if isinstance(context.payload, dict) else {}
+    wanted = int(payload.get("n", 1))
+    give_up = asyncio.get_running_loop().time() + sleep_ms({"ms": payload.get("ms", 0)}) / 1000
+    _crowd["now"] += 1
+    try:
+        while True:
+            _crowd["most"] = max(_crowd["most"], _crowd["now"])
+            if _crowd["most"] >= wanted or asyncio.get_running_loop().time() >= give_up:
+                return {"crowd": _crowd["most"]}
+            await asyncio.sleep(0.01)
+    finally:
+        _crowd["now"] -= 1

@@ -267,6 +267,11 @@ class Worker(Slots):
                 # A retry just written may be runnable already (no backoff): claim again now,
                 # not a poll interval later, so --once ends with what is runnable at its end.
                 continue
+            if got and self._claim_short is False and self._free_slots() > 0:
+                # The claim came back full and slots are still free: it was sized before it
+                # taught the kinds' mix (or started the event loop, or learned the prefetch),
+                # so the next, larger claim goes now, not when a handler returns.
+                continue
             self._wait()
 
     def _wait(self) -> None:

@@ -28,6 +28,19 @@ def test_async_and_sync_jobs_drain_from_one_queue_in_one_worker(workers):
     assert started["async_concurrency"] == 30
 
 
+def test_an_idle_worker_fills_every_async_slot_before_a_handler_returns(workers):
+    """A backlog of async tasks reaches the event loop in one go: the first claim, sized
+    before the worker knew its tasks were async, is followed at once by the rest, not a
+    handler's run later (each handler here waits, up to 20 s, for all 200 to be in flight)."""
+    ids = [workers.enqueue("async_crowd", {"n": 200, "ms": 20_000}) for _ in range(200)]
+    worker = workers.start(
+        "--queue", "demo", "--once", "--log-format", "json", "--async-concurrency", "200"
+    )  # fmt: skip
+    assert worker.wait() == 0, worker.log
+    crowds = [workers.task(task_id).result["crowd"] for task_id in ids]
+    assert min(crowds) == 200, sorted(crowds)[:5]
+
+
 class ConnectionCount:
     """The most server connections to the test database opened while a worker runs: those
     seen beyond the ones open before it started (this process's)."""

@@ -469,3 +469,42 @@ def test_the_cpu_check_times_its_loop_and_says_what_it_timed():
     assert re.fullmatch(
         r"200,000 additions in a Python loop took \d+\.\d\d s \(one core, at the start\)", line
     ), line
+
+
+def _async_part(figure: str) -> str:
+    return f"{report.ASYNC_BEGIN}\n## Async jobs\n\n| async sleep | {figure} |\n{report.ASYNC_END}"
+
+
+def test_the_async_rows_go_before_the_plot_and_replace_only_their_own_part() -> None:
+    full = "# rivet benchmark results\n\n## Setup\n\n- date: x\n\n## Plot\n\n![p](p.png)\n"
+    once = report.with_async_section(full, _async_part("4,100/s"))
+    assert once.index("## Async jobs") < once.index("## Plot")
+    assert report.async_section(once) == _async_part("4,100/s")
+    again = report.with_async_section(once, _async_part("4,300/s"))
+    assert "4,100/s" not in again and again.count("## Async jobs") == 1
+    assert again.replace(_async_part("4,300/s"), "") == once.replace(_async_part("4,100/s"), "")
+    assert report.with_async_section(full, None) == full
+    assert report.async_section(full) is None
+    # No plot: the part goes at the end.
+    bare = report.with_async_section("# rivet benchmark results\n", _async_part("1/s"))
+    assert bare.endswith(report.ASYNC_END + "\n")
+
+
+def test_a_full_bench_run_keeps_the_async_rows_it_did_not_measure(tmp_path: Path) -> None:
+    """The full bench rewrites results.md whole except the async part, which --async-rows
+    measured in a run of its own."""
+    out = tmp_path / "results.md"
+    out.write_text(report.with_async_section("# old\n", _async_part("4,200/s")))
+    report.write_results(
+        out, render(setup=[("date", "now")], rows=[], enqueue=None, plot=None, out=out)
+    )
+    text = out.read_text()
+    assert "# old" not in text and "- date: now" in text
+    assert report.async_section(text) == _async_part("4,200/s")
+
+
+def test_the_async_rows_give_the_spread_of_their_runs() -> None:
+    from bench.asyncbench import spread
+
+    assert spread((4000.0, 4400.0, 4200.0)) == "10%"
+    assert spread((4000.0,)) == "-"

@@ -316,14 +316,8 @@ class Command(BaseCommand):
             "--async-rows",
             action="store_true",
             help="measure only the async rows (async def jobs beside sync ones, one worker: "
-            "bench/asyncbench.py) and write them to --async-out; --tasks and --runs apply "
-            "(default: off)",
-        )
-        add(
-            "--async-out",
-            type=Path,
-            default=Path(settings.BASE_DIR) / "bench" / "async.md",
-            help="where --async-rows writes (default: bench/async.md)",
+            "bench/asyncbench.py) and write them as the async section of --out, keeping the "
+            "rest of it; --tasks, --effect-tasks and --runs apply (default: off)",
         )
         add(
             "--json",
@@ -570,7 +564,7 @@ class Command(BaseCommand):
         if options["async_rows"]:
             from bench.asyncbench import AsyncBench
 
-            AsyncBench(bench_options, options["async_out"], say=self._say).run()
+            AsyncBench(bench_options, options["out"], say=self._say).run()
             return
         Bench(bench_options, say=self._say).run()
 

@@ -24,6 +24,7 @@ from django.db import connections
 
 from bench.schedules import scheduler_table, scheduler_targets
 from bench.stale import stale_table, stale_targets
+from bench.target import Target
 from chaos_project.kit import queries
 
 TITLE = "# rivet benchmark results"
@@ -82,17 +83,6 @@ class Row:
         if self.first is None or self.last is None or not self.first.throughput:
             return None
         return self.last.throughput / self.first.throughput
-
-
-@dataclass(frozen=True, kw_only=True)
-class Target:
-    """One target, and what this run measured for it."""
-
-    name: str
-    goal: str
-    measured: str
-    met: bool | None  # None: this run did not measure it
-    bottleneck: str = ""
 
 
 def median_row(runs: Sequence[Row]) -> Row:

@@ -31,6 +31,8 @@ from typing import Any, Protocol
 
 from django.db import connections
 
+from bench.target import Target
+
 SCHEDULE_PREFIX = "bench-schedule-"
 TICK_QUEUE = "bench-ticks"
 IDLE_SECS = 10.0
@@ -221,10 +223,8 @@ def measure_scheduler(
 LATENESS_GOAL_SECS = 1.0
 
 
-def scheduler_targets(result: dict[str, Any] | None) -> list[Any]:
-    """The scheduler's two targets (bench.report.Target), measured or not."""
-    from bench.report import Target
-
+def scheduler_targets(result: dict[str, Any] | None) -> list[Target]:
+    """The scheduler's two targets, measured or not."""
     if result is None:
         return [
             Target(name="scheduler: every tick once", goal="0 twice, 0 missing",

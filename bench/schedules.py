@@ -1,6 +1,6 @@
 """The scheduler's part of the benchmark: N one-second schedules on W real workers.
 
-What it measures, in one sitting on the workers the bench starts (``--queue bench``, which the
+What it measures, in one run on the workers the bench starts (``--queue bench``, which the
 ticks never reach: they go to the queue ``TICK_QUEUE``, which no worker consumes, so what is
 measured is the scheduler and nothing it enqueues):
 

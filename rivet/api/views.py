@@ -1,4 +1,6 @@
-"""rivet's HTTP API views. Writes go through the Store (the calls ``rivet_dlq`` makes).
+"""rivet's HTTP API views. Writes go through the Store: requeue, purge, sweep and cancel through
+rivet.operations, as ``rivet_dlq`` and the admin do, whose refusals the API answers in their
+words (the error's ``detail``).
 
 The store is the configured one (``rivet.producer.resolve_store``), or the one of the
 database ``?database=ALIAS`` names (an alias that holds queues, ``rivet.routing``): task ids are
@@ -186,7 +188,8 @@ class RivetView(generics.GenericAPIView):
 
 def refuse(outcome: Outcome) -> NoReturn:
     """An operation's refusal as an error answer: its code, its message as the detail.
-    ``not_found`` is 404; ``not_dead`` and ``not_requeued`` are 409."""
+    ``not_found`` is 404; ``not_dead`` and ``not_requeued`` are 409 (a cancel's
+    ``nothing_to_cancel`` is no error here: it answers 200, outcome ``finished``)."""
     if outcome.code == NOT_FOUND:
         raise NotFound(outcome.message, code=NOT_FOUND)
     raise Conflict(outcome.message, code=outcome.code)

@@ -54,6 +54,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "rivet.urls",
         ),
     ),
+    ("operations", ("rivet.operations",)),
     ("producer", ("rivet.producer", "rivet.testing")),
     ("worker", ("rivet.worker",)),
     ("schedules", ("rivet.schedules",)),

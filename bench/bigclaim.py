@@ -110,12 +110,12 @@ def nodes(plan: dict) -> Iterator[dict]:
 
 def claim_plan(store: Any, batch: int, queue: str = BIG_QUEUE) -> tuple[dict, list[str]]:
     """The settle-and-claim statement's plan (JSON) and its EXPLAIN ANALYZE lines, planned as
-    the store plans it (the store's own ``_unsorted``: sorting and sequential scans off for the
+    the store plans it (the store's own ``unsorted``: sorting and sequential scans off for the
     statement); inside a transaction."""
-    from rivet.stores.postgres import settle_claim_text
+    from rivet.stores.postgres import settle_claim_text, unsorted
 
     text = settle_claim_text(batch)
-    with connection.cursor() as cursor, store._unsorted(connection.connection):
+    with connection.cursor() as cursor, unsorted(connection.connection):
         cursor.execute("EXPLAIN (FORMAT JSON) " + text, claim_params(store, queue))
         (plan,) = cursor.fetchone()
         plan = json.loads(plan) if isinstance(plan, str) else plan

@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.wheel]
 #: Files the app cannot run without, which are not Python modules.
 DATA_FILES = [
     "rivet/py.typed",
-    "rivet/stores/postgres.sql",
+    "rivet/stores/postgres/postgres.sql",
     "rivet/stores/sqlite.sql",
     "rivet/admin/postgres.sql",
     "rivet/static/rivet/admin.css",

@@ -94,6 +94,17 @@ def postgres_harness() -> Iterator[Harness]:
 
 
 @pytest.fixture
+def postgres_plain_harness() -> Iterator[Harness]:
+    """PostgresStore on the 'default' alias with its speed paths off (``fast_paths=False``):
+    every statement the plain way, through Django's cursor."""
+    from rivet.stores.postgres import PostgresStore
+
+    store = PostgresStore(using="default", fast_paths=False)
+    yield sql_harness(store, "default")
+    store.close()
+
+
+@pytest.fixture
 def pgbouncer_harness(pgbouncer_transaction) -> Iterator[Harness]:
     """PostgresStore on the 'default' alias through PgBouncer in transaction pooling."""
     from rivet.stores.postgres import PostgresStore
@@ -108,6 +119,7 @@ def pgbouncer_harness(pgbouncer_transaction) -> Iterator[Harness]:
 
 @pytest.fixture
 def harness(request: pytest.FixtureRequest) -> Harness:
-    """The harness named by an indirect parameter: "memory", "sqlite", "postgres" or
-    "pgbouncer" (PostgreSQL through PgBouncer in transaction pooling)."""
+    """The harness named by an indirect parameter: "memory", "sqlite", "postgres",
+    "postgres_plain" (its speed paths off) or "pgbouncer" (PostgreSQL through PgBouncer in
+    transaction pooling)."""
     return request.getfixturevalue(f"{request.param}_harness")

@@ -1,5 +1,7 @@
 """rivet.conformance against every store: ids memory-<check>, sqlite-<check>, postgres-<check>,
-and pgbouncer-<check> (the PostgreSQL store through PgBouncer in transaction pooling)."""
+postgres_plain-<check> (the PostgreSQL store with its speed paths off: every statement the
+plain way, rivet.stores.postgres.wire) and pgbouncer-<check> (the PostgreSQL store through
+PgBouncer in transaction pooling)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,10 @@ STORES = {
         [pytest.mark.django_db(databases=["default", "sqlite"], transaction=True)],
     ),
     "postgres": (
+        frozenset({"concurrent", "atomic"}),
+        [pytest.mark.django_db(transaction=True)],
+    ),
+    "postgres_plain": (
         frozenset({"concurrent", "atomic"}),
         [pytest.mark.django_db(transaction=True)],
     ),

@@ -941,3 +941,55 @@ def test_reads_from_the_front_and_from_a_floor_share_one_prepared_statement(
         )
         (prepared,) = cursor.fetchone()
     assert prepared == 1
+
+
+# -- the speed paths and their plain twins ---------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "plain"])
+def test_the_speed_paths_are_taken_only_when_on(
+    fast: bool, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The conformance suite runs every check on both (postgres-*, postgres_plain-*); here,
+    that each really takes its own way: the array literals, the server-bound statements and
+    the direct libpq enqueue on the fast one, none of them on the plain one."""
+    from rivet.stores.postgres import store as store_module
+    from rivet.stores.postgres import wire
+
+    used: list[str] = []
+
+    def counted(name: str, real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            used.append(name)
+            return real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(store_module, "array_text", counted("arrays", wire.array_text))
+    monkeypatch.setattr(store_module, "send_bound", counted("bound", wire.send_bound))
+    monkeypatch.setattr(DIRECT_ENQUEUE, "run", counted("direct", DIRECT_ENQUEUE.run))
+    plain_or_fast = PostgresStore(using="default", fast_paths=fast)
+    try:
+        task_id = plain_or_fast.task_enqueue(spec(queue)).task_id
+        flushed = plain_or_fast.task_settle_and_claim(
+            [], queues=[queue], owner="w", limit=5, lease_ttl=30.0
+        )
+        (claimed,) = flushed.batch.claimed
+        assert claimed.task_id == task_id
+        plain_or_fast.task_settle_and_claim(
+            [succeeded(claimed, {"ok": 1})], queues=[], owner="w", limit=0, lease_ttl=30.0
+        )
+        record = plain_or_fast.task_get(task_id)
+        assert record is not None and record.state == "done" and record.result == {"ok": 1}
+    finally:
+        plain_or_fast.close()
+    assert set(used) == ({"arrays", "bound", "direct"} if fast else set())
+
+
+def test_the_environment_turns_the_speed_paths_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RIVET_POSTGRES_PLAIN", "1")
+    assert not PostgresStore(using="default").fast_paths
+    assert PostgresStore(using="default", fast_paths=True).fast_paths
+    monkeypatch.delenv("RIVET_POSTGRES_PLAIN")
+    assert PostgresStore(using="default").fast_paths

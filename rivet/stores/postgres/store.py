@@ -13,242 +13,57 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import threading
+import os
 import time
-import weakref
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, replace
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import psycopg
 from django.db import Error as DjangoDatabaseError
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.backends.utils import CursorDebugWrapper
-from psycopg.adapt import Dumper
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import dict_row
 
 from rivet import logs
 from rivet.conf import rivet_settings
 from rivet.stores.base import Waiting
 from rivet.stores.bulk import BulkEnqueue
 from rivet.stores.claim import ClaimPlan, PartlyCommitted, walk_claim
-from rivet.stores.direct import DirectStatement
 from rivet.stores.floor import FRONT, ClaimFloors, claim_through_floor
 from rivet.stores.idle import bound_transaction
-from rivet.stores.sqlfile import load_queries
+from rivet.stores.postgres.queries import QUERIES
+from rivet.stores.postgres.session import (
+    POOLER_NOTE,
+    WAITERS,
+    lost_prepared,
+    pooler_between,
+    probed,
+)
+from rivet.stores.postgres.wire import (
+    DIRECT_ENQUEUE,
+    PREPARED_QUERIES,
+    SETTLE_COLUMNS,
+    SETTLE_TYPES,
+    array_text,
+    raw_cursor,
+    send_bound,
+    settle_claim_text,
+    tuple_cursor,
+)
 from rivet.stores.sqlrows import burial_rows
 from rivet.stores.wakeup import WakeupListener
 from rivet.values import ClaimBatch, EnqueueResult, QueueStats, TaskSpec
 
-QUERIES = load_queries(Path(__file__).with_name("postgres.sql"))
-#: The single enqueue outside a transaction, sent through libpq (``rivet.stores.direct``).
-DIRECT_ENQUEUE = DirectStatement("rivet_enqueue", QUERIES["enqueue"])
-
-SETTLE_COLUMNS = (
-    "task_id",
-    "epoch",
-    "owner",
-    "op",
-    "state",
-    "result",
-    "error",
-    "cancelled_error",
-    "delay",
-)
-#: The element type of each settle column's array (``array_text``).
-SETTLE_TYPES = {"task_id": "int", "epoch": "int", "delay": "float"}
-#: Queries run often enough that they are sent as prepared statements (besides settle_claim):
-#: a single enqueue spends a large part of its server time parsing and planning.
-PREPARED_QUERIES = frozenset({"enqueue"})
-#: psycopg's prepare_threshold on a connection rivet prepares on: only statements run with
-#: prepare=True (rivet's) are prepared; every other query is left as Django sends it.
-ONLY_WHEN_ASKED = 2**31 - 1
-#: The direct (not pooled) connections whose session holds the worker's settings
-#: (``worker_session``: generic plans, sorting off): they ran a flush outside a transaction.
-_WORKER_SESSIONS: weakref.WeakSet[Any] = weakref.WeakSet()
-#: The connections whose session waits on queues (``wait_hold``), by connection: the queues,
-#: and whether every gate was free once (from then on every enqueue on them notifies).
-_WAITERS: weakref.WeakKeyDictionary[Any, tuple[tuple[str, ...], bool]] = weakref.WeakKeyDictionary()
-#: What a prepared statement meets behind a transaction pooler: gone from the server connection
-#: this transaction got (26000), or another client's of the same name there (42P05).
-LOST_PREPARED = (psycopg.errors.InvalidSqlStatementName, psycopg.errors.DuplicatePreparedStatement)
-
-
-def _idle_autocommit(pg: psycopg.Connection) -> bool:
-    """In autocommit with no transaction open: a session setting sent now commits at once."""
-    return pg.autocommit and pg.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-
-
-def keeps_session(pg: psycopg.Connection) -> bool:
-    """Whether ``pg``'s session holds the worker's settings or waiter locks."""
-    return pg in _WORKER_SESSIONS or pg in _WAITERS
-
-
-def end_worker_session(pg: psycopg.Connection) -> bool:
-    """Take ``worker_session``'s settings (and ``wait_hold``'s locks) back from ``pg`` if its
-    session holds them. False
-    when they stay: ``pg`` is in a transaction, or the reset failed (then close it rather than
-    hand it on). For a connection that another user gets next: one going back to a pool (a
-    handler's ORM queries must not run with them), or the test suite's, which outlive each
-    test; a worker loop's own connection keeps them while the loop keeps it."""
-    if pg not in _WORKER_SESSIONS and pg not in _WAITERS:
-        return True
-    if not pg.closed:
-        if not _idle_autocommit(pg):
-            return False
-        try:
-            if pg in _WORKER_SESSIONS:
-                pg.execute(QUERIES["worker_session_end"])
-            if pg in _WAITERS:
-                pg.execute(QUERIES["wait_release"], {"queues": list(_WAITERS[pg][0])})
-        except psycopg.Error:
-            return False
-    _WORKER_SESSIONS.discard(pg)
-    _WAITERS.pop(pg, None)
-    return True
-
-
-#: What the probe found for each way to a server (alias, host, port, database, user), in this
-#: process: True when a transaction pooler sits between. A probe that could not tell (the
-#: server did not answer) is not kept: the next use probes again.
-_PROBED: dict[tuple[str, ...], bool] = {}
-_PROBE_LOCK = threading.Lock()
-POOLER_NOTE = (
-    "a transaction pooler (PgBouncer pool_mode = transaction) sits between; rivet prepares, "
-    "SETs, LISTENs and locks nothing in a session from now on. Set "
-    "DATABASES[alias]['DISABLE_SERVER_SIDE_CURSORS'] = True to say so (docs/pgbouncer.md)"
-)
-#: How many times the probe looks: a client of the pooler that takes the released server
-#: connection between the probe's two statements hides the pooler from one look.
-PROBE_LOOKS = 3
-
-
-def transaction_pooler_between(params: dict[str, Any]) -> bool | None:
-    """Whether a transaction (or statement) pooler sits between this client and the server,
-    found without leaving anything in any session; None when the server did not answer.
-
-    Two connections: the first runs one statement outside a transaction, the second then opens
-    a transaction. A session pooler or a direct connection keeps the first connection's server
-    backend for its whole session, so the second always gets another one. A transaction pooler
-    releases it when the statement ends and hands the most recently released server connection
-    to the next transaction (PgBouncer's default, ``server_round_robin = 0``): the two see the
-    same ``pg_backend_pid()``. Nothing is SET, prepared, listened to or locked.
-    """
-    try:
-        with (
-            psycopg.connect(**params, autocommit=True) as first,
-            psycopg.connect(**params, autocommit=False) as second,
-        ):
-            for _ in range(PROBE_LOOKS):
-                released = first.execute("SELECT pg_backend_pid()", prepare=False).fetchone()
-                held = second.execute("SELECT pg_backend_pid()", prepare=False).fetchone()
-                second.rollback()
-                if released == held:
-                    return True
-            return False
-    except psycopg.Error:
-        return None
-
-
-#: Seconds the probe may take. A transaction pooler whose every server connection is held
-#: (one of them perhaps by this very client, inside the caller's transaction) holds the probe's
-#: statements until one is free: past this, the probe stops waiting and rivet keeps nothing in
-#: the session, which is right behind any pooler and only slower on a direct connection.
-PROBE_TIMEOUT_SECS = 5.0
-
-
-def _probe_in_time(params: dict[str, Any]) -> tuple[bool | None, str]:
-    """``transaction_pooler_between`` within PROBE_TIMEOUT_SECS; None when the server refused
-    the connection. No answer by then is taken for a pooler (logged): a direct connection
-    answers at once, while a pooler whose every server connection is taken (one of them,
-    perhaps, by this client's own open transaction) holds the probe's statements. Returns the
-    answer and how it was found."""
-    answer: list[bool | None] = []
-    probing = threading.Thread(
-        target=lambda: answer.append(transaction_pooler_between(params)),
-        name="rivet-pooler-probe",
-        daemon=True,
-    )
-    probing.start()
-    probing.join(PROBE_TIMEOUT_SECS)
-    if answer:
-        return answer[0], "two connections were given one server connection in turn"
-    return (
-        True,
-        f"the probe got no answer in {PROBE_TIMEOUT_SECS:g} s: every server connection taken",
-    )
-
-
-def lost_prepared(exc: psycopg.Error) -> bool:
-    """Whether ``exc`` says a transaction pooler moved this client's prepared statements: one
-    lost or clashing, or another client's of the same name there with other parameters
-    ("bind message supplies 15 parameters, but prepared statement "_pg3_0" requires 11")."""
-    if isinstance(exc, LOST_PREPARED):
-        return True
-    return isinstance(exc, psycopg.errors.ProtocolViolation) and "prepared statement" in str(exc)
-
-
-#: Each thread's psycopg cursor for the statements rivet binds on the server, by alias.
-_RAW_CURSORS = threading.local()
-
-
-def _tuple_cursor(alias: str, pg: psycopg.Connection) -> psycopg.Cursor[tuple[Any, ...]]:
-    """``_raw_cursor`` with rows as tuples: for a statement whose columns the caller knows
-    (a single enqueue's id), without a dict built per row."""
-    held: dict[str, psycopg.Cursor[Any]] = _RAW_CURSORS.__dict__.setdefault("tuples", {})
-    raw = held.get(alias)
-    if raw is None or raw.connection is not pg or raw.closed:
-        raw = held[alias] = psycopg.Cursor(pg)
-    return raw
-
-
-@contextmanager
-def _in_query_log(connection: Any, raw: Any, sql_text: str, values: Any) -> Iterator[None]:
-    """Record a statement rivet sends past Django's cursor as Django's debug cursor records its
-    own (its ``debug_sql``: ``connection.queries_log`` and the ``django.db.backends`` logger),
-    when the connection logs queries (DEBUG, ``assertNumQueries``, ``CaptureQueriesContext``)."""
-    if not connection.queries_logged:
-        yield
-        return
-    with CursorDebugWrapper(raw, connection).debug_sql(sql_text, values):
-        yield
-
-
-def _raw_cursor(alias: str, pg: psycopg.Connection) -> psycopg.Cursor[dict[str, Any]]:
-    """The thread's cursor on ``pg`` for server-bound statements, kept from one to the next.
-
-    A new psycopg cursor finds again how to send each parameter's type and read each column's,
-    a large part of a single enqueue's client CPU (docs/decisions/0007-single-enqueue-path.md).
-    One is kept per thread and alias (a Django
-    connection belongs to its thread), for the alias's connection of the moment: once Django
-    reconnects, the next statement gets a new one and the old one goes with its connection.
-    """
-    held: dict[str, psycopg.Cursor[dict[str, Any]]] = _RAW_CURSORS.__dict__.setdefault("held", {})
-    raw = held.get(alias)
-    if raw is None or raw.connection is not pg or raw.closed:
-        raw = held[alias] = psycopg.Cursor(pg, row_factory=dict_row)
-    return raw
+#: ``RIVET_POSTGRES_PLAIN=1``: stores made without ``fast_paths`` send every statement the
+#: plain way (``rivet.stores.postgres.wire``), to rule the speed paths out of a problem.
+PLAIN_ENV = "RIVET_POSTGRES_PLAIN"
 
 
 #: Claim parameters of a settle_claim statement that only settles.
 NO_CLAIM: dict[str, Any] = {"queue": None, "limit": 0, "owner": "", "ttl": 0.0, "seen": [], **FRONT}
-
-
-@functools.cache
-def settle_claim_text(limit: int) -> str:
-    """settle_claim with its LIMIT written in: one text (one prepared statement) per limit.
-
-    As a parameter, the LIMIT makes the server's generic plan guess a tenth of the table and
-    scan it; written in, the plan of a prepared statement is the one a fresh plan would be,
-    and its planning is paid once per limit, not per flush
-    (docs/decisions/0002-prepared-flush-limit-in-text.md).
-    """
-    return QUERIES["settle_claim"].replace("%(limit)s::integer", str(int(limit)))
 
 
 @dataclass(frozen=True)
@@ -277,87 +92,6 @@ class FlushRows:
         return cls(applied=applied, met=met)
 
 
-class ArrayText(str):
-    """An array parameter written as PostgreSQL's array literal, sent as it is under the oid of
-    its class (``ArrayTextDumper``); a plain ``str`` goes as psycopg sends text, untyped."""
-
-    oid = 0
-
-
-class SmallintArray(ArrayText):
-    oid = 1005
-
-
-class IntegerArray(ArrayText):
-    oid = 1007
-
-
-class BigintArray(ArrayText):
-    oid = 1016
-
-
-class FloatArray(ArrayText):
-    oid = 1022
-
-
-class ArrayTextDumper(Dumper):
-    """Sends an ``ArrayText`` as it is, typed by its class (its oid)."""
-
-    def __init__(self, cls: type[ArrayText], context: Any = None) -> None:
-        super().__init__(cls, context)
-        self.oid = cls.oid
-
-    def dump(self, obj: Any) -> bytes:
-        return obj.encode()
-
-
-for _array in (SmallintArray, IntegerArray, BigintArray, FloatArray):
-    psycopg.adapters.register_dumper(_array, ArrayTextDumper)
-
-
-def array_text(values: list[Any], kind: str) -> str:
-    """A list as PostgreSQL's array literal (``{1,2}``, ``{"a",NULL}``), for a parameter the
-    statement casts to its array type (every one of settle_claim's does); ``kind`` is that
-    type's element: ``int``, ``float`` or ``str``.
-
-    psycopg adapts a list element by element in Python (finding the element type, quoting
-    each one): for the flush's ten arrays that costs a busy worker several times what writing
-    the literal here does (docs/decisions/0005-worker-python-per-task.md). Integers are
-    written bare (``int`` first:
-    nothing but a number can reach the text); anything else is double-quoted with ``\\`` and
-    ``"`` escaped, which the array parser reads back as the same text (a float's ``repr`` as
-    float8 reads it), and None is NULL.
-
-    Each literal is typed as psycopg types the list it stands for (integers by their range,
-    floats as float8[], text and empty lists untyped): psycopg keys a prepared statement by its
-    text and its parameters' types, so the flush prepares the statements it prepared before,
-    when it did, and gets the plans it got (tests/integration/test_stale_statistics.py).
-    """
-    if not values:
-        return "{}"
-    if kind == "int":
-        numbers = [int(value) for value in values]
-        low, high = min(numbers), max(numbers)
-        if -(2**15) <= low and high < 2**15:
-            typed: type[ArrayText] = SmallintArray
-        elif -(2**31) <= low and high < 2**31:
-            typed = IntegerArray
-        else:
-            typed = BigintArray
-        return typed("{" + ",".join([str(number) for number in numbers]) + "}")
-    text = "{" + ",".join([_element(value) for value in values]) + "}"
-    return FloatArray(text) if kind == "float" else text
-
-
-def _element(value: Any) -> str:
-    if value is None:
-        return "NULL"
-    text = value if type(value) is str else repr(value) if type(value) is float else str(value)
-    if "\\" in text or '"' in text:
-        text = text.replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{text}"'
-
-
 def claim_order(row: dict[str, Any]) -> tuple:
     """Claim order of the rows one statement met (doomed ones, not leased, go last)."""
     if row["doomed"]:
@@ -374,8 +108,14 @@ class PostgresStore(BulkEnqueue):
     driver_errors = (psycopg.Error,)
     transient_errors = (psycopg.OperationalError, psycopg.InterfaceError)
 
-    def __init__(self, using: str = "default") -> None:
+    def __init__(self, using: str = "default", *, fast_paths: bool | None = None) -> None:
+        """``fast_paths``: send statements the fast way (``rivet.stores.postgres.wire``); False
+        sends each the plain way, through Django's cursor, with the same meaning; None: the
+        fast way unless the environment says ``RIVET_POSTGRES_PLAIN=1``."""
         self.using = using
+        if fast_paths is None:
+            fast_paths = os.environ.get(PLAIN_ENV, "").strip() not in ("1", "true", "yes")
+        self.fast_paths = fast_paths
         #: A prepared statement vanished or clashed: a transaction pooler the alias did not name.
         self.pooler_detected = False
 
@@ -421,33 +161,11 @@ class PostgresStore(BulkEnqueue):
         way = (self.using,) + tuple(
             str(settings_dict.get(key) or "") for key in ("HOST", "PORT", "NAME", "USER")
         )
-        found = _PROBED.get(way)
+        found = probed(way)
         if found is None:
-            found = self._probe(connection, way)
-        if found and way in _PROBED:
+            found = pooler_between(connection, way, self.using)
+        if found and probed(way) is not None:
             self.pooler_detected = True
-        return found
-
-    def _probe(self, connection: Any, way: tuple[str, ...]) -> bool:
-        """Probe the alias's way to the server (once per process; ``_pooled_on``)."""
-        with _PROBE_LOCK:
-            if way in _PROBED:
-                return _PROBED[way]
-            params = connection.get_connection_params()
-            for django_only in ("cursor_factory", "context"):
-                params.pop(django_only, None)
-            found, how = _probe_in_time(params)
-            if found is None:  # refused: unknown, so keep nothing in the session for now
-                return True
-            _PROBED[way] = found
-        if found:
-            logs.event(
-                "transaction_pooler_detected",
-                logging.WARNING,
-                alias=self.using,
-                how=how,
-                note=POOLER_NOTE,
-            )
         return found
 
     @property
@@ -572,7 +290,11 @@ class PostgresStore(BulkEnqueue):
         self, cursor: Any, rows: list[dict[str, Any]], pick: dict[str, Any] | None
     ) -> FlushRows:
         """Run settle_claim: the settle rows applied and the rows its claim met."""
-        params: dict[str, Any] = {
+        if not self.fast_paths:  # the plain way: lists as psycopg adapts them, Django's cursor
+            params = {f"{column}s": [row[column] for row in rows] for column in SETTLE_COLUMNS}
+            params.update(pick or NO_CLAIM)
+            return FlushRows.of(super()._rows(cursor, "settle_claim", params))
+        params = {
             f"{column}s": array_text([row[column] for row in rows], SETTLE_TYPES.get(column, "str"))
             for column in SETTLE_COLUMNS
         }
@@ -580,10 +302,10 @@ class PostgresStore(BulkEnqueue):
         params["seen"] = array_text(params["seen"], "int")
         text = settle_claim_text(params["limit"])
         claims = params["queue"] is not None and params["limit"] > 0
-        return FlushRows.of(self._bound_rows(cursor, text, params, generic=True, unsorted=claims))
+        return FlushRows.of(self._bound_rows(cursor, text, params, generic=True, sort_off=claims))
 
     def _rows(self, cursor: Any, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        if query in PREPARED_QUERIES:
+        if query in PREPARED_QUERIES and self.fast_paths:
             return self._bound_rows(cursor, self.queries[query], params)
         return super()._rows(cursor, query, params)
 
@@ -593,13 +315,13 @@ class PostgresStore(BulkEnqueue):
         sql_text: str,
         params: dict[str, Any],
         generic: bool = False,
-        unsorted: bool = False,
+        sort_off: bool = False,
     ) -> list[dict]:
-        """Run ``sql_text`` with its parameters sent apart from the text (server-side binding),
-        as a prepared statement unless a transaction pooler sits between (``pooled``: PgBouncer
-        before 1.21 loses prepared statements, and a session SET would stay on a server
-        connection other clients get next). Pooled, it is the unnamed statement of the extended
-        protocol, parsed and run in one round trip, and the plan_cache_mode SET is not sent.
+        """Run ``sql_text`` bound on the server (``wire.send_bound``), as a prepared statement
+        unless a transaction pooler sits between (``pooled``: PgBouncer before 1.21 loses
+        prepared statements, and a session SET would stay on a server connection other clients
+        get next). Pooled, it is the unnamed statement of the extended protocol, parsed and run
+        in one round trip, and the plan_cache_mode SET is not sent.
 
         Django's cursor binds on the client: it quotes every parameter into the text, dear for
         the flush's arrays, and the server parses and plans the text anew each time
@@ -610,16 +332,15 @@ class PostgresStore(BulkEnqueue):
         connection for a check after an error. Every parameter of these statements carries its
         own cast, so sending them typed changes no meaning.
 
-        With ``unsorted`` (a statement that claims), the statement is planned and run with
-        sorting off for its transaction only (``_unsorted``): the claim's plan is the claim
-        index read in order, whatever the table's statistics say.
+        With ``sort_off`` (a statement that claims), the statement is planned and run with
+        sorting off for its transaction only (``session.unsorted``): the claim's plan is the
+        claim index read in order, whatever the table's statistics say.
         """
         connection = connections[self.using]
-        pg = cursor.cursor.connection
-        raw = _raw_cursor(self.using, pg)
+        raw = raw_cursor(self.using, cursor.cursor.connection)
 
         def execute(sql_text: str, values: Any, many: bool, context: dict) -> None:
-            self._send_bound(connection, pg, raw, sql_text, values, generic, unsorted)
+            self._send_bound(connection, raw, sql_text, values, generic, sort_off)
 
         executor: Callable[..., None] = execute
         for wrapper in reversed(connection.execute_wrappers):
@@ -631,82 +352,23 @@ class PostgresStore(BulkEnqueue):
     def _send_bound(
         self,
         connection: Any,
-        pg: psycopg.Connection,
         raw: psycopg.Cursor[Any],
         sql_text: str,
         values: dict[str, Any],
         generic: bool = False,
-        unsorted: bool = False,
+        sort_off: bool = False,
     ) -> None:
-        """Run ``sql_text`` on ``raw`` as ``_bound_rows`` does, past the execute wrappers:
-        Django's broken-transaction check and error wrapper, prepared unless pooled."""
-        prepare = not self._pooled_on(connection)
-        connection.validate_no_broken_transaction()
-        with connection.wrap_database_errors:
-            if prepare and pg.prepare_threshold is None:
-                # Django turns psycopg's preparing off (threshold None), and prepare=True is
-                # then ignored too: a threshold no other query reaches prepares only what
-                # asks for it.
-                pg.prepare_threshold = ONLY_WHEN_ASKED
-            if prepare and generic and pg not in _WORKER_SESSIONS and _idle_autocommit(pg):
-                # The flush's connection (a worker's loop): its session's settings, once.
-                raw.execute(self.queries["worker_session"])
-                _WORKER_SESSIONS.add(pg)
-            try:
-                with (
-                    self._unsorted(pg) if unsorted else nullcontext(),
-                    _in_query_log(connection, raw, sql_text, values),
-                ):
-                    raw.execute(sql_text, values, prepare=prepare)
-            except psycopg.Error as exc:
-                if prepare and lost_prepared(exc):
-                    self._detected_pooler(exc)
-                raise
-
-    @contextmanager
-    def _unsorted(self, pg: psycopg.Connection) -> Iterator[None]:
-        """Sorting off (claim_unsorted) for the statement run inside.
-
-        A worker's flush on a direct connection (autocommit, no transaction open): its session
-        has the setting already (``worker_session``, sent once with plan_cache_mode), so
-        nothing more is sent per flush; the worker's loop connection runs rivet's own
-        statements only. Inside a transaction (the caller's, or the savepoint of a flush in
-        one; whatever opened it) the setting is put back after the statement; after an error
-        the savepoint's rollback puts it back. Behind a transaction pooler, outside a
-        transaction, the statement gets a transaction of its own (BEGIN, the setting, the
-        statement and COMMIT sent as one pipeline: one round trip, where libpq has pipelines),
-        where the setting ends with it, so it never reaches the server connection's next
-        client.
-        """
-        if pg in _WORKER_SESSIONS:
-            yield
-            return
-        idle = pg.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        if not (pg.autocommit and idle):  # in a transaction, or psycopg opens one (Django's)
-            replaced = pg.execute(self.queries["claim_unsorted"]).fetchone()
-            assert replaced is not None  # one row: the settings before, the settings now
-            yield
-            pg.execute(
-                self.queries["claim_sorted_again"],
-                {"was": replaced[0], "was_seqscan": replaced[1]},
-            )
-            return
-        try:
-            if psycopg.Pipeline.is_supported():  # all four sent at once: one round trip
-                with pg.pipeline():
-                    pg.execute("BEGIN")
-                    pg.execute(self.queries["claim_unsorted"])
-                    yield
-                    pg.execute("COMMIT")
-            else:
-                pg.execute("BEGIN; " + self.queries["claim_unsorted"])
-                yield
-                pg.execute("COMMIT")
-        except BaseException:
-            if pg.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                with suppress(psycopg.Error):
-                    pg.execute("ROLLBACK")
-            raise
+        """``wire.send_bound``, prepared unless a pooler sits between."""
+        send_bound(
+            connection,
+            raw,
+            sql_text,
+            values,
+            prepare=not self._pooled_on(connection),
+            generic=generic,
+            sort_off=sort_off,
+            on_lost=self._detected_pooler,
+        )
 
     def _detected_pooler(self, exc: psycopg.Error) -> None:
         """A prepared statement was lost or clashed: a transaction pooler sits between."""
@@ -735,7 +397,7 @@ class PostgresStore(BulkEnqueue):
         # of _enqueue_one covers a row that vanished in between). Inside the caller's
         # transaction, a savepoint keeps a refused statement from aborting it.
         connection = connections[self.using]
-        if connection.in_atomic_block or connection.execute_wrappers:
+        if connection.in_atomic_block or connection.execute_wrappers or not self.fast_paths:
             # A savepoint in the caller's transaction; or execute wrappers (tracing tools),
             # whose context gets the Django cursor the statement runs for.
             with self._translated("task_enqueue"), self._one_statement() as cursor:
@@ -778,8 +440,8 @@ class PostgresStore(BulkEnqueue):
                     raise
             if rows is not None:
                 return int(rows[0][0]) if rows else None
-        raw = _tuple_cursor(self.using, pg)
-        self._send_bound(connection, pg, raw, self.queries["enqueue"], values)
+        raw = tuple_cursor(self.using, pg)
+        self._send_bound(connection, raw, self.queries["enqueue"], values)
         row = raw.fetchone()
         return None if row is None else row[0]
 
@@ -862,7 +524,7 @@ class PostgresStore(BulkEnqueue):
         names = tuple(sorted(set(queues)))
         connection.ensure_connection()
         pg = connection.connection
-        held, free = _WAITERS.get(pg, ((), False))
+        held, free = WAITERS.get(pg, ((), False))
         if held == names and free:
             return Waiting.WAITING
         if held and held != names:
@@ -871,16 +533,16 @@ class PostgresStore(BulkEnqueue):
         with self._translated("wait_hold"), self._reading() as cursor:
             cursor.execute(self.queries["wait_hold"], {"queues": list(names), "hold": not held})
             (free,) = cursor.fetchone()
-        _WAITERS[pg] = (names, free)
+        WAITERS[pg] = (names, free)
         return Waiting.STARTED if free else Waiting.NOT_YET
 
     def _release_waits(self, pg: Any) -> None:
         """Give back the waiter locks this connection holds, if any (``wait_release``)."""
-        if pg is None or pg not in _WAITERS:
+        if pg is None or pg not in WAITERS:
             return
         with self._translated("wait_release"), self._reading() as cursor:
-            cursor.execute(self.queries["wait_release"], {"queues": list(_WAITERS[pg][0])})
-        _WAITERS.pop(pg, None)
+            cursor.execute(self.queries["wait_release"], {"queues": list(WAITERS[pg][0])})
+        WAITERS.pop(pg, None)
 
     def close(self) -> None:
         listener = self.__dict__.get("_listener")  # none made: nothing to close

@@ -19,6 +19,7 @@ from django.db import connections
 
 from rivet.models import Task
 from rivet.values import TaskState
+from tests.acceptance.test_worker_metrics import free_port, sample, scrapable, scrape
 from tests.integration.test_pgbouncer import assert_no_session_state, reset_server_connections
 from tests.pgbouncer import running_bouncer
 from tests.processes import child_environ, manage
@@ -254,18 +255,22 @@ def _sessions(dbname: str) -> list[tuple[int, str]]:
 
 def test_a_running_worker_says_when_a_statement_waits_on_a_lock(workers, django_db_setup):
     """A claim that waits on a lock another session holds is named a slow statement on a
-    connection that has answered before, not a pooler with no free server connection."""
+    connection that has answered before, not a pooler with no free server connection; the
+    gauge of the longest wait in progress shows it."""
+    port = free_port()
     worker = workers.start(
         "--queue", "bnc", "--concurrency", "1", "--log-format", "json", "--poll-interval", "0.3",
-        "--connect-timeout-secs", "2",
+        "--connect-timeout-secs", "2", "--metrics-port", str(port),
     )  # fmt: skip
     workers.wait_for(lambda: worker.events("worker_started"), "the worker started")
+    assert workers.wait_for(lambda: scrapable(port), "the metrics port to answer")
     with psycopg.connect(**_direct_params()) as locker:
         with locker.transaction():
             locker.execute("LOCK TABLE rivet_task IN ACCESS EXCLUSIVE MODE")
             waiting = workers.wait_for(
                 lambda: worker.events("db_waiting"), "the worker saying it waits", limit=60
             )
+            assert sample(scrape(port), "rivet_worker_db_wait_seconds") > 0
     over = workers.wait_for(lambda: worker.events("db_wait_over"), "the wait over", limit=60)
     worker.send(signal.SIGTERM)
     assert worker.wait() == 0, worker.log

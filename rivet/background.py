@@ -16,6 +16,7 @@ from typing import TypeVar
 from django.db import connections
 
 from rivet import logs
+from rivet.dbwait import DbWaits, Slot
 
 T = TypeVar("T")
 
@@ -23,15 +24,20 @@ T = TypeVar("T")
 class Periodic:
     """A daemon thread that calls ``_step`` until closed, waiting the seconds it returns.
 
-    ``_step`` returns None to go again at once. Subclasses set ``thread_name`` and ``owner``.
+    ``_step`` returns None to go again at once. Subclasses set ``thread_name``, ``owner`` and
+    ``doing`` (what its work is called in a ``db_waiting`` line: ``rivet.dbwait``).
     """
 
     thread_name = "rivet-periodic"
     owner = ""
+    doing = "periodic pass"
 
     def __init__(self) -> None:
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
+        #: The worker's database waits (it sets them before start): each round is watched.
+        self.db_waits: DbWaits | None = None
+        self._db: Slot | None = None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
@@ -44,6 +50,8 @@ class Periodic:
             self._thread.join(timeout=timeout)
 
     def _run(self) -> None:
+        if self.db_waits is not None:
+            self._db = self.db_waits.slot()  # this thread's connection
         while not self._done.is_set():
             pause = self._step()
             if pause is not None:
@@ -57,6 +65,9 @@ class Periodic:
 
         A failure is logged as the event ``failed`` (WARNING, with the owner and the error).
         """
+        db = self._db
+        if db is not None:
+            db.begin(self.doing)
         try:
             return work()
         except Exception as exc:
@@ -68,4 +79,6 @@ class Periodic:
             )
             return None
         finally:
+            if db is not None:
+                db.end()
             connections.close_all()  # this thread's connections only: back to the pool

@@ -370,12 +370,18 @@ def _postgres_has_tables(connection, connect_timeout: float) -> bool | None:
 def _no_answer(alias: str, connect_timeout: float) -> str:
     return (
         f"{where(alias)} accepted a connection but did not answer its first statement within "
-        f"{connect_timeout:g} s (--connect-timeout-secs): no server connection is free. A pooler "
-        "in session pooling (PgBouncer pool_mode = session) whose every server connection is "
-        "held by another client holds each new client until one is free: give it a larger "
-        "pool (default_pool_size; each worker holds up to --pool-size connections plus its "
-        "LISTEN connection), or stop the clients that hold it"
+        f"{connect_timeout:g} s (--connect-timeout-secs): {NO_FREE_SERVER_CONNECTION}"
     )
+
+
+#: What a first statement that gets no answer means, and what to do: said by the worker's
+#: start-up check (``preflight``) and by a running worker (``rivet.worker.dbwait``) alike.
+NO_FREE_SERVER_CONNECTION = (
+    "no server connection is free. A pooler in session pooling (PgBouncer pool_mode = "
+    "session) whose every server connection is held by another client holds each new client "
+    "until one is free: give it a larger pool (default_pool_size; each worker holds up to "
+    "--pool-size connections plus its LISTEN connection), or stop the clients that hold it"
+)
 
 
 class MissingTables(Exception):

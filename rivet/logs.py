@@ -4,7 +4,8 @@ Every line of a task event carries ``task``, ``kind``, ``attempt``, ``epoch`` an
 events are ``claimed``, ``acked``, ``fenced``, ``retry``, ``dead``,
 ``lease_expired``, ``abandoned`` and ``unknown_kind``, plus worker events (``worker_started``,
 ``worker_stopping``, ``worker_stopped``) and operational ones (``listener_failed``,
-``pool_external``, ``pool_undersized``, ``pool_unavailable``, ``failpoint_fired``). Records
+``pool_external``, ``pool_undersized``, ``pool_unavailable``, ``db_waiting``,
+``db_wait_over``, ``failpoint_fired``). Records
 of the libraries the worker uses (psycopg's pool and driver, ``django.db``) go to the same
 handler, as events ``db_pool``, ``db_driver`` and ``db_django`` with the library's words in
 ``message``.

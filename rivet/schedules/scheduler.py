@@ -289,6 +289,7 @@ class Scheduler(Periodic):
     """
 
     thread_name = "rivet-schedule"
+    doing = "schedule pass"
 
     def __init__(
         self,

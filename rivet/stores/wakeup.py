@@ -16,6 +16,7 @@ import psycopg
 from psycopg import sql
 
 from rivet import logs
+from rivet.dbwait import WatchedConnection, this_thread
 
 
 class WakeupListener:
@@ -55,7 +56,16 @@ class WakeupListener:
             try:
                 if hold and not self._holding:
                     conn = self._connection(channel)
-                    conn.execute(self._hold, {"queues": sorted(set(queues)), "hold": True})
+                    watch = this_thread()
+                    if watch is not None:
+                        watch.begin("LISTEN")
+                        watch.pinned = conn
+                    try:
+                        conn.execute(self._hold, {"queues": sorted(set(queues)), "hold": True})
+                    finally:
+                        if watch is not None:
+                            watch.end()
+                            watch.pinned = None
                     self._holding = True
                 return self._wait_locked(set(queues), deadline, channel)
             except psycopg.Error as exc:
@@ -83,12 +93,24 @@ class WakeupListener:
         if self._conn is not None and (self._conn.closed or self._channel != channel):
             self._close_locked()
         if self._conn is None:
-            conn = psycopg.connect(**self._params(), autocommit=True)
+            # The worker's LISTEN thread watches the connect and the LISTEN (rivet.dbwait): a
+            # pooler in session pooling with no free server connection holds the LISTEN.
+            watch = this_thread()
+            if watch is not None:
+                watch.begin("LISTEN")
             try:
-                conn.execute(sql.SQL(self._listen).format(channel=sql.Identifier(channel)))
-            except psycopg.Error:
-                conn.close()
-                raise
+                conn = WatchedConnection.connect(**self._params(), autocommit=True)
+                if watch is not None:
+                    watch.pinned = conn
+                try:
+                    conn.execute(sql.SQL(self._listen).format(channel=sql.Identifier(channel)))
+                except psycopg.Error:
+                    conn.close()
+                    raise
+            finally:
+                if watch is not None:
+                    watch.end()
+                    watch.pinned = None
             self._conn, self._channel = conn, channel
         return self._conn
 

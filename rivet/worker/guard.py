@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from django.db import close_old_connections, connections
 
 from rivet import logs
+from rivet.dbwait import DbWaits, Slot
 from rivet.failpoints import Failpoints
 from rivet.stores.base import Store
 from rivet.values import CANCELLED_SUFFIX, Lease
@@ -42,8 +43,12 @@ class Guard:
         clock: Callable[[], float],
         notify: Callable[[Attempt], None],
         failpoints: Failpoints | None = None,
+        db_waits: DbWaits | None = None,
     ) -> None:
+        """``db_waits``: the worker's; a heartbeat that waits past the connect timeout is
+        logged (``rivet.dbwait``)."""
         self.store = store
+        self.db_waits = db_waits or DbWaits(None, 1.0)
         self.failpoints = failpoints or Failpoints()
         self.lease_ttl = lease_ttl
         self.clock = clock
@@ -55,6 +60,8 @@ class Guard:
         self._closed = threading.Event()
         self._next_beat = 0.0
         self._thread: threading.Thread | None = None
+        #: The heartbeat thread's slot (made on that thread; until then, one of no thread's).
+        self._db = Slot(self.db_waits, lambda: None)
 
     def track(self, running: Attempt) -> None:
         with self._lock:
@@ -79,6 +86,7 @@ class Guard:
             self._thread.join(timeout=max(5.0, self.tick_secs * 2))
 
     def _run(self) -> None:
+        self._db = self.db_waits.slot()  # this thread's connection: the heartbeat's
         try:
             while not self._closed.wait(self.tick_secs):
                 try:
@@ -115,12 +123,16 @@ class Guard:
         if self.failpoints.armed:  # the task list is built only when a point may fire
             self.failpoints.fire("before_heartbeat", tasks=[r.lease.task_id for r in running])
         started = self.clock()
+        db = self._db
+        db.begin("heartbeat")
         try:
             held = self.store.lease_extend([r.lease for r in running], self.lease_ttl)
         except Exception as exc:
             logs.event("heartbeat_failed", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
             close_old_connections()
             return False
+        finally:
+            db.end()
         cancelled: frozenset[int] = getattr(held, "cancelled", frozenset())
         for r in running:
             if r.lease.task_id in cancelled:

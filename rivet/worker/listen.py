@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from rivet import logs
+from rivet.dbwait import DbWaits
 from rivet.stores.base import Store
 
 LISTEN_SLICE_SECS = 0.5
@@ -28,8 +29,12 @@ class Listener:
         queues: Sequence[str],
         poll_interval: float,
         wake: Callable[[], None],
+        db_waits: DbWaits | None = None,
     ) -> None:
+        """``db_waits``: the worker's; the LISTEN connection's connect and first statements are
+        watched through this thread's slot (``rivet.dbwait``)."""
         self.store = store
+        self.db_waits = db_waits
         self.queues = queues
         self.poll_interval = poll_interval
         self.wake = wake
@@ -47,6 +52,8 @@ class Listener:
             self._thread.join(timeout=LISTEN_SLICE_SECS * 4)
 
     def _listen(self) -> None:
+        if self.db_waits is not None:
+            self.db_waits.slot(lambda: None, register=True)  # the store pins its connection
         while not self._done.is_set():
             try:
                 if self.store.wait_for_work(self.queues, LISTEN_SLICE_SECS):

@@ -60,6 +60,7 @@ from django.db import connections
 
 from rivet import logs
 from rivet.conf import rivet_settings
+from rivet.dbwait import DbWaits, Slot
 from rivet.failpoints import Failpoints, active
 from rivet.jobs import JobRegistry, registry
 from rivet.retry import RetryPolicy
@@ -125,12 +126,17 @@ class Worker(Slots):
         self.failpoints = failpoints or active()
         self.pruner = pruner
         self.scheduler = scheduler
+        #: The database calls of its threads; a wait past the connect timeout is logged.
+        self.db_waits = DbWaits(getattr(store, "using", None), config.connect_timeout)
+        #: The loop thread's slot in ``db_waits`` (made when run() starts, on that thread).
+        self._db = Slot(self.db_waits, lambda: None)
         self.guard = Guard(
             store=store,
             lease_ttl=self.config.lease_ttl,
             clock=clock,
             notify=self._notify,
             failpoints=self.failpoints,
+            db_waits=self.db_waits,
         )
         self._events = queue_module.SimpleQueue()
         self._running = {}
@@ -139,7 +145,10 @@ class Worker(Slots):
             self.metrics = metrics
         elif metrics:
             self.metrics = WorkerMetrics(
-                slots=self.config.concurrency, busy=self.busy_slots, busy_async=self.busy_async
+                slots=self.config.concurrency,
+                busy=self.busy_slots,
+                busy_async=self.busy_async,
+                db_wait=self.db_waits.longest,
             )
         else:
             self.metrics = NO_METRICS
@@ -160,7 +169,9 @@ class Worker(Slots):
             failpoints=self.failpoints,
             clock=clock,
         )
-        self.handlers = HandlerPool(self.config.concurrency, self._execute)
+        self.handlers = HandlerPool(
+            self.config.concurrency, self._execute, setup=self._watch_handler_thread
+        )
         self.mix = KindMix()
         #: The event loop of async handlers, started the first time an async kind is claimed
         #: (or an async failed hook runs): until then, claims are sized as if there were none.
@@ -196,12 +207,16 @@ class Worker(Slots):
             lease_ttl=self.config.lease_ttl,
             pool_size=self.config.pool_size,
         )
+        self._db = self.db_waits.slot()  # this thread's connection: the loop's
+        self.db_waits.start()
         self._server_warnings()
         self.guard.start()
         self.handlers.start()
         if self.pruner is not None:
+            self.pruner.db_waits = self.db_waits
             self.pruner.start()
         if self.scheduler is not None:
+            self.scheduler.db_waits = self.db_waits
             self.scheduler.start()
         self._listener = listener = self._start_listener()
         try:
@@ -219,6 +234,7 @@ class Worker(Slots):
                 self.pruner.close()
             if self.scheduler is not None:
                 self.scheduler.close()
+            self.db_waits.close()
             tidy_connections()  # the loop's pooled connection goes back without its session's
             connections.close_all()
         code = EXIT_ABANDONED if (stranded or self._gave_up) else self._exit_code
@@ -231,7 +247,8 @@ class Worker(Slots):
     def _server_warnings(self) -> None:
         """Log what the store finds wrong with the server's settings; never stops the worker."""
         try:
-            found = self.store.server_warnings()
+            with self._db.watching("server check"):
+                found = self.store.server_warnings()
         except Exception as exc:  # noqa: BLE001 - a check that fails is only logged
             tidy_connections()
             logs.event("server_check_failed", logging.WARNING, error=describe(exc))
@@ -247,6 +264,7 @@ class Worker(Slots):
             queues=self.config.queues,
             poll_interval=self.config.poll_interval,
             wake=self._wake,
+            db_waits=self.db_waits,
         )
         listener.start()
         return listener
@@ -295,7 +313,8 @@ class Worker(Slots):
         if short is None or self._listener is None:
             return False  # no claim since (the state stands), or no wake-ups (polling)
         try:
-            state = self.store.wait_for_wakeups(self.config.queues, short)
+            with self._db.watching("wake-up check"):
+                state = self.store.wait_for_wakeups(self.config.queues, short)
         except Exception as exc:  # noqa: BLE001 - a failed wait is only logged; polling covers
             logs.event("wait_for_wakeups_failed", logging.WARNING, error=describe(exc))
             tidy_connections()
@@ -324,9 +343,19 @@ class Worker(Slots):
             if attempt.owes_decision:
                 self._report(self.settler.settle_stopped(attempt))
             self._abandon(attempt)
-        self._report(*self.settler.flush_all())
+        with self._db.watching("settle"):
+            ended = self.settler.flush_all()
+        self._report(*ended)
         self._forget_finished()
         return self._busy()
+
+    def _watch_handler_thread(self) -> None:
+        """On each handler thread, once: its queries on the worker's alias are watched."""
+        alias = self.db_waits.alias
+        if alias is None:
+            return
+        slot = self.db_waits.slot()
+        connections[alias].execute_wrappers.append(slot.execute_wrapper("handler query"))
 
     def _wait_some(self, timeout: float) -> None:
         """Write the held-back log lines, then handle events for up to ``timeout`` seconds."""

@@ -1,7 +1,8 @@
 """A worker's own Prometheus metrics (``rivet_worker --metrics-port N`` or ``RIVET_METRICS_PORT``).
 
 Counters of claims, acks, retries, dead, fenced, lost and abandoned attempts, labelled by queue
-and kind; the handler duration (histogram); the busy and total slots (gauges).
+and kind; the handler duration (histogram); the busy and total slots and the longest database
+wait in progress (gauges).
 :class:`WorkerMetrics` is called at the points where the worker already counts those events;
 with metrics off the worker holds :data:`NO_METRICS`, whose methods do nothing. The queue
 gauges a host serves are ``rivet.metrics``.
@@ -55,6 +56,7 @@ class WorkerMetrics(NoMetrics):
         slots: int,
         busy: Callable[[], float],
         busy_async: Callable[[], float] | None = None,
+        db_wait: Callable[[], float] | None = None,
     ) -> None:
         # Imported here: a worker without metrics starts without prometheus_client.
         require("prometheus_client", extra="metrics", feature="rivet's Prometheus metrics")
@@ -87,6 +89,11 @@ class WorkerMetrics(NoMetrics):
             "async def handlers running on the worker's event loop",
             registry=self.registry,
         ).set_function(busy_async or (lambda: 0.0))
+        Gauge(
+            "rivet_worker_db_wait_seconds",
+            "how long the longest database call in progress has waited (0: none)",
+            registry=self.registry,
+        ).set_function(db_wait or (lambda: 0.0))
 
     def prime(self, queues: Iterable[str], kinds: Iterable[str]) -> None:
         """Export every counter (and the handler histogram) at 0 for each queue and kind.

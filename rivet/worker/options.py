@@ -288,7 +288,10 @@ OPTIONS = (
         env="RIVET_CONNECT_TIMEOUT_SECS",
         setting="CONNECT_TIMEOUT_SECS",
         parse=positive_secs(300.0),
-        help="at start, how long to wait for the database to answer before exiting 1",
+        help=(
+            "at start, how long to wait for the database to answer before exiting 1; while "
+            "running, how long a database call waits before the log says so (db_waiting)"
+        ),
     ),
     Option(
         dest="idle_in_transaction_timeout",

@@ -31,6 +31,7 @@ from typing import Any
 from django.db import connections
 
 from rivet import logs
+from rivet.dbwait import WatchedConnection
 from rivet.stores.postgres import end_worker_session, keeps_session
 
 POOL_TIMEOUT_SECS = 30.0
@@ -67,6 +68,10 @@ def configure_pool(alias: str, pool_size: int, concurrency: int) -> bool:
         return False
     options = connection.settings_dict.setdefault("OPTIONS", {})
     if options.get("pool"):
+        if options["pool"] is True:
+            options["pool"] = {}
+        if isinstance(options["pool"], dict):  # its connections say whether they ever answered
+            options["pool"].setdefault("connection_class", WatchedConnection)
         logs.event("pool_external", alias=alias, note="the alias configures its own pool")
         return False
     if find_spec("psycopg_pool") is None:
@@ -78,7 +83,14 @@ def configure_pool(alias: str, pool_size: int, concurrency: int) -> bool:
         )
         return False
     connection.close()
-    options["pool"] = {"min_size": 1, "max_size": pool_size, "timeout": POOL_TIMEOUT_SECS}
+    options["pool"] = {
+        "min_size": 1,
+        "max_size": pool_size,
+        "timeout": POOL_TIMEOUT_SECS,
+        # A connection that knows whether it ever answered: a running worker tells a new
+        # connection's first statement held by a full pooler from a slow one (rivet.dbwait).
+        "connection_class": WatchedConnection,
+    }
     if pool_size < concurrency + 2:
         logs.event(
             "pool_undersized",
@@ -94,10 +106,18 @@ def configure_pool(alias: str, pool_size: int, concurrency: int) -> bool:
 class HandlerPool:
     """``size`` daemon threads that run ``run(item)`` for every item submitted, in turn."""
 
-    def __init__(self, size: int, run: Callable[[Any], None], name: str = "rivet-handler") -> None:
+    def __init__(
+        self,
+        size: int,
+        run: Callable[[Any], None],
+        name: str = "rivet-handler",
+        setup: Callable[[], None] | None = None,
+    ) -> None:
+        """``setup``: called first on each thread (the worker watches its database calls)."""
         self.size = size
         self._run = run
         self._name = name
+        self._setup = setup
         self._work: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.threads: list[threading.Thread] = []
 
@@ -116,5 +136,7 @@ class HandlerPool:
             self._work.put(None)
 
     def _serve(self) -> None:
+        if self._setup is not None:
+            self._setup()
         while (item := self._work.get()) is not None:
             self._run(item)

@@ -65,6 +65,7 @@ class Pruner(Periodic):
     """A daemon thread that prunes at start and then every ``every`` seconds until closed."""
 
     thread_name = "rivet-prune"
+    doing = "retention pass"
 
     def __init__(
         self, *, store: Store, older_than: float, every: float, batch_size: int, owner: str = ""

@@ -22,6 +22,7 @@ from typing import Any
 from django.db import connections
 
 from rivet import logs, signals, tracing
+from rivet.dbwait import Slot
 from rivet.errors import UnknownJob
 from rivet.failpoints import Failpoints, fired_by
 from rivet.jobs import JobRegistry
@@ -69,6 +70,7 @@ class Slots:
     counts: Counter[str]
     metrics: NoMetrics
     handlers: HandlerPool
+    _db: Slot
     #: The event loop of async handlers; None while the worker has no async kind.
     aio: AsyncRunner | None
     #: How claims are sized between the two pools (with ``aio`` only).
@@ -148,6 +150,8 @@ class Slots:
         if len(decided) > 1 and self.failpoints.armed:
             self.failpoints.fire("before_flush", tasks=[d.lease.task_id for d in decided])
         started = self.clock()
+        db = self._db
+        db.begin(("settle and claim" if wanted > 0 else "settle") if decided else "claim")
         try:
             flushed = self.store.task_settle_and_claim(
                 decided,
@@ -167,6 +171,8 @@ class Slots:
                 return 0
             self._claim_failed(exc)
             return None
+        finally:
+            db.end()
         self._applied(flushed.settled)
         got = self._take(flushed.batch, started)
         if wanted > 0:

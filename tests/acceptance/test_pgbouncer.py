@@ -11,12 +11,15 @@ is picked up by polling (transaction pooling: LISTEN does not pass the pooler) o
 from __future__ import annotations
 
 import signal
+import threading
 
+import psycopg
 import pytest
 from django.db import connections
 
 from rivet.models import Task
 from rivet.values import TaskState
+from tests.acceptance.test_worker_metrics import free_port, sample, scrapable, scrape
 from tests.integration.test_pgbouncer import assert_no_session_state, reset_server_connections
 from tests.pgbouncer import running_bouncer
 from tests.processes import child_environ, manage
@@ -52,6 +55,7 @@ def test_producers_and_a_worker_through_pgbouncer(mode, request, workers):
     assert worker.wait() == 0, worker.log
     assert Task.objects.filter(state=TaskState.DONE).count() == BULK + 2
     assert not worker.events("claim_failed") and not worker.events("listener_failed")
+    assert not worker.events("db_waiting")
     polling = [event["note"] for event in worker.events("wakeup_polling")]
     assert len(polling) == (1 if mode == "transaction" else 0)
 
@@ -130,3 +134,154 @@ def test_a_worker_says_when_a_session_pooler_has_no_free_server_connection(
         assert worker.wait() == 1, worker.log
     assert "did not answer its first statement within 2 s" in worker.log
     assert "no server connection is free" in worker.log
+
+
+def _pool_counts(bouncer, dbname: str) -> dict[str, int]:
+    """PgBouncer's SHOW POOLS for ``dbname``: its clients waiting and its server connections."""
+    with psycopg.connect(
+        host=bouncer.host,
+        port=bouncer.port,
+        user=bouncer.user,
+        dbname="pgbouncer",
+        autocommit=True,
+        cursor_factory=psycopg.ClientCursor,  # the admin console speaks the simple protocol
+    ) as admin:
+        cursor = admin.execute("SHOW POOLS")
+        names = [column.name for column in cursor.description]
+        for row in cursor.fetchall():
+            pool = dict(zip(names, row, strict=True))
+            if pool["database"] == dbname:
+                return {key: int(pool[key]) for key in ("cl_waiting", "sv_active", "sv_idle")}
+    return {"cl_waiting": 0, "sv_active": 0, "sv_idle": 0}
+
+
+def test_a_running_worker_says_when_a_new_connection_finds_no_free_server_connection(
+    workers, django_db_setup
+):
+    """Session pooling: a running worker (it LISTENs past the bouncer) holds some server
+    connections, other clients hold the rest and as many more wait in the bouncer's queue.
+    The worker's server connections are then ended: the queued clients get the bouncer's
+    next ones, and the worker's new connections wait (PgBouncer: up to query_wait_timeout,
+    two minutes). The worker says within --connect-timeout-secs that no server connection is
+    free, once per waiting thread, and when the clients let go, that the wait is over."""
+    db = connections["default"].settings_dict
+    dbname = db["NAME"]
+    direct = f"postgres://{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}"
+    release = threading.Event()
+    holders: list[threading.Thread] = []
+
+    def hold(bouncer) -> None:
+        with bouncer.connect(dbname) as holder:
+            holder.execute("SELECT 1")  # waits in the bouncer's queue, then holds its server
+            release.wait(90)
+
+    def one_more_holder(bouncer) -> None:
+        holders.append(threading.Thread(target=hold, args=(bouncer,)))
+        holders[-1].start()
+
+    with running_bouncer("session", pool=4) as bouncer:
+        env = child_environ(bouncer.url(dbname), RIVET_LISTEN_DATABASE_URL=direct)
+        worker = workers.start(
+            "--queue", "bnc", "--concurrency", "1", "--pool-size", "3", "--log-format", "json",
+            "--poll-interval", "0.3", "--connect-timeout-secs", "2", env=env,
+        )  # fmt: skip
+        workers.wait_for(lambda: worker.events("worker_started"), "the worker started")
+        workers.wait_for(lambda: _backends_of_others(dbname), "the worker on the server")
+        try:
+            while _pool_counts(bouncer, dbname)["cl_waiting"] == 0:  # fill the free ones
+                one_more_holder(bouncer)
+                workers.wait_for(
+                    lambda: (
+                        _pool_counts(bouncer, dbname)["cl_waiting"]
+                        or len(_holding(dbname)) == len(holders)
+                    ),
+                    "the last client holding a server connection or queued",
+                )
+            worker_backends = _backends_of_others(dbname)
+            for _ in worker_backends[1:]:  # one queued client for each of the worker's
+                one_more_holder(bouncer)
+            workers.wait_for(
+                lambda: _pool_counts(bouncer, dbname)["cl_waiting"] == len(worker_backends),
+                "a queued client for each of the worker's server connections",
+            )
+            with connections["default"].cursor() as cursor:  # past the bouncer: the server
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid",
+                    [worker_backends],
+                )
+            waiting = workers.wait_for(
+                lambda: worker.events("db_waiting"), "the worker saying it waits", limit=60
+            )
+            assert "query_wait_timeout" not in worker.log  # said before the bouncer's own end
+        finally:
+            release.set()
+            for thread in holders:
+                thread.join(30)
+        over = workers.wait_for(lambda: worker.events("db_wait_over"), "the wait over", limit=60)
+        worker.send(signal.SIGTERM)
+        assert worker.wait() == 0, worker.log
+    causes = {event["cause"] for event in worker.events("db_waiting")}
+    assert causes == {"no_free_server_connection"}, worker.log
+    first = waiting[0]
+    assert first["alias"] == "default"
+    assert first["doing"] in {"claim", "schedule pass", "wake-up check"}, first
+    assert "no server connection is free" in first["note"]
+    assert "default_pool_size" in first["note"]
+    assert over[0]["alias"] == "default" and over[0]["waited"] > 0
+
+
+def _holding(dbname: str) -> list[int]:
+    """The server sessions of the test's clients that got a server connection."""
+    return [pid for pid, query in _sessions(dbname) if query == "SELECT 1"]
+
+
+def _backends_of_others(dbname: str) -> list[int]:
+    """The worker's server sessions through the bouncer: neither the test's clients, nor its
+    LISTEN (past the bouncer), nor this test's own connection."""
+    return [
+        pid for pid, query in _sessions(dbname) if query != "SELECT 1" and "LISTEN" not in query
+    ]
+
+
+def _sessions(dbname: str) -> list[tuple[int, str]]:
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            "SELECT pid, query FROM pg_stat_activity WHERE datname = %s "
+            "AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
+            [dbname],
+        )
+        return [(pid, query) for pid, query in cursor.fetchall()]
+
+
+def test_a_running_worker_says_when_a_statement_waits_on_a_lock(workers, django_db_setup):
+    """A claim that waits on a lock another session holds is named a slow statement on a
+    connection that has answered before, not a pooler with no free server connection; the
+    gauge of the longest wait in progress shows it."""
+    port = free_port()
+    worker = workers.start(
+        "--queue", "bnc", "--concurrency", "1", "--log-format", "json", "--poll-interval", "0.3",
+        "--connect-timeout-secs", "2", "--metrics-port", str(port),
+    )  # fmt: skip
+    workers.wait_for(lambda: worker.events("worker_started"), "the worker started")
+    assert workers.wait_for(lambda: scrapable(port), "the metrics port to answer")
+    with psycopg.connect(**_direct_params()) as locker:
+        with locker.transaction():
+            locker.execute("LOCK TABLE rivet_task IN ACCESS EXCLUSIVE MODE")
+            waiting = workers.wait_for(
+                lambda: worker.events("db_waiting"), "the worker saying it waits", limit=60
+            )
+            assert sample(scrape(port), "rivet_worker_db_wait_seconds") > 0
+    over = workers.wait_for(lambda: worker.events("db_wait_over"), "the wait over", limit=60)
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0, worker.log
+    assert {event["cause"] for event in waiting} == {"slow_statement"}, worker.log
+    assert "a lock another session holds" in waiting[0]["note"]
+    assert "no server connection is free" not in worker.log
+    assert over
+
+
+def _direct_params() -> dict:
+    params = connections["default"].get_connection_params()
+    for django_only in ("cursor_factory", "context", "pool"):
+        params.pop(django_only, None)
+    return params

@@ -68,6 +68,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "rivet.background",
             "rivet.conf",
             "rivet.dberrors",
+            "rivet.dbwait",
             "rivet.errors",
             "rivet.extras",
             "rivet.failpoints",

@@ -168,6 +168,7 @@ def build_group(
             slots=slots,
             busy=lambda: sum(w.busy_slots() for w in workers),
             busy_async=lambda: sum(w.busy_async() for w in workers),
+            db_wait=lambda: max(w.db_waits.longest() for w in workers),
         )
     scheduling = rivet_settings.DATABASE_ALIAS if rivet_settings.DATABASE_ALIAS in groups else None
     for alias, queues in groups.items():

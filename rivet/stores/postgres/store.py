@@ -290,6 +290,7 @@ class PostgresStore(BulkEnqueue):
         self, cursor: Any, rows: list[dict[str, Any]], pick: dict[str, Any] | None
     ) -> FlushRows:
         """Run settle_claim: the settle rows applied and the rows its claim met."""
+        params: dict[str, Any]
         if not self.fast_paths:  # the plain way: lists as psycopg adapts them, Django's cursor
             params = {f"{column}s": [row[column] for row in rows] for column in SETTLE_COLUMNS}
             params.update(pick or NO_CLAIM)

@@ -70,6 +70,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "rivet.schedules.cron",
             "rivet.schedules.declare",
             "rivet.schedules.values",
+            "rivet.settings_table",
             "rivet.signals",
             "rivet.text",
             "rivet.tracing",

@@ -113,7 +113,7 @@ demo: venv
 	EFFECT_DATABASE_URL=sqlite:///$(CURDIR)/demo/effect.sqlite3 \
 		$(VPY) manage.py rivet_demo
 
-# The whole benchmark in one sitting (docs/benchmarking.md): the full-backlog grid with its
+# The whole benchmark in one run (docs/benchmarking.md): the full-backlog grid with its
 # ceiling, the offered load, a soak of BENCH_SOAK tasks and the enqueue figures, on the server
 # scripts/find_postgres.py finds (as for make test). Workers run with --prefetch BENCH_PREFETCH
 # (auto, the worker's default: no flag is passed; 0 claims only into free slots). BENCH_ARGS adds

@@ -387,7 +387,7 @@ FSYNC_TIMEOUT_SECS = 60.0
 def first_fsync_table(command: list[str], timeout: float = FSYNC_TIMEOUT_SECS) -> str:
     """pg_test_fsync's output up to the end of its first table (one 8 kB write per sync), the
     program stopped there: its later tables (two writes, write sizes, ...) are not read, and at
-    one second a test they took 11 of its 16 s. SIGTERM is what pg_test_fsync cleans up on (it
+    one second a test they are most of its run. SIGTERM is what pg_test_fsync cleans up on (it
     removes its test file). Raises ``CalledProcessError`` when the program ends before the table
     does, ``TimeoutExpired`` when it has not after ``timeout`` seconds (it is killed then)."""
     process = subprocess.Popen(
@@ -509,10 +509,9 @@ def _median(rates: list[float]) -> float:
 def empty_queue(queue: str) -> None:
     """Delete the queue's tasks and fenced-write records (other queues are left alone), then
     settle the server (``settle_server``): each measurement starts on a table whose dead rows
-    are reclaimed, as autovacuum keeps it, whatever this server's autovacuum setting. Off (the
-    bench machine), the rounds' dead rows piled up: five rounds of 200 000 rows COPYed and
-    deleted cost the server 8.1-9.7 µs a row by the fifth round, against 6.4-7.0 with a VACUUM
-    after each."""
+    are reclaimed, as autovacuum keeps it, whatever this server's autovacuum setting: with it
+    off, the rounds' dead rows would pile up and make each round's inserts dearer than the
+    last's (docs/decisions/0016-bench-settled-server.md)."""
     with connections[rivet_settings.DATABASE_ALIAS].cursor() as cursor:
         cursor.execute(queries.QUEUE_EMPTY_ONE, {"queue": queue})
         settle_server(cursor)
@@ -526,9 +525,8 @@ def settle_server(cursor: Any) -> bool:
 
     Why: the bench writes about half a GB of WAL a minute, so the server is nearly always in a
     checkpoint the earlier measurements started, writing their pages while the next one's
-    commits wait on the same disk. On the bench machine, 8 producers right after a million rows
-    were written ran 5,373 and 5,853 enqueues/s and one producer 2,171-2,265/s; after a
-    CHECKPOINT, 5,719 and 6,621/s, and 2,554-2,661/s. ``cursor``: Django's or psycopg's, in
+    commits wait on the same disk, which slows the enqueue rows most
+    (docs/decisions/0016-bench-settled-server.md). ``cursor``: Django's or psycopg's, in
     autocommit (VACUUM cannot run in a transaction)."""
     cursor.execute(queries.BENCH_VACUUM)
     try:

@@ -24,6 +24,7 @@ from django.db import connections
 
 from bench.schedules import scheduler_table, scheduler_targets
 from bench.stale import stale_table, stale_targets
+from bench.target import Target
 from chaos_project.kit import queries
 
 TITLE = "# rivet benchmark results"
@@ -82,17 +83,6 @@ class Row:
         if self.first is None or self.last is None or not self.first.throughput:
             return None
         return self.last.throughput / self.first.throughput
-
-
-@dataclass(frozen=True, kw_only=True)
-class Target:
-    """One target, and what this run measured for it."""
-
-    name: str
-    goal: str
-    measured: str
-    met: bool | None  # None: this run did not measure it
-    bottleneck: str = ""
 
 
 def median_row(runs: Sequence[Row]) -> Row:
@@ -430,15 +420,17 @@ def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return f"{_cpu_model(cpuinfo)}{_cpu_clock(cpuinfo)}, {os.cpu_count()} cores, {_memory()} memory"
 
 
-#: The CPU check's loop: 0.29 to 0.36 s on a 2-core AMD EPYC at 2.6 GHz (2026-12-07).
+#: The CPU check's loop: long enough to time one core to a hundredth of a second, short
+#: enough to cost a run little (what it takes on the host of the committed results:
+#: docs/decisions/0018-bench-setup-names-the-host.md).
 CPU_CHECK_ADDITIONS = 10_000_000
 
 
 def cpu_check(additions: int = CPU_CHECK_ADDITIONS) -> str:
     """One core's speed, timed: ``additions`` additions in a Python loop.
 
-    Hosts whose CPUs have the same model name differ: two 2-core "AMD EPYC" hosts ran such a
-    loop 3x apart, and every figure of the bench by about as much. A reader compares two
+    Hosts whose CPUs have the same model name differ, and every figure of the bench moves with
+    the host's speed (docs/decisions/0018-bench-setup-names-the-host.md). A reader compares two
     results.md by this line before comparing their rows."""
     started = time.perf_counter()
     total = 0

@@ -1,4 +1,4 @@
-"""The benchmark: throughput, its ceiling, latency, a soak and enqueue speed, in one sitting.
+"""The benchmark: throughput, its ceiling, latency, a soak and enqueue speed, in one run.
 
 What one run measures (each part can be turned off; see docs/benchmarking.md):
 
@@ -85,9 +85,9 @@ READY_TIMEOUT_SECS = 120.0
 STOP_TIMEOUT_SECS = 30.0
 #: Rows per enqueue_many while a backlog is inserted.
 INSERT_BATCH = 10000
-#: Rounds of the enqueue measurements, each row their median: one round's figure swung by up
-#: to a quarter between runs of the same code (docs/benchmarking.md, "Enqueue figures from run
-#: to run"); three cost about 20 s more than one.
+#: Rounds of the enqueue measurements, each row their median: one round's figure moves between
+#: runs of the same code by more than the rows' goals allow, and a median of three is not moved
+#: by one disturbed round (docs/decisions/0017-bench-medians.md).
 ENQUEUE_ROUNDS = 3
 #: Seconds between progress lines while a long drain runs.
 DRAIN_REPORT_SECS = 10.0
@@ -706,10 +706,10 @@ class Bench:
     def _start_gated(self, kind: str, count: int, concurrency: int) -> list[Child]:
         """Workers started, listening and warmed up on an empty queue, for a backlog inserted
         next in one commit: every worker starts draining at that commit. Inserting first and
-        then starting the processes measured their start-up instead: each ``manage.py
-        rivet_worker`` takes about a second of CPU to start, the first worker drained while the
-        others were still importing Django on the same two cores, and a 5 000-task drain lasts
-        under a second (docs/benchmarking.md, "Workers started before the backlog")."""
+        then starting the processes would measure their start-up instead: a ``manage.py
+        rivet_worker`` takes longer to start than a noop row takes to drain, and the first worker
+        up would drain while the others were still importing Django
+        (docs/decisions/0015-bench-workers-start-first.md)."""
         with connections["default"].cursor() as cursor:
             cursor.execute(queries.SERVER_NOW)
             (since,) = cursor.fetchone()

@@ -1,6 +1,6 @@
 """The scheduler's part of the benchmark: N one-second schedules on W real workers.
 
-What it measures, in one sitting on the workers the bench starts (``--queue bench``, which the
+What it measures, in one run on the workers the bench starts (``--queue bench``, which the
 ticks never reach: they go to the queue ``TICK_QUEUE``, which no worker consumes, so what is
 measured is the scheduler and nothing it enqueues):
 
@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from django.db import connections
+
+from bench.target import Target
 
 SCHEDULE_PREFIX = "bench-schedule-"
 TICK_QUEUE = "bench-ticks"
@@ -221,10 +223,8 @@ def measure_scheduler(
 LATENESS_GOAL_SECS = 1.0
 
 
-def scheduler_targets(result: dict[str, Any] | None) -> list[Any]:
-    """The scheduler's two targets (bench.report.Target), measured or not."""
-    from bench.report import Target
-
+def scheduler_targets(result: dict[str, Any] | None) -> list[Target]:
+    """The scheduler's two targets, measured or not."""
     if result is None:
         return [
             Target(name="scheduler: every tick once", goal="0 twice, 0 missing",

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.target import Target
+
 #: The stale drain's throughput against the analyzed drain's, at least.
 GOAL = 0.8
 #: The table's size in the planner's statistics (pg_class.reltuples; -1: never analyzed).
@@ -30,10 +32,8 @@ def stale_result(
     }
 
 
-def stale_targets(stale: dict[str, Any] | None, rows: int = 200_000) -> list:
-    """The part's target (bench.report.Target), measured or not."""
-    from bench.report import Target
-
+def stale_targets(stale: dict[str, Any] | None, rows: int = 200_000) -> list[Target]:
+    """The part's target, measured or not."""
     name = f"stale statistics backlog ({(stale or {}).get('rows', rows):,})"
     goal = f">= {GOAL:g} of the analyzed run"
     if stale is None or stale["ratio"] is None:

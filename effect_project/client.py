@@ -12,8 +12,9 @@ forked process starts with none. Each phase has its own timeout (connect, then e
 well below a lease. A request that fails on its connection (a kept-alive connection the server
 closed, a reset, a read timeout) is sent again once on a new connection: that is safe for
 ``POST /effects`` only because it carries an Idempotency-Key, and for ``GET``. An answer with a
-status is never resent here; the task's retry does that. urllib3's pool did the same for about
-0.15 ms more of the worker's CPU per effect (docs/benchmarking.md).
+status is never resent here; the task's retry does that. No urllib3: its pool and retry
+machinery cost the worker more CPU per effect for the same behaviour
+(docs/decisions/0013-effect-client-http-client.md).
 """
 
 from __future__ import annotations

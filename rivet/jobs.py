@@ -39,8 +39,9 @@ class StopSignal:
     """The worker's lever on one running handler: set once, with the reason it must stop.
 
     The ``threading.Event`` a handler waits on is made by its first ``wait``: most handlers
-    never wait, and an Event (a Condition and its locks) per task was a visible part of a busy
-    worker's CPU. ``_MAKING`` orders that against ``set``, so a wait never misses a stop.
+    never wait, and an Event (a Condition and its locks) per task is per-task CPU a busy worker
+    need not spend (docs/decisions/0005-worker-python-per-task.md). ``_MAKING`` orders that
+    against ``set``, so a wait never misses a stop.
     """
 
     def __init__(self) -> None:

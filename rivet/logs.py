@@ -198,8 +198,9 @@ class TextFormatter(logging.Formatter):
 def _direct_json(created: float, level: int, name: str, fields: dict[str, Any]) -> str:
     """What JsonFormatter writes for an event (the same text), without a LogRecord.
 
-    Built by hand for the usual field types (int, str): json.dumps of the whole dict was most
-    of a line's cost; anything else goes through json.dumps as the formatter would.
+    Built by hand for the usual field types (int, str): json.dumps of the whole dict would be
+    most of a line's cost (docs/decisions/0005-worker-python-per-task.md); anything else goes
+    through json.dumps as the formatter would.
     """
     return _json_head(created, level, name) + _json_fields(fields) + "}"
 
@@ -311,7 +312,8 @@ class LineHandler(logging.StreamHandler):
     A line at WARNING or above is written at once, with every line before it; the others wait
     for ``flush`` (the worker's loop calls ``logs.flush()`` before it waits, and logging does
     at exit) or for ``BATCH_LINES`` of them. A write syscall per routine line, with the GIL
-    released and taken back around it, was a large part of a busy worker's CPU.
+    released and taken back around it, would be a large part of a busy worker's CPU
+    (docs/decisions/0001-settle-and-claim-in-one-flush.md).
     """
 
     BATCH_LINES = 256

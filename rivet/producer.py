@@ -137,7 +137,8 @@ class SpecBatch(Sequence[TaskSpec]):
     Indexing keeps what it validates: an item read by index is validated once. Iterating
     keeps nothing past what indexing kept, only what the checks need (each idem_key's work,
     item 0's queue): a streamed batch of thousands leaves no TaskSpec behind it for the
-    garbage collector to walk, whose full collections were a fifth of a bulk enqueue's time.
+    garbage collector to walk in its full collections, which are a bulk enqueue's cost
+    otherwise (docs/decisions/0006-bulk-enqueue-copy.md).
     An item iterated past and indexed later is validated again (an equal TaskSpec).
     """
 

@@ -239,8 +239,9 @@ def build_spec(
 
     ``limits``: the settings to check against, when the caller read them already;
     ``trace_context``: the producer's trace context (``rivet.tracing.carrier()``), when the
-    caller read it already (once per bulk call: OpenTelemetry's lookup of the current span
-    was a sixth of the Python calls validating a task took); by default it is read here.
+    caller read it already (once per bulk call: OpenTelemetry's lookup of the current span is
+    a large part of validating one task, docs/decisions/0006-bulk-enqueue-copy.md); by default
+    it is read here.
     """
     limits = limits or Limits.read()
     delay = 0.0 if delay is None else _delay_secs(delay)

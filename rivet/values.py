@@ -141,12 +141,13 @@ def frozen_instance(cls: type[_T], **fields: Any) -> _T:
     """An instance of the frozen dataclass ``cls`` with ``fields``, which must name every field.
 
     What its ``__init__`` makes (equal, same repr, same hash), without the
-    ``object.__setattr__`` per field a frozen dataclass's ``__init__`` calls: about 1.5 µs
-    against 0.5 µs for a ``Claimed``, and a worker makes a ``Claimed`` and a ``JobContext``
-    per task, and an ``enqueue_many`` a ``TaskSpec`` per item. For classes with no
-    ``__slots__``, no field made by a default factory that is not given, and no
-    ``__post_init__`` the given fields need (TaskSpec's encodes a ``payload_json`` not given;
-    ``rivet.validation.build_spec`` gives it); ``tests/unit/test_values.py`` checks the users.
+    ``object.__setattr__`` per field a frozen dataclass's ``__init__`` calls: a worker makes a
+    ``Claimed`` and a ``JobContext`` per task, and an ``enqueue_many`` a ``TaskSpec`` per item,
+    so the per-field calls are per-task cost (docs/decisions/0005-worker-python-per-task.md).
+    For classes with no ``__slots__``, no field made by a default factory that is not given,
+    and no ``__post_init__`` the given fields need (TaskSpec's encodes a ``payload_json`` not
+    given; ``rivet.validation.build_spec`` gives it); ``tests/unit/test_values.py`` checks the
+    users.
     """
     instance = object.__new__(cls)
     instance.__dict__.update(fields)

@@ -2,9 +2,10 @@
 
 The service's hot path is one request shape: a JSON object under a valid Idempotency-Key. Served
 by the full stack (Django's handler and middleware, DRF's request, negotiation and renderers,
-``@idempotent`` and the ORM) it cost about 1.7 ms of CPU in the service and six round trips to
-PostgreSQL (health check, BEGIN, dedup insert, effect insert, stored answer, COMMIT): more than
-the worker spent on the task. Here the same writes go out as one query of three statements
+``@idempotent`` and the ORM) it costs more CPU in the service than the worker spends on the
+task, and six round trips to PostgreSQL (health check, BEGIN, dedup insert, effect insert,
+stored answer, COMMIT); the measurement: docs/decisions/0012-effect-service-fast-path.md. Here
+the same writes go out as one query of three statements
 (WRITE_SQL): ``BEGIN``; one statement that inserts the dedup row with its answer (``ON CONFLICT
 DO NOTHING``, which waits on a racing uncommitted row for the key as the unique index always
 made it) and, only when it did insert, the effect row; ``COMMIT``.

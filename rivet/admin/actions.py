@@ -2,12 +2,13 @@
 
 An action acts through the Store, on at most ``MAX_ACTION_ROWS`` rows that its confirmation
 page lists one by one; only a POST carrying ``confirm=yes`` from that page changes anything.
-Afterwards ``message_user`` says what was done and, for every id left alone, why.
+Afterwards ``message_user`` says what was done and, for every id left alone, why: in the words
+of rivet.operations, which acted on it, as ``rivet_dlq`` and the HTTP API say them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
@@ -16,10 +17,10 @@ from django.template.response import TemplateResponse
 
 from rivet.admin.databases import admin_alias, database_query
 from rivet.models import Task
+from rivet.operations.outcome import Outcome
 
 #: Most rows one action acts on: the confirmation page lists each of them.
 MAX_ACTION_ROWS = 1000
-GONE = "no longer exists (purged meanwhile)"
 
 
 if TYPE_CHECKING:  # a mixin of ModelAdmin: type-check it as one
@@ -70,18 +71,6 @@ class ConfirmedActions(_AdminBase):
         template = f"admin/{opts.app_label}/{opts.model_name}/confirm_{verb}.html"
         return TemplateResponse(request, template, context)
 
-    def left_alone(
-        self, alias: str, task_ids: list[int], why: Callable[[int, str], str]
-    ) -> dict[int, str]:
-        """Why an action left each of these tasks (on ``alias``) alone: ``why(id, state)`` from
-        its state now."""
-        rows = Task.objects.using(alias).filter(pk__in=task_ids)
-        states = dict(rows.values_list("pk", "state"))
-        return {
-            task_id: GONE if task_id not in states else why(task_id, states[task_id])
-            for task_id in task_ids
-        }
-
     def gone(self, request, tasks: list[Task]) -> list[int]:
         """Ids the user selected that the action's queryset no longer held when it ran."""
         chosen = {task.id for task in tasks}
@@ -90,7 +79,13 @@ class ConfirmedActions(_AdminBase):
         }
         return sorted(selected - chosen)
 
-    def report_refused(self, request, verb: str, refused: dict[int, str]) -> None:
+    def confirmed_ids(self, request, tasks: list[Task]) -> list[int]:
+        """Every id the user confirmed, in id order: those the action's queryset still holds,
+        and those it no longer holds (``gone``), which the operation looks up and refuses."""
+        return sorted({task.id for task in tasks} | set(self.gone(request, tasks)))
+
+    def report_refused(self, request, verb: str, refused: Sequence[Outcome]) -> None:
+        """One warning naming every refusal, each in the operation's own words."""
         if refused:
-            reasons = "; ".join(f"{task_id}: {why}" for task_id, why in sorted(refused.items()))
+            reasons = "; ".join(outcome.message for outcome in refused)
             self.message_user(request, f"Not {verb}: {reasons}.", messages.WARNING)

@@ -1,7 +1,8 @@
 """The dead letters in the admin: read them, requeue or purge them, sweep a queue into them.
 
-Every action goes through the Store with the calls ``manage.py rivet_dlq`` makes, writes
-Django's admin log and reports what it did. Permissions:
+Every action goes through rivet.operations, as ``manage.py rivet_dlq`` and the HTTP API do,
+writes Django's admin log and reports what it did (and, in the operation's words, why it left a
+task alone). Permissions:
 
 - viewing: ``rivet.view_task`` (or the proxy's own ``rivet.view_deadletter``);
 - requeue: ``rivet.requeue_deadletter``;
@@ -15,8 +16,6 @@ An action a user may not take is not offered, and a POST that names it anyway ge
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from django import forms
 from django.contrib import admin
 from django.contrib.admin.models import CHANGE, LogEntry
@@ -25,43 +24,28 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.text import capfirst
 
 from rivet.admin.actions import ConfirmedActions
 from rivet.admin.databases import DatabaseFilter
 from rivet.admin.large_tables import KindFilter, QueueFilter, distinct_values
 from rivet.admin.tasks import TaskAdminBase, column
 from rivet.errors import InvalidInput
-from rivet.management.commands.rivet_dlq import PURGE_CAVEAT
 from rivet.models import DeadLetter, Task
+from rivet.operations import dead_letters
+from rivet.operations.dead_letters import PURGE_CAVEAT, REQUEUE_NOTE, SWEEP_NOTE
 from rivet.producer import resolve_store
 from rivet.routing import queue_aliases
 from rivet.stores import store_for_queue
 from rivet.validation import check_name
 
 ERROR_TAIL = 90
-REQUEUE_NOTE = (
-    "A requeued task keeps its idempotency key. If its effect already happened, the new "
-    "attempt gets a replay of the first answer: the effect does not happen a second time."
-)
-SWEEP_NOTE = (
-    "A sweep buries the pending tasks of the queue whose attempts are used up and whose lease "
-    "lapsed, as the next claim would. It is needed only when no worker polls the queue."
-)
 
 
 def error_tail(text: str) -> str:
     """The error on one line, cut from the front: the reason a task died is at its end."""
     line = " ".join(text.split())
     return line if len(line) <= ERROR_TAIL else "..." + line[-(ERROR_TAIL - 3) :]
-
-
-def unless_dead(if_dead: Callable[[int], str]) -> Callable[[int, str], str]:
-    """Why a dead-letter action left a task alone: ``if_dead`` while dead, else its new state."""
-
-    def why(task_id: int, state: str) -> str:
-        return if_dead(task_id) if state == "dead" else f"no longer dead (it is {state} now)"
-
-    return why
 
 
 @admin.register(DeadLetter)
@@ -104,17 +88,8 @@ class DeadLetterAdmin(ConfirmedActions, TaskAdminBase):
         if tasks is None or not self.confirmed(request):
             return self._confirm(request, "requeue", tasks)
         store = resolve_store(queryset.db)
-        done = [task for task in tasks if store.dead_requeue(task.queue, task.id)]
-        done_ids = {task.id for task in done}
-        missed = [task.id for task in tasks if task.id not in done_ids]
-        jobs = {task.id: f"({task.kind}, {task.unique_key})" for task in tasks}
-
-        def unique_clash(task_id: int) -> str:
-            return f"a pending task of the same unique job {jobs.get(task_id, '')} exists"
-
-        refused = self.left_alone(
-            queryset.db, [*missed, *self.gone(request, tasks)], unless_dead(unique_clash)
-        )
+        outcomes = [dead_letters.requeue(store, i) for i in self.confirmed_ids(request, tasks)]
+        done = [outcome.task for outcome in outcomes if outcome.ok and outcome.task]
         if done:
             requeued = Task.objects.using(queryset.db).filter(pk__in=[t.id for t in done])
             LogEntry.objects.log_actions(
@@ -124,7 +99,7 @@ class DeadLetterAdmin(ConfirmedActions, TaskAdminBase):
             self.message_user(
                 request, f"Requeued {self.rows_named(len(done))}: {ids}. {REQUEUE_NOTE}"
             )
-        self.report_refused(request, "requeued", refused)
+        self.report_refused(request, "requeued", [o for o in outcomes if not o.ok])
         return None
 
     @admin.action(permissions=["purge"], description="Purge selected dead letters")
@@ -135,16 +110,9 @@ class DeadLetterAdmin(ConfirmedActions, TaskAdminBase):
         if tasks is None or not self.confirmed(request):
             return self._confirm(request, "purge", tasks)
         store = resolve_store(queryset.db)
-        for queue in sorted({task.queue for task in tasks}):
-            store.dead_purge(queue, task_ids=[task.id for task in tasks if task.queue == queue])
-        left = set(
-            Task.objects.using(queryset.db)
-            .filter(pk__in=[t.id for t in tasks])
-            .values_list("pk", flat=True)
-        )
-        purged = [task for task in tasks if task.id not in left]
-        still_dead = unless_dead(lambda _: "still dead")
-        refused = self.left_alone(queryset.db, [*left, *self.gone(request, tasks)], still_dead)
+        outcomes = [dead_letters.purge(store, i) for i in self.confirmed_ids(request, tasks)]
+        purged_ids = {outcome.task.id for outcome in outcomes if outcome.ok and outcome.task}
+        purged = [task for task in tasks if task.id in purged_ids]
         if purged:
             self.log_deletions(request, purged)
             ids = ", ".join(str(task.id) for task in purged)
@@ -153,7 +121,7 @@ class DeadLetterAdmin(ConfirmedActions, TaskAdminBase):
                 f"Purged {self.rows_named(len(purged))}: {ids}; their idempotency keys are "
                 "released.",
             )
-        self.report_refused(request, "purged", refused)
+        self.report_refused(request, "purged", [o for o in outcomes if not o.ok])
         return None
 
     def _confirm(self, request, verb: str, tasks: list[DeadLetter] | None):
@@ -194,19 +162,16 @@ class DeadLetterAdmin(ConfirmedActions, TaskAdminBase):
         return TemplateResponse(request, "admin/rivet/deadletter/sweep.html", context)
 
     def _sweep(self, request, queue: str):
-        count = store_for_queue(queue).dead_sweep(queue)
+        swept = dead_letters.sweep(store_for_queue(queue), queue)
         LogEntry.objects.create(
             user_id=request.user.pk,
             content_type=ContentType.objects.get_for_model(DeadLetter, for_concrete_model=False),
             object_id=None,
             object_repr=f"queue {queue}"[:200],
             action_flag=CHANGE,
-            change_message=f"Swept {count} task(s) with no attempts left into the dead letters.",
+            change_message=f"{capfirst(swept.message)}.",
         )
-        self.message_user(
-            request,
-            f"Swept {count} task(s) of queue {queue} with no attempts left into the dead letters.",
-        )
+        self.message_user(request, f"{capfirst(swept.message)}.")
         url = reverse("admin:rivet_deadletter_changelist")
         return HttpResponseRedirect(f"{url}?queue={queue}")
 

@@ -2,14 +2,13 @@
 
 A queue row is never added or hand-edited in the admin: the store's statements own every state
 change, guarded by the lease epoch. The one action on the task list, **cancel** (permission
-``rivet.cancel_task``), is the store's ``task_cancel``, as ``rivet_dlq cancel`` calls it. The
-dead letters, which operators do act on, have their own page (rivet.admin.dead_letters).
+``rivet.cancel_task``), is ``rivet.operations.cancel``, as ``rivet_dlq cancel`` and the API call
+it. The dead letters, which operators do act on, have their own page (rivet.admin.dead_letters).
 """
 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -28,28 +27,19 @@ from rivet.admin.large_tables import EstimatedCountPaginator, KindFilter, QueueF
 from rivet.admin.overview import queue_overview
 from rivet.conf import rivet_settings
 from rivet.models import FencedWrite, Task
+from rivet.operations.cancel import CANCEL_NOTE, CANCEL_SAYS, cancel
 from rivet.producer import resolve_store
-from rivet.values import CANCELLED_SUFFIX, CancelOutcome, TaskState
+from rivet.values import CancelOutcome, TaskState
 
 #: The longest number a search treats as a task id (a bigint has 19 digits).
 MAX_ID_DIGITS = 18
-CANCEL_NOTE = (
-    "A cancelled task is never acked. Requeue revives it from the dead letters, with fresh "
-    "attempts and its idempotency key."
-)
-#: What the admin log and the message say of the tasks each cancel outcome changed.
-CANCEL_REPORTS = {
-    CancelOutcome.CANCELLED: (
-        "Cancelled: buried now (it was not running).",
-        "Cancelled {tasks}: {ids}. Not running, so buried now: in the dead letters, the last "
-        f"error ending '{CANCELLED_SUFFIX}'.",
-    ),
-    CancelOutcome.MARKED: (
-        "Cancel requested: its worker buries it at the next heartbeat.",
-        "Cancelling {tasks}: {ids}. Running: the worker stops the handler at its next "
-        "heartbeat and buries the task; it is never acked.",
-    ),
+#: What the admin log says of the tasks each cancel outcome changed.
+CANCEL_LOG = {
+    CancelOutcome.CANCELLED: "Cancelled: buried now (it was not running).",
+    CancelOutcome.MARKED: "Cancel requested: its worker buries it at the next heartbeat.",
 }
+#: How the report names the tasks of each outcome.
+CANCEL_VERBS = {CancelOutcome.CANCELLED: "Cancelled", CancelOutcome.MARKED: "Cancelling"}
 
 
 def pretty_json(value) -> str:
@@ -65,11 +55,6 @@ def cancel_preview(task: Task, now: datetime) -> str:
     if task.lease_owner is not None and task.visible_at > now:
         return f"running on {task.lease_owner}: stopped at its next heartbeat, then buried"
     return "buried now: it moves to the dead letters"
-
-
-def finished(task_id: int, state: str) -> str:
-    """Why a cancel left a task alone: it had finished (or was requeued since)."""
-    return f"already {state}" if state != TaskState.PENDING else "pending again (requeued since)"
 
 
 def column(field: str, description: str, *, digits: int | None = None):
@@ -220,25 +205,23 @@ class TaskAdmin(ConfirmedActions, TaskAdminBase):
             rows = [(task, cancel_preview(task, now)) for task in tasks or ()]
             return self.confirm(request, "cancel", tasks, rows=rows, cancel_note=CANCEL_NOTE)
         store = resolve_store(queryset.db)
-        ids: dict[CancelOutcome, list[int]] = defaultdict(list)
-        for task in tasks:
-            ids[store.task_cancel(task.id)].append(task.id)
-        for outcome in CANCEL_REPORTS:
-            self._report_cancel(request, queryset.db, outcome, ids[outcome])
-        left = [*ids[CancelOutcome.FINISHED], *ids[CancelOutcome.NOT_FOUND]]
-        refused = self.left_alone(queryset.db, [*left, *self.gone(request, tasks)], finished)
-        self.report_refused(request, "cancelled", refused)
+        outcomes = [cancel(store, task_id) for task_id in self.confirmed_ids(request, tasks)]
+        for said in CANCEL_LOG:
+            ids = [o.task.id for o in outcomes if o.ok and o.cancel is said and o.task]
+            self._report_cancel(request, queryset.db, said, ids)
+        self.report_refused(request, "cancelled", [o for o in outcomes if not o.ok])
         return None
 
     def _report_cancel(self, request, alias: str, outcome: CancelOutcome, ids: list[int]) -> None:
         """Log and report the tasks one outcome changed."""
         if not ids:
             return
-        log_message, report = CANCEL_REPORTS[outcome]
         changed = Task.objects.using(alias).filter(pk__in=ids)
-        LogEntry.objects.log_actions(request.user.pk, list(changed), CHANGE, log_message)
+        LogEntry.objects.log_actions(request.user.pk, list(changed), CHANGE, CANCEL_LOG[outcome])
         named = ", ".join(map(str, ids))
-        self.message_user(request, report.format(tasks=self.rows_named(len(ids)), ids=named))
+        tasks = self.rows_named(len(ids))
+        says = capfirst(CANCEL_SAYS[outcome])
+        self.message_user(request, f"{CANCEL_VERBS[outcome]} {tasks}: {named}. {says}.")
 
 
 @admin.register(FencedWrite)

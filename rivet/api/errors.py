@@ -48,7 +48,10 @@ ERROR_CODES: dict[str, tuple[tuple[int, ...], str]] = {
     ),
     "method_not_allowed": ((405,), "the endpoint does not answer that method"),
     "not_acceptable": ((406,), "no renderer for the Accept header"),
-    "not_dead": ((409,), "the task is not in the dead letters (pending or done)"),
+    "not_dead": (
+        (409,),
+        "the task is not in the dead letters (pending or done), or it left them meanwhile",
+    ),
     "not_requeued": ((409,), "a pending task of the same kind holds the task's unique key"),
     "payload_too_large": ((413,), "the payload is over RIVET['MAX_PAYLOAD_BYTES'] encoded"),
     "unsupported_media_type": ((415,), "the body is not JSON"),

@@ -1,4 +1,6 @@
-"""rivet's HTTP API views. Writes go through the Store (the calls ``rivet_dlq`` makes).
+"""rivet's HTTP API views. Writes go through the Store: requeue, purge, sweep and cancel through
+rivet.operations, as ``rivet_dlq`` and the admin do, whose refusals the API answers in their
+words (the error's ``detail``).
 
 The store is the configured one (``rivet.producer.resolve_store``), or the one of the
 database ``?database=ALIAS`` names (an alias that holds queues, ``rivet.routing``): task ids are
@@ -14,7 +16,7 @@ through the ORM, one row or a page of them (paged with a cursor), and queue coun
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, NoReturn
 
 from django.db import transaction
 from django.db.models import QuerySet
@@ -43,11 +45,14 @@ from rivet.conf import rivet_settings
 from rivet.errors import BatchKeyClash, InvalidInput, PayloadTooLarge, RivetConfigError
 from rivet.idempotency.parsers import EnvelopeJSONParser
 from rivet.models import Task
+from rivet.operations import dead_letters
+from rivet.operations.cancel import cancel
+from rivet.operations.outcome import NOT_FOUND, Outcome, no_task
 from rivet.routing import queue_aliases
 from rivet.stores import queue_stores, store_for_queue
 from rivet.stores.base import Store
 from rivet.validation import check_name
-from rivet.values import CancelOutcome, TaskState
+from rivet.values import TaskState
 
 VIEW, ADD = "rivet.view_task", "rivet.add_task"
 REQUEUE, PURGE = "rivet.requeue_deadletter", "rivet.purge_deadletter"
@@ -168,8 +173,26 @@ class RivetView(generics.GenericAPIView):
         number = parse_task_id(task_id)
         task = None if number is None else self.tasks().filter(pk=number).first()
         if task is None:
-            raise NotFound(f"no task with id {task_id}", code="not_found")
+            raise NotFound(no_task(task_id), code="not_found")
         return task
+
+    def operation_target(self, task_id: str) -> int:
+        """The id an operation acts on; 404 when it cannot be one (the operation looks it up).
+        A store that keeps no database rows is refused first, as every read of the API is."""
+        self.get_alias()
+        number = parse_task_id(task_id)
+        if number is None:
+            raise NotFound(no_task(task_id), code="not_found")
+        return number
+
+
+def refuse(outcome: Outcome) -> NoReturn:
+    """An operation's refusal as an error answer: its code, its message as the detail.
+    ``not_found`` is 404; ``not_dead`` and ``not_requeued`` are 409 (a cancel's
+    ``nothing_to_cancel`` is no error here: it answers 200, outcome ``finished``)."""
+    if outcome.code == NOT_FOUND:
+        raise NotFound(outcome.message, code=NOT_FOUND)
+    raise Conflict(outcome.message, code=outcome.code)
 
 
 def parse_task_id(text: str | int) -> int | None:
@@ -372,12 +395,11 @@ class TaskCancelView(RivetView):
 
     @schema.cancel_task
     def post(self, request, task_id: str, *args, **kwargs) -> Response:
-        task = self.find_task(task_id)
-        outcome = self.get_store().task_cancel(task.id)
-        if outcome is CancelOutcome.NOT_FOUND:
-            raise NotFound(f"no task with id {task_id}", code="not_found")
-        body = {"outcome": outcome.value, "task": TaskSerializer(self.find_task(task.id)).data}
-        return Response(body)
+        outcome = cancel(self.get_store(), self.operation_target(task_id))
+        if outcome.cancel is None:  # not found (a task done or dead already is answered 200)
+            refuse(outcome)
+        task = TaskSerializer(self.find_task(task_id)).data
+        return Response({"outcome": outcome.cancel.value, "task": task})
 
 
 class QueueListView(RivetView):
@@ -422,8 +444,8 @@ class QueueSweepView(RivetView):
     @schema.sweep_queue
     def post(self, request, queue: str, *args, **kwargs) -> Response:
         queue = check_name("queue", queue)
-        swept = self.queue_store(queue).dead_sweep(queue)
-        return Response({"queue": queue, "swept": swept})
+        swept = dead_letters.sweep(self.queue_store(queue), queue)
+        return Response({"queue": queue, "swept": swept.count})
 
 
 class DeadLetterListView(RivetView):
@@ -443,36 +465,20 @@ class DeadLetterListView(RivetView):
         return self.get_paginated_response(TaskSerializer(page, many=True).data)
 
 
-if TYPE_CHECKING:  # a mixin of RivetView: type-check it as one
-    _ViewBase = RivetView
-else:
-    _ViewBase = object
-
-
-class DeadLetterMixin(_ViewBase):
-    def dead_task(self, task_id: str) -> Task:
-        task = self.find_task(task_id)
-        if task.state != TaskState.DEAD:
-            raise Conflict(
-                f"task {task_id} is {task.state}, not in the dead letters", code="not_dead"
-            )
-        return task
-
-
-class DeadLetterDetailView(DeadLetterMixin, RivetView):
+class DeadLetterDetailView(RivetView):
     """``DELETE``: purge one dead task (its idempotency key is released)."""
 
     permissions_by_method = {"DELETE": PURGE}
 
     @schema.purge_dead
     def delete(self, request, task_id: str, *args, **kwargs) -> Response:
-        task = self.dead_task(task_id)
-        if not self.get_store().dead_purge(task.queue, task_ids=[task.id]):
-            raise Conflict(f"task {task_id} left the dead letters meanwhile", code="not_dead")
+        outcome = dead_letters.purge(self.get_store(), self.operation_target(task_id))
+        if not outcome.ok:
+            refuse(outcome)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class DeadLetterRequeueView(DeadLetterMixin, RivetView):
+class DeadLetterRequeueView(RivetView):
     """``POST``: make a dead task pending again with fresh attempts; it keeps its key."""
 
     permissions_by_method = {"POST": REQUEUE}
@@ -480,13 +486,9 @@ class DeadLetterRequeueView(DeadLetterMixin, RivetView):
 
     @schema.requeue_dead
     def post(self, request, task_id: str, *args, **kwargs) -> Response:
-        task = self.dead_task(task_id)
-        if not self.get_store().dead_requeue(task.queue, task.id):
-            raise Conflict(
-                f"task {task_id} was not requeued: a pending task of kind {task.kind!r} holds "
-                f"its unique key {task.unique_key!r}, or it left the dead letters meanwhile",
-                code="not_requeued",
-            )
+        outcome = dead_letters.requeue(self.get_store(), self.operation_target(task_id))
+        if not outcome.ok:
+            refuse(outcome)
         return self.render_task(self.find_task(task_id))
 
 

@@ -1,12 +1,12 @@
-"""PostgreSQL only: the task table is vacuumed early; its fillfactor stays 100 (measured).
+"""PostgreSQL only: the task table is vacuumed early; its fillfactor stays 100.
 
 Every update of a task (claim, heartbeat, ack, retry) changes an indexed column (visible_at or
 state), so PostgreSQL can never make it a HOT update and free space kept in each page buys
-nothing: a drain of 20 000 tasks grew the table as much at fillfactor 90 or 70 as at 100, from a
-larger start (docs/benchmarking.md, "Table settings"). What each update leaves behind is a dead
-row version and index entries for it, which only VACUUM removes; by default autovacuum waits
-until 20 % of the table is dead, which on a table of long-kept done tasks is a great many. So
-vacuum (and analyze, for the claim's plan) after 1 % plus a thousand rows instead.
+nothing but a larger table (the measurement: docs/decisions/0003-table-settings.md). What each
+update leaves behind is a dead row version and index entries for it, which only VACUUM
+removes; by default autovacuum waits until 20 % of the table is dead, which on a table of
+long-kept done tasks is a great many. So vacuum (and analyze, for the claim's plan) after 1 %
+plus a thousand rows instead.
 """
 
 from django.db import migrations

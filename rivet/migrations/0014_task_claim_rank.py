@@ -12,10 +12,10 @@ earlier (docs/jobs.md, "Priority and aging"). Safe on a big table, on PostgreSQL
 3. The new index is built CONCURRENTLY (writes go on), then the old priority index is dropped
    CONCURRENTLY. Claims use either meanwhile.
 
-On SQLite each step is one statement in the migration's own connection.
-At 1 000 000 rows (20 000 pending) on the benchmark machine: docs/benchmarking.md, "Claim at
-1 000 000 pending rows". A task enqueued by code older than this migration while it runs ranks
-by its insert time (the default) until it is retried.
+On SQLite each step is one statement in the migration's own connection. What the claim and
+the backfill cost on a table of a million pending rows:
+docs/decisions/0011-priority-aging-claim-rank.md. A task enqueued by code older than this
+migration while it runs ranks by its insert time (the default) until it is retried.
 """
 
 from django.db import migrations, models

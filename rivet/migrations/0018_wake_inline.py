@@ -5,8 +5,8 @@ three lock calls. The same steps, in the same order, as a SQL function of one ``
 evaluates its branches in order and only those it needs): take the queue's gate lock shared
 until the transaction ends; then, if the waiter lock can be taken exclusive, nobody waits: let it
 go and return NULL; else notify and return the queue's name. A SQL function of one SELECT is
-inlined where it is called, so a prepared enqueue runs the lock calls in its own plan. With
-eight pgbench clients sending the enqueue statement, 11 300 transactions a second became 12 000.
+inlined where it is called, so a prepared enqueue runs the lock calls in its own plan, and no
+enqueue starts the PL/pgSQL interpreter (the measurement: docs/decisions/0008-wake-inline.md).
 
 The waiter and gate locks, and ``rivet_wait_hold`` and ``rivet_wait_release``, are unchanged.
 Nothing on SQLite.

@@ -116,8 +116,8 @@ def _vendor(alias: str) -> str:
     """The vendor of ``alias``'s backend (``postgresql``, ``sqlite``, ...).
 
     Known by the alias and its ENGINE once its connection object has been asked: the connection
-    is a thread's own (``connections[alias]`` goes through asgiref's Local, a third of the
-    lookups an enqueue made), the engine's vendor is not.
+    is a thread's own (``connections[alias]`` goes through asgiref's Local, dear on an
+    enqueue's path: docs/decisions/0007-single-enqueue-path.md), the engine's vendor is not.
     """
     engine = connections.settings.get(alias, {}).get("ENGINE")
     vendor = _VENDORS.get((alias, engine))

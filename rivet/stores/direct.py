@@ -1,11 +1,10 @@
 """A statement run through libpq itself: the single enqueue's fast path.
 
 A single ``rivet.enqueue`` outside a transaction is one INSERT that commits by itself. Sent
-alone, that prepared statement cost 100 µs of client CPU through a psycopg cursor and 57 µs
-through libpq's own ``PQexecPrepared`` on the bench machine: the rest is psycopg's Python (the
-cursor's state, adapting each parameter, the wait loop). Eight web processes enqueuing at once
-are bound by the CPU of the producers and of their server backends together; with this path a
-whole ``rivet.enqueue`` took 162-168 µs of producer CPU there instead of 190-204.
+through libpq's own ``PQexecPrepared``, it costs the producer less CPU than through a psycopg
+cursor, whose Python (the cursor's state, adapting each parameter, the wait loop) is around
+every call; web processes enqueuing at once are bound by the CPU of the producers and of their
+server backends together. The measurement: docs/decisions/0007-single-enqueue-path.md.
 
 ``DirectStatement`` prepares its statement once per connection under rivet's own name (never
 one of psycopg's ``_pg3_*``; the name ends in the text's hash), sends the parameters as text

@@ -4,11 +4,9 @@ A claim reads rivet_task_rank_idx (queue, claim_rank, id, visible_at, for pendin
 claim order. Each task a worker leases and then settles leaves two dead entries in it, in claim
 order, so a draining backlog piles them up at the front of its queue's range, and they stay
 until a VACUUM removes them: a claim that reads the queue from its front walks all of them
-(index pages whose every entry is marked dead). On the benchmark machine, after 150 000 tasks
-settled with no VACUUM, that walk read 2 718 index pages (9.1 ms) per claim; with autovacuum on
-at PostgreSQL's defaults (a table is looked at once a minute), a one-worker drain of 500 000
-tasks fell from 6 018/s in its first tenth to 4 078/s in its last (docs/benchmarking.md, "The
-claim floor").
+(index pages whose every entry is marked dead), so a big drain slows as it goes, between
+autovacuum's runs too (at PostgreSQL's defaults a table is looked at once a minute). The
+measurement: docs/decisions/0009-claim-floor.md.
 
 A floor is the (claim_rank, id) of the first task a worker's last full claim met in a queue:
 every entry ranked before it was dead, or a task leased or locked by another claim, when that

@@ -223,7 +223,8 @@ def _raw_cursor(alias: str, pg: psycopg.Connection) -> psycopg.Cursor[dict[str, 
     """The thread's cursor on ``pg`` for server-bound statements, kept from one to the next.
 
     A new psycopg cursor finds again how to send each parameter's type and read each column's,
-    a fifth of a single enqueue's client CPU. One is kept per thread and alias (a Django
+    a large part of a single enqueue's client CPU (docs/decisions/0007-single-enqueue-path.md).
+    One is kept per thread and alias (a Django
     connection belongs to its thread), for the alias's connection of the moment: once Django
     reconnects, the next statement gets a new one and the old one goes with its connection.
     """
@@ -242,9 +243,10 @@ NO_CLAIM: dict[str, Any] = {"queue": None, "limit": 0, "owner": "", "ttl": 0.0, 
 def settle_claim_text(limit: int) -> str:
     """settle_claim with its LIMIT written in: one text (one prepared statement) per limit.
 
-    As a parameter, the LIMIT made the server's generic plan guess a tenth of the table and
+    As a parameter, the LIMIT makes the server's generic plan guess a tenth of the table and
     scan it; written in, the plan of a prepared statement is the one a fresh plan would be,
-    and its planning is paid once per limit, not per flush.
+    and its planning is paid once per limit, not per flush
+    (docs/decisions/0002-prepared-flush-limit-in-text.md).
     """
     return QUERIES["settle_claim"].replace("%(limit)s::integer", str(int(limit)))
 
@@ -319,8 +321,9 @@ def array_text(values: list[Any], kind: str) -> str:
     type's element: ``int``, ``float`` or ``str``.
 
     psycopg adapts a list element by element in Python (finding the element type, quoting
-    each one): for the flush's ten arrays that was about a tenth of a busy worker's CPU, three
-    to four times what writing the literal here costs. Integers are written bare (``int`` first:
+    each one): for the flush's ten arrays that costs a busy worker several times what writing
+    the literal here does (docs/decisions/0005-worker-python-per-task.md). Integers are
+    written bare (``int`` first:
     nothing but a number can reach the text); anything else is double-quoted with ``\\`` and
     ``"`` escaped, which the array parser reads back as the same text (a float's ``repr`` as
     float8 reads it), and None is NULL.
@@ -598,8 +601,9 @@ class PostgresStore(BulkEnqueue):
         connection other clients get next). Pooled, it is the unnamed statement of the extended
         protocol, parsed and run in one round trip, and the plan_cache_mode SET is not sent.
 
-        Django's cursor binds on the client: it quotes every parameter into the text, which for
-        the flush's arrays was a tenth of a busy worker's CPU. This cursor shares the Django
+        Django's cursor binds on the client: it quotes every parameter into the text, dear for
+        the flush's arrays, and the server parses and plans the text anew each time
+        (docs/decisions/0002-prepared-flush-limit-in-text.md). This cursor shares the Django
         connection (its transaction, its type adapters) and goes through what Django's own
         execute does: the connection's execute wrappers (``connection.execute_wrapper``, as
         tracing tools use), the broken-transaction check, and the error wrapper that marks the
@@ -736,9 +740,10 @@ class PostgresStore(BulkEnqueue):
             # whose context gets the Django cursor the statement runs for.
             with self._translated("task_enqueue"), self._one_statement() as cursor:
                 return self._enqueue_one(cursor, spec)
-        # The usual web request's enqueue: no Django cursor is made (its making was a seventh
-        # of the call in a profile), the statement goes straight to the connection, handed
-        # down in the cursor's place; and no context manager: _translated's ``except``.
+        # The usual web request's enqueue: no Django cursor is made (its making is a good part
+        # of the call: docs/decisions/0007-single-enqueue-path.md), the statement goes straight
+        # to the connection, handed down in the cursor's place; and no context manager:
+        # _translated's ``except``.
         try:
             return self._enqueue_one(connection, spec)
         except (DjangoDatabaseError, *self.driver_errors) as exc:
@@ -758,8 +763,9 @@ class PostgresStore(BulkEnqueue):
         pg = connection.connection
         values = {**self._common_params(), **params}
         if not (self._pooled_on(connection) or connection.queries_logged):
-            # Through libpq itself (``rivet.stores.direct``): psycopg's cursor was a third of
-            # the call's client CPU. None: a value or a state it does not send; psycopg does.
+            # Through libpq itself (``rivet.stores.direct``): less client CPU than psycopg's
+            # cursor (docs/decisions/0007-single-enqueue-path.md). None: a value or a state it
+            # does not send; psycopg does.
             # With queries logged (DEBUG, assertNumQueries) it goes the logged way below.
             connection.validate_no_broken_transaction()
             try:

@@ -303,8 +303,11 @@ def test_requeue_names_the_ids_it_left_alone_and_why(client):
     response = action(client, "requeue_selected", [revived, elsewhere, clash], confirm="yes")
     info, warning = message_texts(response)
     assert info.startswith(f"Requeued 1 dead letter: {revived.pk}.")
-    assert f"{elsewhere.pk}: no longer dead (it is pending now)" in warning
-    assert f"{clash.pk}: a pending task of the same unique job (mail, order-1) exists" in warning
+    assert warning == (
+        f"Not requeued: task {elsewhere.pk} is pending, not in the dead letters; task "
+        f"{clash.pk} was not requeued: a pending task of kind 'mail' holds its unique key "
+        "'order-1'."
+    )
     assert LogEntry.objects.count() == 1
 
 
@@ -347,7 +350,7 @@ def test_purge_confirmed_deletes_logs_and_reports(client):
     ]
     info, warning = message_texts(response)
     assert info.startswith(f"Purged 2 dead letters: {first.pk}, {second.pk}")
-    assert warning == f"Not purged: {requeued.pk}: no longer dead (it is pending now)."
+    assert warning == f"Not purged: task {requeued.pk} is pending, not in the dead letters."
 
 
 # -- sweep ------------------------------------------------------------------------------------
@@ -479,8 +482,8 @@ def test_cancel_counts_each_outcome_and_names_what_it_left_alone(client):
     assert cancelled.startswith(f"Cancelled 2 tasks: {idle[0].pk}, {idle[1].pk}.")
     assert marked.startswith(f"Cancelling 1 task: {busy.pk}.")
     assert warning == (
-        f"Not cancelled: {done.pk}: already done; {dead.pk}: already dead; "
-        f"{purged.pk}: no longer exists (purged meanwhile)."
+        f"Not cancelled: task {done.pk} is already done: nothing to cancel; task {dead.pk} is "
+        f"already dead: nothing to cancel; no task with id {purged.pk}."
     )
     assert LogEntry.objects.count() == 3
     assert Task.objects.get(pk=dead.pk).last_error == "boom"

@@ -105,22 +105,22 @@ def test_show_of_a_task_that_is_not_dead_exits_1_with_its_state(store):
     with pytest.raises(CommandError, match=f"task {live} is pending") as caught:
         dlq("show", str(live), "--queue", "demo")
     assert caught.value.returncode == 1
-    with pytest.raises(CommandError, match="not found in queue demo") as caught:
+    with pytest.raises(CommandError, match="^no task with id 999999 in queue demo$") as caught:
         dlq("show", "999999", "--queue", "demo")
     assert caught.value.returncode == 1
 
 
 def test_show_of_a_dead_task_in_another_queue_is_not_found(store):
     task_id = make_dead(store, queue="other")
-    with pytest.raises(CommandError, match="not found in queue demo"):
+    with pytest.raises(CommandError, match=f"^no task with id {task_id} in queue demo$"):
         dlq("show", str(task_id), "--queue", "demo")
 
 
 def test_requeue_keeps_the_key_and_says_so(store):
     task_id = make_dead(store, idem_key="pay-1")
     out = dlq("requeue", str(task_id), "--queue", "demo")
-    assert out.startswith(f"requeued {task_id}")
-    assert "keeps idempotency key 'pay-1'" in out and "replay" in out
+    assert out.startswith(f"requeued task {task_id} with fresh attempts (idempotency key 'pay-1')")
+    assert "keeps its idempotency key" in out and "replay" in out
     task = Task.objects.get(pk=task_id)
     assert (task.state, task.attempts, task.idem_key) == ("pending", 0, "pay-1")
     claimed = store.task_claim(queues=["demo"], owner="w2", limit=1, lease_ttl=600).claimed
@@ -129,10 +129,12 @@ def test_requeue_keeps_the_key_and_says_so(store):
 
 def test_requeue_of_a_task_that_is_not_dead_exits_1_and_changes_nothing(store):
     live = rivet.enqueue("noop", queue="demo", using=store).task_id
-    with pytest.raises(CommandError, match="pending, not in the dead letters") as caught:
+    with pytest.raises(
+        CommandError, match=f"^task {live} is pending, not in the dead letters$"
+    ) as caught:
         dlq("requeue", str(live), "--queue", "demo")
     assert caught.value.returncode == 1
-    with pytest.raises(CommandError, match="not found") as caught:
+    with pytest.raises(CommandError, match="no task with id 424242 in queue demo") as caught:
         dlq("requeue", "424242", "--queue", "demo")
     assert caught.value.returncode == 1
     assert Task.objects.get(pk=live).state == "pending"
@@ -142,7 +144,7 @@ def test_sweep_buries_exhausted_tasks_with_lapsed_leases(store):
     exhausted = make_exhausted(store)
     waiting = rivet.enqueue("noop", queue="demo", using=store).task_id
     out = dlq("sweep", "--queue", "demo")
-    assert out.startswith("swept 1 task(s)")
+    assert out.startswith("swept 1 task(s) of queue demo with no attempts left")
     task = Task.objects.get(pk=exhausted)
     assert task.state == "dead" and task.last_error.endswith(WORKER_LOST_SUFFIX)
     assert Task.objects.get(pk=waiting).state == "pending"
@@ -217,7 +219,10 @@ def test_an_unknown_action_is_a_usage_error():
 def test_cancel_buries_a_pending_task_and_requeue_revives_it(store):
     task_id = rivet.enqueue("noop", queue="demo", using=store).task_id
     out = dlq("cancel", str(task_id), "--queue", "demo")
-    said = f"cancelled {task_id}: it was not running, so it is in the dead letters now"
+    said = (
+        f"cancelled task {task_id}: not running, so buried now: in the dead letters, the last "
+        f"error ending '{CANCELLED_SUFFIX}'"
+    )
     assert out.strip() == said
     task = store.task_get(task_id)
     assert (task.state, task.last_error) == ("dead", CANCELLED_SUFFIX)
@@ -230,7 +235,7 @@ def test_cancel_of_a_running_task_marks_it_for_its_worker(store):
     task_id = rivet.enqueue("noop", queue="demo", using=store).task_id
     (claimed,) = store.task_claim(queues=["demo"], owner="w1", limit=1, lease_ttl=600).claimed
     out = dlq("cancel", str(task_id), "--queue", "demo")
-    assert out.startswith(f"cancelling {task_id}: it is running")
+    assert out.startswith(f"cancelling task {task_id}: running: the worker stops the handler")
     assert store.task_get(task_id).state == "pending"
     assert store.task_ack(claimed.lease, "too late") is Settled.CANCELLED
     assert store.task_get(task_id).state == "dead"
@@ -238,10 +243,10 @@ def test_cancel_of_a_running_task_marks_it_for_its_worker(store):
 
 def test_cancel_refuses_finished_and_unknown_tasks(store):
     dead_id = make_dead(store)
-    with pytest.raises(CommandError, match=f"task {dead_id} is dead; nothing to cancel") as err:
+    with pytest.raises(CommandError, match=f"task {dead_id} is already dead: nothing to") as err:
         dlq("cancel", str(dead_id), "--queue", "demo")
     assert err.value.returncode == 1
-    with pytest.raises(CommandError, match="task 999999 not found in queue demo"):
+    with pytest.raises(CommandError, match="no task with id 999999 in queue demo"):
         dlq("cancel", "999999", "--queue", "demo")
     with pytest.raises(CommandError, match="cancel needs a task id") as err:
         dlq("cancel", "--queue", "demo")

@@ -14,6 +14,12 @@ docs/architecture.md ("Layers") and imports only from its own layer or the ones 
 Around rivet (docs/architecture.md, "The repository"): the library imports none of the
 repository's projects; the chaos harness and the benchmark both stand on the process kit
 (``chaos_project.kit``) and never import each other, nor the ``rivet_chaos`` command on top.
+
+File by file, over the whole repository (the projects, bench/, chaos_project/ and
+effect_project/, and rivet/): no file imports, directly or through others, one that imports it
+back. That graph (``file_graph``) counts everything an import runs: the imports at module level
+and inside functions, the ``__init__`` of each package above the module imported, the module a
+lazy name of rivet's root comes from, and a literal ``import_module("...")``.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "rivet.urls",
         ),
     ),
+    ("operations", ("rivet.operations",)),
     ("producer", ("rivet.producer", "rivet.testing")),
     ("worker", ("rivet.worker",)),
     ("schedules", ("rivet.schedules",)),
@@ -85,12 +92,12 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 REPOSITORY = ("rivet", "effect_project", "chaos_project", "bench")
 
 
-def module_files(*packages: str) -> dict[str, tuple[Path, bool]]:
+def module_files(*packages: str, root: Path = ROOT) -> dict[str, tuple[Path, bool]]:
     """Dotted module name -> (file, whether it is a package's __init__), rivet's by default."""
     found = {}
-    paths = [path for package in packages or ("rivet",) for path in (ROOT / package).rglob("*.py")]
+    paths = [path for package in packages or ("rivet",) for path in (root / package).rglob("*.py")]
     for path in sorted(paths):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        parts = list(path.relative_to(root).with_suffix("").parts)
         is_package = parts[-1] == "__init__"
         found[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
     return found
@@ -123,16 +130,22 @@ def imported_names(module: str, is_package: bool, tree: ast.Module) -> list[str]
     return names
 
 
+def _module_named(name: str, modules: Mapping[str, object]) -> str:
+    """The module ``name`` is, or the nearest one above it ("" when none is of the graph)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name
+
+
 @functools.cache
-def import_graph(*packages: str) -> dict[str, frozenset[str]]:
+def import_graph(*packages: str, root: Path = ROOT) -> dict[str, frozenset[str]]:
     """module -> the modules of ``packages`` (rivet's by default) it imports (read once per run)."""
-    modules = module_files(*packages)
+    modules = module_files(*packages, root=root)
     graph: dict[str, frozenset[str]] = {}
     for module, (path, is_package) in modules.items():
         targets = set()
         for name in imported_names(module, is_package, ast.parse(path.read_text())):
-            while name and name not in modules:
-                name = name.rpartition(".")[0]
+            name = _module_named(name, modules)
             if name and name != module:
                 targets.add(name)
         graph[module] = frozenset(targets)
@@ -178,6 +191,63 @@ def cycles(graph: Mapping[str, Set[str]]) -> list[list[str]]:
             elif target in on_stack:
                 low[node] = min(low[node], index[target])
     return groups
+
+
+def lazy_exports(root: Path = ROOT) -> dict[str, str]:
+    """rivet's root's lazy names (``_EXPORTS``): name -> the module its ``__getattr__`` imports."""
+    init = root / "rivet" / "__init__.py"
+    if not init.exists():
+        return {}
+    for node in ast.parse(init.read_text()).body:
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "_EXPORTS":
+            return ast.literal_eval(node.value)
+    return {}
+
+
+def imported_by_literal(tree: ast.Module) -> list[str]:
+    """Modules named by a literal in ``import_module("x")`` (importlib's), where that runs."""
+    return [
+        node.args[0].value
+        for node in _runs(tree)
+        if isinstance(node, ast.Call)
+        and ast.unparse(node.func).rpartition(".")[2] == "import_module"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    ]
+
+
+@functools.cache
+def file_graph(*packages: str, root: Path = ROOT) -> dict[str, frozenset[str]]:
+    """file -> the files of ``packages`` that importing it runs: what ``import_graph`` counts,
+    and besides the module an import names:
+
+    - the ``__init__`` of every package above it (importing ``a.b.c`` runs ``a`` and ``a.b``
+      first), but not of the importer's own packages, which are running already;
+    - the module a lazy name of rivet's root comes from (``from rivet import enqueue`` runs
+      ``rivet.producer``, through the root's ``__getattr__``);
+    - a module named by a literal in ``import_module("...")``.
+
+    Module-level imports and those inside functions both count (a function's import runs the
+    first time the function does); ``if TYPE_CHECKING:`` blocks never run and are left out.
+    Keyed by dotted module name, one per file (a package by its ``__init__``)."""
+    modules = module_files(*packages, root=root)
+    exports = lazy_exports(root)
+    graph: dict[str, frozenset[str]] = {}
+    for module, (path, is_package) in modules.items():
+        tree = ast.parse(path.read_text())
+        names = imported_names(module, is_package, tree) + imported_by_literal(tree)
+        names += [exports[n[len("rivet.") :]] for n in names if n[len("rivet.") :] in exports]
+        targets = set()
+        for name in names:
+            name = _module_named(name, modules)
+            parts = name.split(".") if name else []
+            for depth in range(1, len(parts) + 1):
+                above = ".".join(parts[:depth])
+                if above in modules and not _inside(module, above):
+                    targets.add(above)
+        graph[module] = frozenset(targets)
+    return graph
 
 
 def layer_of(module: str) -> int | None:
@@ -294,3 +364,90 @@ def test_the_repository_graph_sees_the_kit_under_both_runs():
     assert repository_imports("chaos_project.chaos", "chaos_project.kit")
     assert repository_imports("chaos_project.management", "bench")
     assert repository_imports("chaos_project.management", "chaos_project.chaos")
+
+
+#: The projects around the library: no file of theirs may import, directly or through others,
+#: a file that imports it back (the library's own files are held to it above, module by
+#: module, and by ``test_no_file_of_the_repository_imports_one_that_imports_it_back``).
+PROJECTS = ("bench", "chaos_project", "effect_project")
+
+
+def circles(*packages: str, root: Path = ROOT) -> list[list[str]]:
+    """The import circles among the files of ``packages``, each as its sorted files' modules."""
+    return cycles(file_graph(*packages, root=root))
+
+
+def test_no_file_of_the_projects_imports_one_that_imports_it_back():
+    """bench/, chaos_project/ and effect_project/, file by file, imports in functions too."""
+    found = [c for c in circles(*REPOSITORY) if any(_inside(m, p) for m in c for p in PROJECTS)]
+    assert found == [], f"import circles among the projects' files: {found}"
+
+
+def test_no_file_of_the_repository_imports_one_that_imports_it_back():
+    """The same over rivet's files too: a package's __init__ and a lazy name count."""
+    assert circles(*REPOSITORY) == []
+
+
+def _plant(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def test_a_planted_circle_through_an_import_inside_a_function_is_found(tmp_path):
+    """bench/report.py's old circle: a module-level import one way, a function's the other."""
+    root = _plant(
+        tmp_path,
+        {
+            "bench/__init__.py": "",
+            "bench/report.py": "from bench.parts import part_targets\n",
+            "bench/parts.py": "def part_targets():\n    from bench.report import Target\n",
+            "bench/alone.py": "from bench import report\n",
+        },
+    )
+    assert circles("bench", root=root) == [["bench.parts", "bench.report"]]
+    # Under TYPE_CHECKING the import never runs: no circle.
+    typed = _plant(
+        tmp_path / "typed",
+        {
+            "bench/__init__.py": "",
+            "bench/report.py": "from bench.parts import part_targets\n",
+            "bench/parts.py": "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from bench.report import Target\n",
+        },
+    )
+    assert circles("bench", root=typed) == []
+
+
+def test_a_planted_circle_through_a_package_init_is_found(tmp_path):
+    """Importing kit.tools runs kit/__init__.py, which imports the importer back."""
+    root = _plant(
+        tmp_path,
+        {
+            "proj/__init__.py": "",
+            "proj/kit/__init__.py": "from proj.harness import run\n",
+            "proj/kit/tools.py": "X = 1\n",
+            "proj/harness.py": "def run():\n    pass\nfrom proj.kit.tools import X\n",
+        },
+    )
+    assert circles("proj", root=root) == [["proj.harness", "proj.kit"]]
+    assert "proj.kit" not in import_graph("proj", root=root)["proj.harness"]
+
+
+def test_a_planted_circle_through_a_lazy_name_or_import_module_is_found(tmp_path):
+    root = _plant(
+        tmp_path,
+        {
+            "rivet/__init__.py": '_EXPORTS = {"enqueue": "rivet.producer"}\n',
+            "rivet/producer.py": "from rivet import stores\n",
+            "rivet/stores.py": "def f():\n    from rivet import enqueue\n",
+            "rivet/apps.py": 'import importlib\nimportlib.import_module("rivet.checks")\n',
+            "rivet/checks.py": "from rivet.apps import X\n",
+        },
+    )
+    assert circles("rivet", root=root) == [
+        ["rivet.apps", "rivet.checks"],
+        ["rivet.producer", "rivet.stores"],
+    ]

@@ -16,29 +16,15 @@ from django.core.management.base import CommandError
 from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput
 from rivet.management.base import RivetCommand
+from rivet.operations import dead_letters
+from rivet.operations.cancel import cancel
+from rivet.operations.outcome import Outcome, find_dead
 from rivet.producer import resolve_store
 from rivet.stores.base import Store
 from rivet.validation import check_name
-from rivet.values import CancelOutcome, TaskRecord
 
 ACTIONS = ("list", "show", "requeue", "sweep", "purge", "cancel")
 NEEDS_ID = ("show", "requeue", "cancel")
-CANCEL_SAYS = {
-    CancelOutcome.CANCELLED: "cancelled {id}: it was not running, so it is in the dead letters now",
-    CancelOutcome.MARKED: (
-        "cancelling {id}: it is running; its worker stops it at the next heartbeat and buries it "
-        "(it is never acked)"
-    ),
-}
-PURGE_CAVEAT = (
-    "A purge deletes the rows, so it releases their idempotency keys. Purge only tasks older "
-    "than the dedup retention of the effect service; sooner, the same key can make a second "
-    "effect."
-)
-REQUEUE_NOTE = (
-    "it keeps idempotency key {key!r}: if its effect already happened, the new attempt gets a "
-    "replay and the effect does not happen a second time"
-)
 ERROR_WIDTH = 60
 
 
@@ -79,12 +65,11 @@ class Command(RivetCommand):
         elif action == "show":
             self.show_task(store, queue, task_id)
         elif action == "requeue":
-            self.requeue(store, queue, task_id)
+            self.say(dead_letters.requeue(store, task_id, queue=queue))
         elif action == "cancel":
-            self.cancel(store, queue, task_id)
+            self.say(cancel(store, task_id, queue=queue))
         elif action == "sweep":
-            count = store.dead_sweep(queue)
-            self.stdout.write(f"swept {count} task(s) with no attempts left into the dead letters")
+            self.say(dead_letters.sweep(store, queue))
         else:
             self.purge(store, queue, options["older_than_secs"], options["yes"])
 
@@ -107,46 +92,24 @@ class Command(RivetCommand):
             )
 
     def show_task(self, store: Store, queue: str, task_id: int) -> None:
-        task = self._dead_task(store, queue, task_id)
+        task = self.say(find_dead(store, task_id, queue=queue), quiet=True).task
         self.stdout.write(json.dumps(vars(task), indent=2, ensure_ascii=False, default=_iso))
 
-    def requeue(self, store: Store, queue: str, task_id: int) -> None:
-        task = self._dead_task(store, queue, task_id)
-        if not store.dead_requeue(queue, task_id):
-            raise CommandError(
-                f"task {task_id} was not requeued: a pending task of kind {task.kind!r} already "
-                f"holds its unique key {task.unique_key!r}, or it left the dead letters meanwhile",
-                returncode=1,
-            )
-        note = (
-            REQUEUE_NOTE.format(key=task.idem_key)
-            if task.idem_key
-            else "it has no idempotency key, so its handler's effect is not protected"
-        )
-        self.stdout.write(f"requeued {task_id} with fresh attempts; {note}")
-
-    def cancel(self, store: Store, queue: str, task_id: int) -> None:
-        task = store.task_get(task_id)
-        if task is None or task.queue != queue:
-            raise CommandError(f"task {task_id} not found in queue {queue}", returncode=1)
-        outcome = store.task_cancel(task_id)
-        if outcome not in CANCEL_SAYS:
-            state = store.task_get(task_id)
-            now = state.state if state else "gone"
-            raise CommandError(f"task {task_id} is {now}; nothing to cancel", returncode=1)
-        self.stdout.write(CANCEL_SAYS[outcome].format(id=task_id))
+    def say(self, outcome: Outcome, *, quiet: bool = False) -> Outcome:
+        """Print what the operation did (unless ``quiet``); a refusal is exit 1, in its words."""
+        if not outcome.ok:
+            raise CommandError(outcome.message, returncode=1)
+        if not quiet:
+            self.stdout.write(outcome.message)
+        return outcome
 
     def purge(self, store: Store, queue: str, older_than: float | None, yes: bool) -> None:
         if older_than is not None and older_than < 0:
             raise CommandError(f"--older-than-secs must be >= 0, got {older_than}", returncode=2)
-        self.stdout.write(PURGE_CAVEAT)
-        which = f"dead tasks of queue {queue}" + (
-            f" dead for at least {older_than:g}s" if older_than is not None else ""
-        )
+        self.stdout.write(dead_letters.PURGE_CAVEAT)
         if not yes:
-            self._confirm(f"Delete the {which}? [y/N] ")
-        count = store.dead_purge(queue, older_than_secs=older_than)
-        self.stdout.write(f"purged {count} {which}")
+            self._confirm(f"Delete the {dead_letters.purge_scope(queue, older_than)}? [y/N] ")
+        self.say(dead_letters.purge_queue(store, queue, older_than_secs=older_than))
 
     def _confirm(self, prompt: str) -> None:
         if not sys.stdin.isatty():
@@ -159,17 +122,6 @@ class Command(RivetCommand):
         self.stdout.flush()
         if sys.stdin.readline().strip().lower() not in ("y", "yes"):
             raise CommandError("purge cancelled; nothing deleted", returncode=1)
-
-    def _dead_task(self, store: Store, queue: str, task_id: int) -> TaskRecord:
-        task = store.task_get(task_id)
-        if task is None or task.queue != queue:
-            raise CommandError(f"task {task_id} not found in queue {queue}", returncode=1)
-        if task.state != "dead":
-            raise CommandError(
-                f"task {task_id} is {task.state}, not in the dead letters of queue {queue}",
-                returncode=1,
-            )
-        return task
 
 
 def _short(text: str) -> str:

@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 NOX_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test test-matrix pytest lint docs docs-serve demo bench scale screenshots mutation clean distclean
+.PHONY: help venv test test-matrix pytest lint docs docs-serve settings-docs demo bench scale screenshots mutation clean distclean
 
 help:
 	@echo "make venv   create .venv: rivet with every extra, and the dev dependency group"
@@ -16,6 +16,7 @@ help:
 	@echo "make test-matrix  the suite on every supported Python + Django, fresh venv each"
 	@echo "make lint   ruff check, ruff format --check, mypy rivet/, the migration check"
 	@echo "make docs   build the documentation site with mkdocs --strict (into a temp folder)"
+	@echo "make settings-docs  redraw the settings tables of docs/ from rivet/settings_table.py"
 	@echo "make docs-serve  serve the documentation site with live reload (DOCS_ADDR, default $(DOCS_ADDR))"
 	@echo "make demo   run the demo on SQLite files in demo/"
 	@echo "make bench  the benchmark: bench/results.md, results.json, throughput.png (BENCH_SOAK, BENCH_PREFETCH, BENCH_ARGS)"
@@ -96,6 +97,11 @@ lint: venv
 DOCS_ADDR ?= 127.0.0.1:8001
 docs: venv
 	$(VPY) scripts/build_docs.py
+
+# The settings tables of docs/reference/settings.md and docs/workers.md are drawn from
+# rivet/settings_table.py; a stale one fails tests/unit/test_settings_table.py and the docs build.
+settings-docs: venv
+	$(VPY) scripts/settings_docs.py --write
 
 docs-serve: venv
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --strict --dev-addr $(DOCS_ADDR)

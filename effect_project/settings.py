@@ -74,8 +74,10 @@ REST_FRAMEWORK = {
 }
 
 # rivet.idempotency: how long a key is remembered, and the largest accepted request body.
-IDEMPOTENCY_RETENTION_SECS = env.int("IDEMPOTENCY_RETENTION_SECS", default=7 * 24 * 3600)
-IDEMPOTENCY_MAX_BODY_BYTES = env.int("IDEMPOTENCY_MAX_BODY_BYTES", default=64 * 1024)
+RIVET = {
+    "IDEMPOTENCY_RETENTION_SECS": env.int("IDEMPOTENCY_RETENTION_SECS", default=7 * 24 * 3600),
+    "IDEMPOTENCY_MAX_BODY_BYTES": env.int("IDEMPOTENCY_MAX_BODY_BYTES", default=64 * 1024),
+}
 
 # Failpoint for tests: raise after the effect row is written, inside its transaction.
 EFFECT_FAIL_BETWEEN_WRITES = env.bool("EFFECT_FAIL_BETWEEN_WRITES", default=False)

@@ -10,25 +10,12 @@ from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.urls import URLResolver, get_resolver
 
-from rivet.conf import AGING_OFF_SECS, DEFAULTS, rivet_settings
+from rivet.conf import DEFAULTS, rivet_settings
 from rivet.errors import InvalidInput
-from rivet.worker.options import setting_errors
+from rivet.settings_table import SETTINGS, value_problems
 
-#: Bounds on what a producer may enqueue; the worker's settings are checked by its option table.
-_POSITIVE_NUMBERS = (
-    "MAX_ATTEMPTS",
-    "MAX_PAYLOAD_BYTES",
-    "MAX_NAME_LENGTH",
-    "MAX_IDEM_KEY_LENGTH",
-    "MAX_ERROR_LENGTH",
-    "API_BULK_MAX",
-)
-_STORES = ("auto", "memory", "sqlite", "postgres")
-#: Most failed attempts a task's errors list may keep (each entry up to MAX_ERROR_LENGTH).
-MAX_ERRORS_KEPT_LIMIT = 1000
-
-#: The settings that are True or False.
-_FLAGS = ("ALLOW_UNKNOWN_KINDS", "FAILPOINTS", "SCHEDULER")
+#: The keys of the table that rivet's own checks look at; rivet.idempotency checks its keys.
+_OWN = tuple(entry for entry in SETTINGS if entry.check and entry.check.startswith("rivet."))
 
 
 def under_test() -> bool:
@@ -40,70 +27,19 @@ def under_test() -> bool:
 
 @register()
 def check_rivet_settings(app_configs=None, **kwargs):
+    """Each value of settings.RIVET by its entry of rivet.settings_table (its parser, in the
+    words the worker's flag uses, and its check id), then what depends on several settings."""
     errors = []
     for key in rivet_settings.unknown_keys():
         close = difflib.get_close_matches(key, DEFAULTS, n=1)
         hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(DEFAULTS)}"
         errors.append(Error(f"unknown setting RIVET[{key!r}]", hint=hint, id="rivet.E001"))
-    for key in _POSITIVE_NUMBERS:
-        value = getattr(rivet_settings, key)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            errors.append(
-                Error(
-                    f"RIVET[{key!r}] must be a positive number, got {value!r}",
-                    id="rivet.E002",
-                )
-            )
-    errors += [Error(message, id="rivet.E002") for message in setting_errors()]
-    kept = rivet_settings.MAX_ERRORS_KEPT
-    if (
-        isinstance(kept, bool)
-        or not isinstance(kept, int)
-        or not 1 <= kept <= MAX_ERRORS_KEPT_LIMIT
-    ):
-        errors.append(
-            Error(
-                f"RIVET['MAX_ERRORS_KEPT'] must be an integer from 1 to {MAX_ERRORS_KEPT_LIMIT}, "
-                f"got {kept!r}",
-                hint="it bounds each task's errors list: the newest failed attempts are kept",
-                id="rivet.E002",
-            )
+    errors += [
+        Error(message, hint=entry.hint, id=entry.check)
+        for entry, message in value_problems(
+            _OWN, lambda key: (getattr(rivet_settings, key), f"RIVET[{key!r}]")
         )
-    step = rivet_settings.PRIORITY_AGING_SECS
-    if step is not None and (
-        isinstance(step, bool)
-        or not isinstance(step, int | float)
-        or not 0 < step <= AGING_OFF_SECS
-    ):
-        errors.append(
-            Error(
-                "RIVET['PRIORITY_AGING_SECS'] must be None or a number of seconds above 0 "
-                f"and at most {AGING_OFF_SECS:.0f} (ten years), got {step!r}",
-                hint="the seconds of waiting worth one priority point; None turns aging off",
-                id="rivet.E002",
-            )
-        )
-    if rivet_settings.IDLE_IN_TRANSACTION_TIMEOUT_SECS is None:
-        errors.append(
-            Error(
-                "RIVET['IDLE_IN_TRANSACTION_TIMEOUT_SECS'] must be a number of seconds, got None",
-                hint="0 turns the bound off (rivet.stores.idle); the default is 30",
-                id="rivet.E002",
-            )
-        )
-    for key in _FLAGS:
-        value = getattr(rivet_settings, key)
-        if not isinstance(value, bool):
-            errors.append(
-                Error(f"RIVET[{key!r}] must be True or False, got {value!r}", id="rivet.E002")
-            )
-    if rivet_settings.STORE not in _STORES:
-        errors.append(
-            Error(
-                f"RIVET['STORE'] is {rivet_settings.STORE!r}; expected one of {', '.join(_STORES)}",
-                id="rivet.E003",
-            )
-        )
+    ]
     if rivet_settings.STORE == "memory" and not under_test():
         errors.append(
             Error(
@@ -114,47 +50,9 @@ def check_rivet_settings(app_configs=None, **kwargs):
                 id="rivet.E006",
             )
         )
-    errors += _listen_url_errors(rivet_settings.LISTEN_DATABASE_URL)
     errors += queue_database_errors()
     errors += atomic_request_warnings()
-    token = rivet_settings.METRICS_TOKEN
-    if token is not None and (not isinstance(token, str) or len(token) < 16):
-        errors.append(
-            Error(
-                "RIVET['METRICS_TOKEN'] must be None or a string of at least 16 characters, "
-                f"got {type(token).__name__} of length {len(str(token))}",
-                hint="make one: python -c 'import secrets; print(secrets.token_urlsafe())'",
-                id="rivet.E005",
-            )
-        )
     return errors
-
-
-def _listen_url_errors(url) -> list[Error]:
-    """RIVET['LISTEN_DATABASE_URL']: None, or a PostgreSQL URL (or key=value string) libpq reads."""
-    if url is None:
-        return []
-    reason = None
-    if not isinstance(url, str) or not url.strip():
-        reason = f"got {type(url).__name__} {url!r}"
-    elif find_spec("psycopg") is not None:
-        from psycopg import ProgrammingError
-        from psycopg.conninfo import conninfo_to_dict
-
-        try:
-            conninfo_to_dict(url)
-        except ProgrammingError as exc:
-            reason = " ".join(str(exc).split())
-    if reason is None:
-        return []
-    return [
-        Error(
-            f"RIVET['LISTEN_DATABASE_URL'] must be None or a PostgreSQL URL: {reason}",
-            hint="e.g. 'postgres://db-primary:5432': the keys it gives replace the alias's "
-            "for the workers' LISTEN connection (docs/pgbouncer.md)",
-            id="rivet.E002",
-        )
-    ]
 
 
 #: The packages of each extra an included ``rivet.urls`` needs, and what each one serves.

@@ -10,73 +10,12 @@ from typing import Any
 
 from django.conf import settings
 
-DEFAULTS: dict[str, Any] = {
-    # Queue a job goes to when neither the job nor the enqueue names one.
-    "QUEUE": "default",
-    # Store implementation: "auto" picks by the database vendor of DATABASE_ALIAS.
-    "STORE": "auto",
-    "DATABASE_ALIAS": "default",
-    # Queues that live on another database: {"emails": "mail_db"} (exact queue names to Django
-    # database aliases); a queue not named here lives on DATABASE_ALIAS. Routers of
-    # DATABASE_ROUTERS with a db_for_queue(queue) method are asked first (rivet.routing).
-    "QUEUE_DATABASES": {},
-    "MAX_ATTEMPTS": 3,
-    # Priority aging: seconds of waiting worth one priority point (None: no aging, priority
-    # first). A claim takes the highest priority + seconds waited / PRIORITY_AGING_SECS.
-    "PRIORITY_AGING_SECS": 60.0,
-    "MAX_PAYLOAD_BYTES": 1024 * 1024,
-    "MAX_NAME_LENGTH": 100,
-    "MAX_IDEM_KEY_LENGTH": 200,
-    "MAX_ERROR_LENGTH": 4000,
-    # Failed attempts kept in a task's errors list (oldest dropped first).
-    "MAX_ERRORS_KEPT": 20,
-    "LEASE_TTL_SECS": 30.0,
-    "CONCURRENCY": 4,
-    "ASYNC_CONCURRENCY": 100,
-    # Claimed tasks a worker may hold waiting for a free slot: "auto" sets it from the handlers'
-    # run times (rivet.worker.prefetch); 0 claims only into free slots.
-    "PREFETCH": "auto",
-    "RETRY_BACKOFF_SECS": 1.0,
-    "RETRY_BACKOFF_CAP_SECS": 300.0,
-    # Most connections a worker process holds (its psycopg pool on PostgreSQL).
-    "POOL_SIZE": 10,
-    "POLL_INTERVAL_SECS": 1.0,
-    # How long a worker waits at start for the database to answer before it exits 1.
-    "CONNECT_TIMEOUT_SECS": 5.0,
-    "JOB_TIMEOUT_SECS": None,
-    "SHUTDOWN_TIMEOUT_SECS": 30.0,
-    # PostgreSQL ends the session of a transaction rivet opened (a scheduler pass, an operator's
-    # requeue or cancel) that sits idle longer than this, so a stalled process frees its locks
-    # (rivet.stores.idle); 0: no bound.
-    "IDLE_IN_TRANSACTION_TIMEOUT_SECS": 30.0,
-    # Level of the routine per-task worker lines (claimed, acked, retry): "info" or "debug".
-    "TASK_LOG_LEVEL": "info",
-    # Modules imported at worker start so their @rivet.job functions register.
-    "JOB_MODULES": [],
-    # Whether an enqueue may name a kind no installed app registers: for a producer whose
-    # workers run elsewhere, with the job code this process does not import.
-    "ALLOW_UNKNOWN_KINDS": False,
-    "NOTIFY_CHANNEL": "rivet_task",
-    # A PostgreSQL URL for the worker's LISTEN connection that bypasses a transaction pooler
-    # (its keys replace the alias's: "postgres://db-primary:5432"); None: the alias's own way,
-    # and polling when the alias goes through a transaction pooler (docs/pgbouncer.md).
-    "LISTEN_DATABASE_URL": None,
-    # Retention: workers delete done tasks and fenced-write records older than this duration
-    # ("7d", "12h" or seconds); None keeps them forever. Pruning releases idempotency keys.
-    "RETENTION": None,
-    "PRUNE_EVERY_SECS": 300.0,
-    "PRUNE_BATCH_SIZE": 1000,
-    # Most tasks one POST to the HTTP API's tasks/bulk/ may carry.
-    "API_BULK_MAX": 1000,
-    # A bearer token that may read rivet/metrics/ without a user (None: users only).
-    "METRICS_TOKEN": None,
-    # Whether workers honour RIVET_FAILPOINT (rivet.failpoints): only for tests and chaos runs.
-    "FAILPOINTS": False,
-    # Whether workers enqueue the due ticks of schedules (rivet.schedules): every worker may;
-    # turn it off for workers that should only run tasks.
-    "SCHEDULER": True,
-}
-"""Every key of ``settings.RIVET`` with its default; a key not here is refused (rivet.E001)."""
+from rivet.settings_table import AGING_OFF_SECS, defaults
+
+DEFAULTS: dict[str, Any] = defaults()
+"""Every key of ``settings.RIVET`` with its default, from the table of ``rivet.settings_table``
+(which says each one's parser, bounds, worker flag, help and check); a key not here is refused
+(rivet.E001)."""
 
 
 class RivetSettings:
@@ -120,12 +59,6 @@ def _rivet_dict() -> dict[str, Any]:
     if user is _UNREAD:
         user = getattr(settings, "RIVET", None)
     return user or {}
-
-
-#: The aging step rivet ranks with when PRIORITY_AGING_SECS is None: one point per ten years,
-#: longer than any task waits, so the order is priority first, then the task ready first. It is
-#: also the largest step a setting may name (a rank stays within 100 steps of its ready time).
-AGING_OFF_SECS = 10 * 365.25 * 24 * 3600.0
 
 
 def priority_aging_secs() -> float:

@@ -9,8 +9,12 @@ the effect service.
 
 from __future__ import annotations
 
+import functools
 import re
 from itertools import accumulate
+
+#: A queue or kind name: ASCII letters, digits and ``_ . : -``, starting with a letter or digit.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
 
 # An escaped NUL in JSON text: \u0000 preceded by an even number of backslashes.
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
@@ -113,3 +117,17 @@ def depth_message(depth: int | None = None, limit: int = MAX_JSON_DEPTH) -> str:
     if limit != MAX_JSON_DEPTH:
         rule += f", inside at most {limit - MAX_JSON_DEPTH} of the request's own"
     return f"nests arrays and objects {found}; {rule}"
+
+
+@functools.lru_cache(maxsize=4096)
+def name_problem(value: str, limit: int) -> str | None:
+    """What is wrong with a queue or kind name, or None; remembered, as a producer repeats a
+    few names."""
+    if len(value) > limit:
+        return f"{value[:20]!r}... is {len(value)} characters; at most {limit}"
+    if not NAME_RE.fullmatch(value):
+        return (
+            f"{value!r} may use only ASCII letters (a-z, A-Z), digits and '_.:-', "
+            "and must start with a letter or digit"
+        )
+    return None

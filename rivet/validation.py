@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import math
-import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -13,10 +11,17 @@ from typing import Any
 from rivet import tracing
 from rivet.conf import rivet_settings
 from rivet.errors import InvalidInput, InvalidKey, InvalidName, PayloadTooLarge
-from rivet.text import KEY_CHARACTERS, depth_message, json_depth_problem, key_problem, unstorable
+from rivet.text import (
+    KEY_CHARACTERS,
+    NAME_RE,  # noqa: F401  (the API's schema takes the name pattern from here)
+    depth_message,
+    json_depth_problem,
+    key_problem,
+    name_problem,
+    unstorable,
+)
 from rivet.values import TaskSpec, frozen_instance
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
 PRIORITY_MIN, PRIORITY_MAX = -100, 100
 MAX_ATTEMPTS_LIMIT = 1000
 # Ten years: beyond it a delay is a mistake, and the databases' interval types overflow.
@@ -125,23 +130,10 @@ def check_name(what: str, value: Any, limit: int | None = None) -> str:
     """A queue or kind name: 1..MAX_NAME_LENGTH of ASCII letters, digits and ``_ . : -``."""
     if not isinstance(value, str) or not value:
         raise InvalidName(f"{what} must be a non-empty string, got {value!r}", field=what)
-    problem = _name_problem(value, rivet_settings.MAX_NAME_LENGTH if limit is None else limit)
+    problem = name_problem(value, rivet_settings.MAX_NAME_LENGTH if limit is None else limit)
     if problem:
         raise InvalidName(f"{what} {problem}", field=what)
     return value
-
-
-@functools.lru_cache(maxsize=4096)
-def _name_problem(value: str, limit: int) -> str | None:
-    """What is wrong with a name, or None; remembered, as a producer repeats a few names."""
-    if len(value) > limit:
-        return f"{value[:20]!r}... is {len(value)} characters; at most {limit}"
-    if not NAME_RE.fullmatch(value):
-        return (
-            f"{value!r} may use only ASCII letters (a-z, A-Z), digits and '_.:-', "
-            "and must start with a letter or digit"
-        )
-    return None
 
 
 def check_key(

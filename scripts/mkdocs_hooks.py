@@ -9,9 +9,10 @@
   added to the site under ``img/``. A page links them by their path in the repository
   (``../bench/throughput.png``), which GitHub shows; the link is pointed at the copy when the
   page is built.
-- The settings page's table must name exactly the keys of ``rivet.conf.DEFAULTS``, and the
-  public API page must show every name of ``rivet.__all__``: a setting or a public name added
-  without its entry fails the build (a removed one already fails mkdocstrings).
+- The settings tables of the settings page and of the workers page must be the ones
+  ``rivet.settings_table`` draws (``python scripts/settings_docs.py --write`` redraws them), and
+  the public API page must show every name of ``rivet.__all__``: a setting or a public name
+  added without its entry fails the build (a removed one already fails mkdocstrings).
 - A README section marked ``<!-- readme: TITLE -->`` ... ``<!-- /readme -->`` in a page is
   replaced by that section of README.md, its ``docs/`` links made relative to the site: one
   text, tested by tests/acceptance/test_adopter.py, shown in both places.
@@ -36,7 +37,6 @@ from mkdocs.structure.pages import Page
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_URI = "reference/openapi.yaml"
-SETTINGS_URI = "reference/settings.md"
 API_URI = "reference/api.md"
 #: Files of the repository outside docs/ that the site shows: site path -> repository path.
 OUTSIDE = {"img/bench-throughput.png": "bench/throughput.png"}
@@ -84,22 +84,20 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
     markdown = outside_links(markdown, page)
     if OPERATIONS_MARK in markdown:
         markdown = markdown.replace(OPERATIONS_MARK, operations_table(_schema["text"]))
-    if page.file.src_uri == SETTINGS_URI:
-        check_settings_table(markdown)
+    check_settings_table(markdown, page.file.src_uri)
     if page.file.src_uri == API_URI:
         check_public_api(markdown)
     return markdown
 
 
-def check_settings_table(markdown: str) -> None:
-    """Fails the build when the settings table and ``rivet.conf.DEFAULTS`` name other keys."""
-    from rivet.conf import DEFAULTS
+def check_settings_table(markdown: str, uri: str) -> None:
+    """Fails the build when a page's settings table is not the one rivet.settings_table draws."""
+    from rivet.settings_table import DOC_TABLES, fill_doc
 
-    rows = set(re.findall(r"^\| `([A-Z_]+)` \|", markdown, flags=re.MULTILINE))
-    if rows != set(DEFAULTS):
+    if uri in DOC_TABLES and fill_doc(markdown, DOC_TABLES[uri]()) != markdown:
         raise PluginError(
-            f"{SETTINGS_URI}: the table and rivet.conf.DEFAULTS differ: missing rows "
-            f"{sorted(set(DEFAULTS) - rows)}, rows of no setting {sorted(rows - set(DEFAULTS))}"
+            f"{uri}: its settings table is not the one rivet/settings_table.py draws; "
+            "run python scripts/settings_docs.py --write"
         )
 
 

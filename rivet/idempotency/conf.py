@@ -1,21 +1,48 @@
-"""Settings of rivet.idempotency, read from Django settings with defaults."""
+"""Settings of rivet.idempotency: keys of ``settings.RIVET``, read with their defaults.
+
+Each one's default, bounds, help and check are its entry in ``rivet.settings_table``. They were
+top-level Django settings of the same names before; such a setting still works, with a
+DeprecationWarning when it is read and the system check warning rivet_idempotency.W001, and one
+set both ways to different values is refused (rivet_idempotency.E002).
+"""
 
 from __future__ import annotations
 
+import warnings
+from typing import Any
+
 from django.conf import settings
 
-DEFAULTS = {
-    # Dedup rows older than this are deleted by `manage.py prune_idempotency`; a key reused
-    # after that is new work.
-    "IDEMPOTENCY_RETENTION_SECS": 7 * 24 * 3600,
-    # A request body larger than this is refused with 413 before it is read or parsed.
-    "IDEMPOTENCY_MAX_BODY_BYTES": 64 * 1024,
-}
+from rivet.settings_table import BY_KEY, rivet_dict
+
+#: The keys of settings.RIVET that rivet.idempotency reads.
+NAMES = ("IDEMPOTENCY_RETENTION_SECS", "IDEMPOTENCY_MAX_BODY_BYTES")
+DEFAULTS = {name: BY_KEY[name].default for name in NAMES}
 
 MAX_KEY_LENGTH = 200
 """Longest accepted Idempotency-Key header, in characters (the column is this wide)."""
 
 
 def setting(name: str) -> int:
-    """The value of one rivet.idempotency setting, or its default."""
-    return getattr(settings, name, DEFAULTS[name])
+    """The value of one rivet.idempotency setting: ``RIVET[name]``, else the deprecated
+    top-level ``settings.<name>`` (with a DeprecationWarning), else the default."""
+    user = rivet_dict()
+    if name in user:
+        return user[name]
+    if hasattr(settings, name):
+        warnings.warn(deprecated(name), DeprecationWarning, stacklevel=2)
+        return getattr(settings, name)
+    return DEFAULTS[name]
+
+
+def deprecated(name: str) -> str:
+    """What the warning says of a setting of the old name."""
+    return (
+        f"settings.{name} is deprecated: set RIVET[{name!r}] instead "
+        "(rivet.idempotency's settings are keys of settings.RIVET)"
+    )
+
+
+def old_value(name: str) -> tuple[bool, Any]:
+    """(whether the old top-level setting is set, its value), read without a warning."""
+    return hasattr(settings, name), getattr(settings, name, None)

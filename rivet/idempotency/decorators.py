@@ -70,7 +70,7 @@ def idempotent(
 
     scope: names the key space, so two views may use the same key for different things.
     using: database alias of the dedup table; default: the router's choice for writes.
-    max_body_bytes: larger bodies get 413; default: setting IDEMPOTENCY_MAX_BODY_BYTES.
+    max_body_bytes: larger bodies get 413; default: RIVET['IDEMPOTENCY_MAX_BODY_BYTES'].
     per_user: give each authenticated user a key space of their own, so one client's key can
         never replay another client's stored answer (anonymous requests share one space).
     """

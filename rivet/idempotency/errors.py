@@ -56,7 +56,7 @@ class RequestBodyTooLarge(IdempotencyRefused):
     def __init__(self, size: int, limit: int) -> None:
         super().__init__(
             f"request body is {size} bytes; the limit is {limit} "
-            "(setting IDEMPOTENCY_MAX_BODY_BYTES)"
+            "(setting RIVET['IDEMPOTENCY_MAX_BODY_BYTES'])"
         )
 
 

@@ -1,4 +1,5 @@
-"""WorkerConfig: a worker's settings in one frozen value, built from the option table.
+"""WorkerConfig: a worker's settings in one frozen value, built from the option table
+(``rivet.worker.options``, drawn from ``rivet.settings_table``).
 
 Every field but ``once`` and ``max_abandoned`` is an option of ``rivet.worker.options``
 (same name as its ``dest``) and goes through that option's parser, whether it came from a

@@ -78,6 +78,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "rivet.schedules.cron",
             "rivet.schedules.declare",
             "rivet.schedules.values",
+            "rivet.settings_table",
             "rivet.signals",
             "rivet.text",
             "rivet.tracing",

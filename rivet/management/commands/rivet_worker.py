@@ -33,7 +33,7 @@ from rivet.worker import EXIT_STORE_ERROR, Worker
 from rivet.worker.config import WorkerConfig
 from rivet.worker.group import WorkerGroup
 from rivet.worker.metrics import WorkerMetrics
-from rivet.worker.options import OPTIONS
+from rivet.worker.options import OPTIONS, SWITCHES
 from rivet.worker.pool import configure_pool
 from rivet.worker.process import install_signal_handlers
 from rivet.worker.prune import Pruner
@@ -54,9 +54,7 @@ class Command(RivetCommand):
                 metavar=option.metavar,
                 help=f"{option.help} [{option.env}]",
             )
-        parser.add_argument(
-            "--once", action="store_true", help="run what is runnable now, then exit 0"
-        )
+        parser.add_argument("--once", action="store_true", help=SWITCHES["--once"])
 
     def execute(self, *args, **options):
         try:

@@ -1,4 +1,4 @@
-"""Delete dedup rows older than IDEMPOTENCY_RETENTION_SECS; the rows the views wrote stay."""
+"""Delete dedup rows older than RIVET['IDEMPOTENCY_RETENTION_SECS']; the views' rows stay."""
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS, DatabaseError
@@ -21,7 +21,7 @@ class Command(BaseCommand):
             "--older-than-secs",
             type=float,
             default=None,
-            help="retention in seconds (default: setting IDEMPOTENCY_RETENTION_SECS)",
+            help="retention in seconds (default: RIVET['IDEMPOTENCY_RETENTION_SECS'])",
         )
         parser.add_argument("--database", default=DEFAULT_DB_ALIAS)
 

@@ -88,8 +88,13 @@ def _number(text: Any) -> float:
     return value
 
 
+def _bound(high: float) -> str:
+    """A bound as a person writes it: 2592000, not 2.592e+06."""
+    return f"{high:.0f}" if high == int(high) else f"{high:g}"
+
+
 def positive_secs(high: float) -> Parser:
-    expected = f"a number of seconds > 0 and <= {high:g}"
+    expected = f"a number of seconds > 0 and <= {_bound(high)}"
 
     def parse(text: Any) -> float:
         value = _number(text)
@@ -101,7 +106,7 @@ def positive_secs(high: float) -> Parser:
 
 
 def non_negative_secs(high: float) -> Parser:
-    expected = f"a number of seconds between 0 and {high:g}"
+    expected = f"a number of seconds between 0 and {_bound(high)}"
 
     def parse(text: Any) -> float:
         value = _number(text)

@@ -1,5 +1,8 @@
 """rivet_claim_rank(ready, priority, aging_secs): priority aging's rule, on PostgreSQL.
 
+The function's current body is in rivet/stores/postgres/functions.sql; this migration keeps the
+version it installs.
+
 Every statement of the PostgreSQL store that makes a task runnable (enqueue, bulk enqueue,
 retry, requeue) writes claim_rank with this function, so the server holds the rule once. A task
 of priority p ranks as if it had become ready p x aging_secs seconds earlier, p clamped to

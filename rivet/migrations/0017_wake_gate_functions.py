@@ -1,5 +1,8 @@
 """The wake-up gate: an enqueue notifies only when a worker waits on its queue.
 
+The functions' current bodies are in rivet/stores/postgres/functions.sql (``rivet_wake`` is
+0018's now); this migration keeps the versions it installs.
+
 A ``pg_notify`` makes its transaction take a lock that every notifying transaction holds until
 its commit is on disk, so enqueues that each notify commit one after another: however many
 producers enqueue at once, their commits go through that lock in single file. A worker that has

@@ -1,5 +1,8 @@
 """``rivet_wake`` as one SQL expression the planner puts into the enqueue's own statement.
 
+The current body is in rivet/stores/postgres/functions.sql; this migration keeps the version
+it installs.
+
 Migration 0017 wrote it in PL/pgSQL: every enqueue then started the PL/pgSQL interpreter for
 three lock calls. The same steps, in the same order, as a SQL function of one ``CASE`` (which
 evaluates its branches in order and only those it needs): take the queue's gate lock shared

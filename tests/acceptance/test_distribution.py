@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.wheel]
 DATA_FILES = [
     "rivet/py.typed",
     "rivet/stores/postgres/postgres.sql",
+    "rivet/stores/postgres/functions.sql",
     "rivet/stores/sqlite.sql",
     "rivet/admin/postgres.sql",
     "rivet/static/rivet/admin.css",

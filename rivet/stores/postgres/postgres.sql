@@ -3,7 +3,7 @@
 -- A claimed task is a pending task whose visible_at is in the future: rivet_task_rank_idx
 -- (queue, claim_rank, id, visible_at where state = 'pending') serves every claim, in
 -- (claim_rank, id) order. claim_rank (priority aging) is rivet_claim_rank(ready time, priority,
--- %(aging_secs)s), the SQL function migration 0016 defines (the one place PostgreSQL holds the
+-- %(aging_secs)s), the SQL function in functions.sql (the one place PostgreSQL holds the
 -- rule); it is written whenever a task becomes runnable (enqueue, retry, requeue), never by a claim.
 
 -- name: enqueue

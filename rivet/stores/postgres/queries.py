@@ -8,3 +8,6 @@ from pathlib import Path
 from rivet.stores.sqlfile import load_queries
 
 QUERIES = load_queries(Path(__file__).with_name("postgres.sql"))
+#: The store's SQL functions as the database holds them now (``functions.sql``): what
+#: migrations install, in one place to read; a test compares them with a migrated database.
+FUNCTIONS = load_queries(Path(__file__).with_name("functions.sql"))

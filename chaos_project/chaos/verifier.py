@@ -230,7 +230,9 @@ HISTORY_INVARIANTS = (
         "H1",
         "overlapping",
         "claim(s) took a task while another worker's lease on it was live (by the claiming "
-        "transaction's clock): two workers held one lease at once",
+        "transaction's clock), or a live lease was ended by someone other than its holder "
+        "(another worker's decision, an operator's sweep or requeue): two workers held one "
+        "lease at once, or a worker lost one it still held",
     ),
     (
         "H2",
@@ -241,7 +243,13 @@ HISTORY_INVARIANTS = (
         "H3",
         "over_attempts",
         "claim(s) went past max_attempts in one life or took a cancelled task, or a done or "
-        "dead task was claimed or changed, or a requeue revived a task that was not dead",
+        "dead task was claimed or changed",
+    ),
+    (
+        "H3",
+        "requeued_not_dead",
+        "requeue(s) revived a task that was not dead (live: pending, leased or cancel-marked; "
+        "or done): only a dead task is requeued",
     ),
     (
         "H4",

@@ -218,6 +218,9 @@ class Change:
     actor: str = ""
     """The operator action that made the change (``acting``: "cancel", "requeue", "sweep");
     empty for a worker's."""
+    clock: datetime | None = None
+    """clock_timestamp() when the change was written (after any wait for a row lock); None
+    where not known (then tx_now stands for it)."""
 
     @property
     def what(self) -> str:
@@ -264,7 +267,7 @@ def read_changes(*, queue: str, using: str = "default") -> list[Change]:
     columns = ", ".join(f"{side}_{name}" for side in ("old", "new") for name in names)
     with connections[using].cursor() as cursor:
         cursor.execute(
-            "SELECT seq, task_id, kind, max_attempts, inserted, tx_now, new_result, actor, "
+            "SELECT seq, task_id, kind, max_attempts, inserted, tx_now, new_result, actor, clock, "
             f"{columns} "
             f"FROM {HISTORY_TABLE} WHERE queue = %s ORDER BY seq",
             [queue],
@@ -273,8 +276,8 @@ def read_changes(*, queue: str, using: str = "default") -> list[Change]:
     changes = []
     width = len(names)
     for row in rows:
-        seq, task, kind, max_attempts, inserted, tx_now, result, actor = row[:8]
-        old_values, new_values = row[8 : 8 + width], row[8 + width :]
+        seq, task, kind, max_attempts, inserted, tx_now, result, actor, clock = row[:9]
+        old_values, new_values = row[9 : 9 + width], row[9 + width :]
         old = None if inserted else Image(**dict(_image_fields(old_values)))
         new = Image(**dict(_image_fields(new_values)))
         changes.append(
@@ -288,6 +291,7 @@ def read_changes(*, queue: str, using: str = "default") -> list[Change]:
                 new=new,
                 result=parse_json(result),
                 actor=actor or "",
+                clock=clock,
             )
         )
     return changes

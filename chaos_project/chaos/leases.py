@@ -120,8 +120,9 @@ class _Task:
     acked_at: datetime | None = None
     max_attempts: int = 0
     extended_after_lapse: bool = False
-    """The live lease lapsed once and its holder's late heartbeat extended it (no claim came
-    between): a claim that met it lapsed may still bury it (see _ended_without_holder)."""
+    """A heartbeat of the live lease was written once the lease had lapsed (its row's deadline
+    passed by the time it was written; no claim came between): a claim that met the lease
+    lapsed before that write may still bury it (see _ended_without_holder)."""
 
 
 def _t(value: datetime) -> str:
@@ -178,8 +179,8 @@ def judge_history(
             _granted(figures, change, lease_ttl)
         elif what == HEARTBEAT:
             heartbeats += 1
-            if old is not None and change.tx_now >= old.visible_at:
-                task.extended_after_lapse = True
+            if old is not None and (change.clock or change.tx_now) >= old.visible_at:
+                task.extended_after_lapse = True  # written after the lease lapsed
             _granted(figures, change, lease_ttl)
             if task.lease is not None and task.lease[0] == new.epoch:
                 task.lease = (new.epoch, new.owner, new.visible_at)
@@ -329,16 +330,18 @@ def _ended_without_holder(figures: HistoryFigures, change: Change, task: _Task) 
     An operator's action (the history names it) reads and writes the row in one transaction
     (a sweep picks the lapsed leases FOR UPDATE and buries them before it commits), so the rule
     holds for it as it stands. A claim's burial is written by the statement after the one that
-    picked the task lapsed (on PostgreSQL each commits by itself): the holder's late heartbeat
-    may extend the lapsed lease between the two, and the burial then meets a lease its row
-    calls live. So a burial by no operator is allowed once the lease lapsed and was extended
-    late, and only then."""
+    picked the task lapsed (on PostgreSQL each commits by itself): the holder's heartbeat may
+    extend the lapsed lease between the two (a heartbeat checks the epoch and the state, not
+    the deadline), and the burial then meets a lease its row calls live. So a burial by no
+    operator is allowed when a heartbeat of the lease was written after the lease had lapsed
+    (by the server's clock at that write: the claim's pick may have come just before it), and
+    only then."""
     old, new = change.old, change.new
     if old is None or old.state != "pending" or old.owner is None:
         return
     if change.tx_now >= old.visible_at:
         return  # lapsed by the clock the store's own statement compared it with
-    if not change.actor and task.extended_after_lapse:
+    if not change.actor and change.what == BURY and task.extended_after_lapse:
         return  # a claim's burial of the lease it found lapsed, after the late heartbeat
     decided = (new.settled_epoch, new.settled_by) != (old.settled_epoch, old.settled_by)
     if decided and new.settled_by:

@@ -280,8 +280,9 @@ class ChaosLoop:
         self.next_cancel = CANCEL_EVERY_SECS
         self.cancels_sent = 0
         self.marked: dict[int, float] = {}
-        """Tasks a cancel marked: never cancelled again (a second mark writes the row without
-        changing it, which the history could not tell from a heartbeat that extends nothing)."""
+        """Tasks a cancel marked, and when (the loop's seconds): never cancelled again (a second
+        mark writes the row without changing it, which the history could not tell from a
+        heartbeat that extends nothing)."""
         self.next_requeue = REQUEUE_EVERY_SECS
         self.requeued: dict[int, int] = {}
         self.next_live_requeue = LIVE_REQUEUE_EVERY_SECS

@@ -399,6 +399,19 @@ def test_h1_a_claims_burial_after_a_late_heartbeat_holds_and_a_sweeps_fails():
     assert failed(judged(on_time, end, requests=[])) == ["H1"]
 
 
+def test_h1_a_heartbeat_written_after_the_lapse_lets_a_claims_burial_follow():
+    """A heartbeat whose statement began while the lease was live (now() 2.0, before the 2.1
+    deadline) but was written after it lapsed (at 2.3, after waiting for another row's lock):
+    a claim may have picked the lease lapsed at 2.2, before that write, and buries it after."""
+    end = TaskEnd(state="dead", kind="chaos.effect", key=KEY, cancelled=True)
+    for written, codes in ((2.3, []), (2.05, ["H1"])):
+        t = Task()
+        t.claim(0.1, "w1").change(0.2, cancel_requested=True).beat(2.0)
+        t.changes[-1] = dataclasses.replace(t.changes[-1], clock=at(written))
+        t.bury(2.4)
+        assert failed(judged(t, end, requests=[])) == codes
+
+
 def test_h4_an_epoch_that_does_not_grow_after_a_requeue_fails():
     t = Task(max_attempts=1)
     t.claim(0.1, "w1").bury(2.2).requeue(3.0, new_epoch=False)

@@ -24,6 +24,11 @@
   own table holds that effect under that key, and (through the proxy's record) the worker was
   delivered that answer before the ack was written. Every answer the service gave for a key
   names the same effect.
+- F2 (its history part) no stale decision applied: every decision the store applied (a change
+  of ``settled_epoch``/``settled_by``: an ack, a retry, a burial, a claim's or an operator's
+  burial) names the epoch the row held when it was applied. The end-state row check sees this
+  for finished tasks only; a stale retry leaves its task pending, and only the history shows
+  that it went through.
 - D1 no task died unless designed to: a dead task was cancelled, designed to fail, or used up
   its ``max_attempts`` claims in its last life.
 
@@ -102,6 +107,8 @@ class HistoryFigures:
     """Requeues (H3) that revived a task that was not dead: live (pending, leased or waiting,
     cancel-marked) or done."""
     epochs_back: Count = field(default_factory=Count)
+    stale_decisions: Count = field(default_factory=Count)
+    """Decisions applied under an epoch the row no longer held (F2: a stale write applied)."""
     bad_answers: Count = field(default_factory=Count)
     dead_not_designed: Count = field(default_factory=Count)
     recorded: bool = True
@@ -164,6 +171,12 @@ def judge_history(
             figures.over_attempts.add(
                 f"task {change.task}: changed while {old.state} ({what}: "
                 f"{_difference(old, new)}), not requeued"
+            )
+        if old is not None and _stale_decision(old, new):
+            figures.stale_decisions.add(
+                f"task {change.task}: a {what} by {new.settled_by or 'no worker'} naming epoch "
+                f"{new.settled_epoch} was applied at {_t(change.tx_now)} while the task held "
+                f"epoch {old.epoch} ({_difference(old, new)})"
             )
         if change.actor == REQUEUE:
             operator_requeues += 1
@@ -233,6 +246,7 @@ def judge_history(
         over_attempts=figures.over_attempts,
         requeued_not_dead=figures.requeued_not_dead,
         epochs_back=figures.epochs_back,
+        stale_decisions=figures.stale_decisions,
         bad_answers=figures.bad_answers,
         dead_not_designed=figures.dead_not_designed,
     )
@@ -304,6 +318,13 @@ def _claim(figures: HistoryFigures, change: Change, task: _Task) -> None:
             )
     task.lease = (new.epoch, new.owner, new.visible_at)
     task.extended_after_lapse = False
+
+
+def _stale_decision(old: Image, new: Image) -> bool:
+    """A decision was applied (the row's settled epoch and owner changed) under another epoch
+    than the one the row held: the settle statement's epoch guard let a stale write through."""
+    decided = (new.settled_epoch, new.settled_by) != (old.settled_epoch, old.settled_by)
+    return decided and new.settled_epoch is not None and new.settled_epoch != old.epoch
 
 
 def _by(change: Change) -> str:

@@ -64,6 +64,11 @@ def report_lines(verdict: Verdict, chaos: Mapping[str, int] | None) -> list[str]
             ),
             line("epochs not growing", h.epochs_back.n, proves("H4", "H4 epochs only grow")),
             line(
+                "stale decisions",
+                h.stale_decisions.n,
+                proves("F2", "F2 no decision applied under a lost lease (history)"),
+            ),
+            line(
                 "done no success",
                 h.bad_answers.n,
                 proves("H5", "H5 each done task's effect answer was a success"),
@@ -176,6 +181,7 @@ def history_summary(verdict: Verdict) -> dict[str, Any]:
         "H4": h.epochs_back.n,
         "H5": h.bad_answers.n,
         "D1": h.dead_not_designed.n,
+        "F2_history": h.stale_decisions.n,
         "history": {
             "changes": h.changes,
             "claims": h.claims,

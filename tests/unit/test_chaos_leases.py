@@ -198,7 +198,7 @@ def test_h1_another_workers_decision_on_a_live_lease_fails():
     t = Task()
     t.claim(0.1, "w1").claim(2.5, "w2")
     t.ack(3.0, owner="w1", epoch=1)  # w1's stale ack landed on w2's live lease
-    assert failed(judged(t, requests=[delivered(2.9)])) == ["H1"]
+    assert failed(judged(t, requests=[delivered(2.9)])) == ["H1", "F2"]  # F2: a stale write
 
 
 def test_h1_a_retry_that_keeps_its_holder_fails():
@@ -410,6 +410,22 @@ def test_h1_a_heartbeat_written_after_the_lapse_lets_a_claims_burial_follow():
         t.changes[-1] = dataclasses.replace(t.changes[-1], clock=at(written))
         t.bury(2.4)
         assert failed(judged(t, end, requests=[])) == codes
+
+
+def test_f2_a_stale_retry_applied_to_a_task_nobody_holds_fails():
+    """w1 was lost; w2 claimed the task and retried it (no lease now); w1's late retry under
+    epoch 1 is applied by a store without the retry's epoch guard. The task is pending again,
+    so the end state shows nothing: the history does."""
+    t = Task()
+    t.claim(0.1, "w1").claim(2.2, "w2").retry(2.5, delay=0.4)
+    t.change(3.0, settled_epoch=1, settled_by="w1", visible_at=at(3.4))  # w1's stale retry
+    t.claim(3.5, "w3").ack(4.0)
+    figures = judged(t, requests=[delivered(3.9)])
+    assert failed(figures) == ["F2"]
+    assert "naming epoch 1 was applied" in figures.stale_decisions.samples[0]
+    fenced = Task()  # the store refused it: no change recorded
+    fenced.claim(0.1, "w1").claim(2.2, "w2").retry(2.5, delay=0.4).claim(3.5, "w3").ack(4.0)
+    assert failed(judged(fenced, requests=[delivered(3.9)])) == []
 
 
 def test_h4_an_epoch_that_does_not_grow_after_a_requeue_fails():

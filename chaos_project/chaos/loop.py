@@ -42,7 +42,7 @@ from chaos_project.chaos.plan import (
 from chaos_project.chaos.zombies import HEARTBEAT_POINT, Phase, Zombie
 from chaos_project.kit import queries
 from rivet.producer import cancel, resolve_store
-from rivet.values import CANCELLED_SUFFIX, CancelOutcome
+from rivet.values import CancelOutcome
 
 TICK_SECS = 0.05
 #: A failpoint that no restart took within this long retires a running worker for an armed one.
@@ -184,33 +184,6 @@ def heartbeat_failed_after_pause(log_path: Path) -> bool:
     return False
 
 
-def cancelled_after_pause(log_path: Path) -> set[int]:
-    """The tasks a worker's log, after its ``failpoint_fired`` line, says it stopped as an
-    operator cancelled them (``cancelled``, or a ``fenced`` line giving that reason)."""
-    found: set[int] = set()
-    paused = False
-    try:
-        with log_path.open("rb") as log:
-            for raw in log:
-                if b'"failpoint_fired"' in raw:
-                    paused = True
-                elif paused and (b'"cancelled"' in raw or CANCELLED_SUFFIX.encode() in raw):
-                    try:
-                        record = json.loads(raw)
-                    except ValueError:
-                        continue
-                    if not isinstance(record, dict) or not isinstance(record.get("task"), int):
-                        continue
-                    reason = str(record.get("reason", ""))
-                    if record.get("event") == "cancelled" or (
-                        record.get("event") == "fenced" and reason.endswith(CANCELLED_SUFFIX)
-                    ):
-                        found.add(record["task"])
-    except OSError:
-        return found
-    return found
-
-
 class Source(Protocol):
     """Anything that acts on the run at each tick (a fault: restart a server, cut the network)."""
 
@@ -279,10 +252,9 @@ class ChaosLoop:
         self.chaos_on = True
         self.next_cancel = CANCEL_EVERY_SECS
         self.cancels_sent = 0
-        self.marked: dict[int, float] = {}
-        """Tasks a cancel marked, and when (the loop's seconds): never cancelled again (a second
-        mark writes the row without changing it, which the history could not tell from a
-        heartbeat that extends nothing)."""
+        self.marked: set[int] = set()
+        """Tasks a cancel marked: never cancelled again (a second mark writes the row without
+        changing it, which the history could not tell from a heartbeat that extends nothing)."""
         self.next_requeue = REQUEUE_EVERY_SECS
         self.requeued: dict[int, int] = {}
         self.next_live_requeue = LIVE_REQUEUE_EVERY_SECS
@@ -466,7 +438,7 @@ class ChaosLoop:
         with run_history.acting(CANCEL_ACTOR):
             outcome = cancel(task, using="default")
         if outcome is CancelOutcome.MARKED:
-            self.marked[task] = self.now()
+            self.marked.add(task)
         self.outcome.cancels[outcome.value] += 1
         self.fleet.log.add("cancel", task=task, outcome=outcome.value)
         if outcome is CancelOutcome.MARKED:  # a live lease a sweep must leave alone
@@ -645,12 +617,6 @@ class ChaosLoop:
         else:
             if zombie.pause_point == HEARTBEAT_POINT and not zombie.paused_write_failed:
                 zombie.paused_write_failed = heartbeat_failed_after_pause(proc.child.log_path)
-            if zombie.pause_point == HEARTBEAT_POINT:
-                zombie.cancel_seen = frozenset(
-                    task
-                    for task in cancelled_after_pause(proc.child.log_path)
-                    if self.marked.get(task, zombie.stopped_at + 1) <= zombie.stopped_at
-                )
             self._unpin_when_landed(zombie, now, ops)
             unwritten: set[int] = set()
             if zombie.woken_at is not None and now - zombie.woken_at >= self.fence_limit:

@@ -93,12 +93,6 @@ class Zombie:
     """A zombie paused at a heartbeat whose heartbeat, once woken, failed to reach the database
     (``heartbeat_failed`` in its log): nothing could refuse it, so the refusal of the write that
     follows it (its guard's next heartbeat, or the decision) stands for it."""
-    cancel_seen: frozenset[int] = frozenset()
-    """Tasks of a zombie paused at a heartbeat that an operator cancel-marked before it stopped
-    and that its worker, once woken, stopped as cancelled. A worker learns a mark only from a
-    heartbeat's answer, so the heartbeat it paused at reached the database before the stop took
-    hold (a thread's query already sent) and was answered there, and no later heartbeat of it
-    covers the task: the refusal of the decision that follows stands for the heartbeat's."""
     first_reclaim_at: float | None = None
     woken_at: float | None = None
     ended_at: float | None = None
@@ -226,8 +220,6 @@ class Zombie:
             # Finished under its own epoch (a cancel, a claim's burial): nobody else holds it,
             # so the refused heartbeat is not recorded; the decision that follows is.
             return bool(recorded)
-        if self.pause_point == HEARTBEAT_POINT and task in self.cancel_seen:
-            return bool(recorded)  # its paused heartbeat was answered before the stop
         return self.write_refused(recorded)
 
     def write_refused(self, ops: set[str]) -> bool:

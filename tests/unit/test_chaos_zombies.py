@@ -231,34 +231,6 @@ def test_a_heartbeat_zombie_whose_task_finished_under_its_own_epoch_needs_any_re
     assert z.phase is Phase.FENCED
 
 
-def test_a_heartbeat_zombie_that_saw_its_task_cancelled_before_the_stop_needs_any_refusal():
-    """Its paused heartbeat reached the database as the stop took hold and was answered with
-    the task's cancel mark; the task was buried at its epoch and requeued (a new epoch) while
-    it slept. Woken, it stops the task as cancelled and heartbeats it no more: its refused
-    decision stands for the heartbeat. Without the cancel seen, that decision is not enough."""
-    for seen, phase in ((frozenset({18}), Phase.FENCED), (frozenset(), Phase.UNFENCED)):
-        z = zombie()
-        z.paused, z.pause_point, z.paused_tasks = True, "before_heartbeat", (18,)
-        z.cancel_seen = seen
-        assert z.observe_epochs(rows({17: 1, 18: 4}), 101.0, give_up=LIMIT)
-        z.observe_fenced({(18, 3)}, 101.0 + LIMIT, give_up=LIMIT, ops={(18, 3): {"fail"}})
-        assert z.phase is phase
-
-
-def test_tasks_stopped_as_cancelled_are_read_after_the_pause_only(tmp_path) -> None:
-    from chaos_project.chaos.loop import cancelled_after_pause
-
-    log = tmp_path / "w.log"
-    log.write_text(
-        '{"event": "cancelled", "task": 5}\n{"event": "failpoint_fired", "tasks": [6, 7, 8]}\n'
-        '{"event": "fenced", "task": 6, "op": "fail", "reason": "cancelled by an operator"}\n'
-        '{"event": "fenced", "task": 7, "op": "fail", "reason": "lease lost (fenced)"}\n'
-        '{"event": "cancelled", "task": 8}\nnot json\n'
-    )
-    assert cancelled_after_pause(log) == {6, 8}
-    assert cancelled_after_pause(tmp_path / "missing.log") == set()
-
-
 def test_a_zombie_whose_writes_failed_to_reach_the_database_could_not_write() -> None:
     """Woken while the server restarted: its write for task 18 was given up (write_failed), so
     nothing was refused, and nothing tells whether the fence works: not a failure, not a pass."""

@@ -16,6 +16,13 @@ retry, a burial, a cancel mark, a requeue) is read from the before and after ima
 (``classify``), not from what the store meant to do, so a store that writes the wrong thing is
 seen writing it.
 
+Operator actions. The harness acts on the queue as an operator would (a cancel, a requeue, a
+sweep, through the store's public methods) on its own connection, and names the action for the
+duration in the session setting ``chaos.actor`` (``acting``); the trigger copies it into the
+row's ``actor`` (empty for the workers' changes). So the history knows which change an
+operator's requeue made, whatever the store wrote, and what the task was before it: a requeue
+of a task that was not dead is seen even when its row looks like a heartbeat's.
+
 Effect requests. The workers reach the effect service through the harness's proxy
 (``chaos_project.chaos.proxy``), which records every ``POST /effects``: its key, each answer the
 service gave (two for a duplicated request), and what the worker got (the answer, or a broken
@@ -25,11 +32,12 @@ connection). The harness writes them to ``chaos_effect_history`` after the chaos
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
 HISTORY_TABLE = "chaos_task_history"
 EFFECT_TABLE = "chaos_effect_history"
@@ -62,8 +70,10 @@ CREATE TABLE IF NOT EXISTS {HISTORY_TABLE} (
     tx_now timestamptz NOT NULL,
     clock timestamptz NOT NULL,
     new_result jsonb,
+    actor text NOT NULL DEFAULT '',
     {_COLUMNS}
 );
+ALTER TABLE {HISTORY_TABLE} ADD COLUMN IF NOT EXISTS actor text NOT NULL DEFAULT '';
 CREATE INDEX IF NOT EXISTS {HISTORY_TABLE}_task ON {HISTORY_TABLE} (task_id, seq);
 CREATE TABLE IF NOT EXISTS {EFFECT_TABLE} (
     seq bigserial PRIMARY KEY,
@@ -77,6 +87,9 @@ CREATE TABLE IF NOT EXISTS {EFFECT_TABLE} (
 )
 """
 EMPTY_TABLES = f"TRUNCATE {HISTORY_TABLE}, {EFFECT_TABLE} RESTART IDENTITY"
+#: The session setting naming the operator action under way (see ``acting``).
+ACTOR_SETTING = "chaos.actor"
+_ACTOR = f"coalesce(current_setting('{ACTOR_SETTING}', true), '')"
 
 _OLD = ", ".join(f"OLD.{name}" for name, _ in COPIED)
 _NEW = ", ".join(f"NEW.{name}" for name, _ in COPIED)
@@ -88,18 +101,20 @@ BEGIN
     IF NEW.queue = TG_ARGV[0] THEN
         IF TG_OP = 'INSERT' THEN
             INSERT INTO {HISTORY_TABLE} (
-                task_id, queue, kind, max_attempts, inserted, tx_now, clock, new_result, {_TARGETS}
+                task_id, queue, kind, max_attempts, inserted, tx_now, clock, new_result, actor,
+                {_TARGETS}
             ) VALUES (
                 NEW.id, NEW.queue, NEW.kind, NEW.max_attempts, true, now(), clock_timestamp(),
-                NULL, {_NULLS}, {_NEW}
+                NULL, {_ACTOR}, {_NULLS}, {_NEW}
             );
         ELSE
             INSERT INTO {HISTORY_TABLE} (
-                task_id, queue, kind, max_attempts, inserted, tx_now, clock, new_result, {_TARGETS}
+                task_id, queue, kind, max_attempts, inserted, tx_now, clock, new_result, actor,
+                {_TARGETS}
             ) VALUES (
                 NEW.id, NEW.queue, NEW.kind, NEW.max_attempts, false, now(), clock_timestamp(),
                 CASE WHEN NEW.state = 'done' AND OLD.state <> 'done' THEN NEW.result END,
-                {_OLD}, {_NEW}
+                {_ACTOR}, {_OLD}, {_NEW}
             );
         END IF;
     END IF;
@@ -124,6 +139,23 @@ def install(queue: str, *, using: str = "default") -> None:
         # A trigger's arguments are literals in its definition, not parameters: quoted here.
         quoted = "'" + queue.replace("'", "''") + "'"
         cursor.execute(CREATE_TRIGGER.replace("%(queue)s", quoted))
+
+
+@contextmanager
+def acting(actor: str, *, using: str = "default") -> Iterator[None]:
+    """Name the operator action ``actor`` in the history of every change this connection makes
+    meanwhile (the session setting, set before and cleared after; a connection the server lost
+    meanwhile loses it with its session)."""
+    with connections[using].cursor() as cursor:
+        cursor.execute("SELECT set_config(%s, %s, false)", [ACTOR_SETTING, actor])
+    try:
+        yield
+    finally:
+        try:
+            with connections[using].cursor() as cursor:
+                cursor.execute("SELECT set_config(%s, '', false)", [ACTOR_SETTING])
+        except DatabaseError:
+            pass  # the session is gone, and its setting with it
 
 
 def remove(*, using: str = "default") -> None:
@@ -151,6 +183,8 @@ CANCEL = "cancel"
 REQUEUE = "requeue"
 ENQUEUE = "enqueue"
 OTHER = "other"
+#: The operator's sweep: an actor (``acting``), not a kind of change (it buries).
+SWEEP = "sweep"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -181,6 +215,12 @@ class Change:
     new: Image
     result: object = None
     """The row's result when this change made it done."""
+    actor: str = ""
+    """The operator action that made the change (``acting``: "cancel", "requeue", "sweep");
+    empty for a worker's."""
+    clock: datetime | None = None
+    """clock_timestamp() when the change was written (after any wait for a row lock); None
+    where not known (then tx_now stands for it)."""
 
     @property
     def what(self) -> str:
@@ -188,7 +228,8 @@ class Change:
 
 
 def classify(change: Change) -> str:
-    """What a change did, read from the row before and after it (see the module's docstring).
+    """What a change did, read from the row before and after it (see the module's docstring);
+    a change an operator's requeue made is a requeue, whatever it wrote.
 
     A claim is a change that leaves or makes a task leased under another lease than before:
     a new epoch, a new owner or one more attempt, with an owner. A claim of a finished task
@@ -197,7 +238,7 @@ def classify(change: Change) -> str:
     old, new = change.old, change.new
     if old is None:
         return ENQUEUE
-    if old.state != "pending" and new.state == "pending":
+    if change.actor == REQUEUE or (old.state != "pending" and new.state == "pending"):
         return REQUEUE
     settled = (new.settled_epoch, new.settled_by) != (old.settled_epoch, old.settled_by)
     leased_again = new.owner is not None and (
@@ -226,7 +267,8 @@ def read_changes(*, queue: str, using: str = "default") -> list[Change]:
     columns = ", ".join(f"{side}_{name}" for side in ("old", "new") for name in names)
     with connections[using].cursor() as cursor:
         cursor.execute(
-            f"SELECT seq, task_id, kind, max_attempts, inserted, tx_now, new_result, {columns} "
+            "SELECT seq, task_id, kind, max_attempts, inserted, tx_now, new_result, actor, clock, "
+            f"{columns} "
             f"FROM {HISTORY_TABLE} WHERE queue = %s ORDER BY seq",
             [queue],
         )
@@ -234,8 +276,8 @@ def read_changes(*, queue: str, using: str = "default") -> list[Change]:
     changes = []
     width = len(names)
     for row in rows:
-        seq, task, kind, max_attempts, inserted, tx_now, result = row[:7]
-        old_values, new_values = row[7 : 7 + width], row[7 + width :]
+        seq, task, kind, max_attempts, inserted, tx_now, result, actor, clock = row[:9]
+        old_values, new_values = row[9 : 9 + width], row[9 + width :]
         old = None if inserted else Image(**dict(_image_fields(old_values)))
         new = Image(**dict(_image_fields(new_values)))
         changes.append(
@@ -248,6 +290,8 @@ def read_changes(*, queue: str, using: str = "default") -> list[Change]:
                 old=old,
                 new=new,
                 result=parse_json(result),
+                actor=actor or "",
+                clock=clock,
             )
         )
     return changes

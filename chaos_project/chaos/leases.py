@@ -5,15 +5,18 @@
   ``visible_at`` with: one clock, so no skew between two transactions' clocks can matter). The
   lease's deadline is the one its last claim or heartbeat wrote, which must be that
   transaction's now() plus the lease (``lease_ttl``). And a live lease is ended
-  only by its holder (no other worker's decision settles the task while it is live), and a
-  retry ends it (the task waits for its retry held by nobody).
+  only by its holder (no other worker's decision settles the task while it is live, and no
+  change that names no worker, an operator's sweep or requeue, or a claim's burial, ends it
+  before it lapsed by that change's own clock), and a retry ends it (the task waits for its
+  retry held by nobody).
 - H2 nothing runs early: a task with no live lease is claimed only once it is ready: its
   enqueue's delay or ``run_at``, a retry's backoff, a requeue's time; and a retry is made ready
   no sooner than the backoff its worker decided (read from the worker's log).
 - H3 attempts are bounded: no task is claimed more than ``max_attempts`` times in one life (a
   requeue starts a new life), a cancelled task is never claimed again, and a finished task
   stays finished: a done or dead task is never claimed or changed (a heartbeat, a decision, a
-  cancel mark), and only a dead task is requeued.
+  cancel mark), and only a dead task is requeued: every change an operator's requeue made
+  (the history names the actor) was made to a task that was dead before it.
 - H4 epochs only grow: every claim gives the task an epoch above every epoch it had before,
   over its whole history, requeues included, and no change lowers it.
 - H5 every done effect task's answer was a success: the result its handler returned names the
@@ -21,6 +24,11 @@
   own table holds that effect under that key, and (through the proxy's record) the worker was
   delivered that answer before the ack was written. Every answer the service gave for a key
   names the same effect.
+- F2 (its history part) no stale decision applied: every decision the store applied (a change
+  of ``settled_epoch``/``settled_by``: an ack, a retry, a burial, a claim's or an operator's
+  burial) names the epoch the row held when it was applied. The end-state row check sees this
+  for finished tasks only; a stale retry leaves its task pending, and only the history shows
+  that it went through.
 - D1 no task died unless designed to: a dead task was cancelled, designed to fail, or used up
   its ``max_attempts`` claims in its last life.
 
@@ -45,6 +53,7 @@ from chaos_project.chaos.history import (
     EffectRequest,
     Image,
 )
+from chaos_project.chaos.history import SWEEP as SWEEP_ACTOR
 
 SAMPLES = 5
 SUCCESS = (200, 201)
@@ -86,11 +95,20 @@ class HistoryFigures:
     claims: int = 0
     heartbeats: int = 0
     requeues: int = 0
+    operator_requeues: int = 0
+    """Changes an operator's requeue made (a refused requeue makes none)."""
+    operator_sweeps: int = 0
+    """Burials an operator's sweep made."""
     effect_requests: int = 0
     overlapping: Count = field(default_factory=Count)
     early: Count = field(default_factory=Count)
     over_attempts: Count = field(default_factory=Count)
+    requeued_not_dead: Count = field(default_factory=Count)
+    """Requeues (H3) that revived a task that was not dead: live (pending, leased or waiting,
+    cancel-marked) or done."""
     epochs_back: Count = field(default_factory=Count)
+    stale_decisions: Count = field(default_factory=Count)
+    """Decisions applied under an epoch the row no longer held (F2: a stale write applied)."""
     bad_answers: Count = field(default_factory=Count)
     dead_not_designed: Count = field(default_factory=Count)
     recorded: bool = True
@@ -108,6 +126,10 @@ class _Task:
     life: int = 1
     acked_at: datetime | None = None
     max_attempts: int = 0
+    extended_after_lapse: bool = False
+    """A heartbeat of the live lease was written once the lease had lapsed (its row's deadline
+    passed by the time it was written; no claim came between): a claim that met the lease
+    lapsed before that write may still bury it (see _ended_without_holder)."""
 
 
 def _t(value: datetime) -> str:
@@ -133,7 +155,7 @@ def judge_history(
     transaction's now() (None: only that the deadline is after it)."""
     figures = HistoryFigures()
     tasks: dict[int, _Task] = {}
-    claims = heartbeats = requeues = count = 0
+    claims = heartbeats = requeues = operator_requeues = operator_sweeps = count = 0
     for change in changes:
         count += 1
         task = tasks.setdefault(change.task, _Task())
@@ -150,6 +172,18 @@ def judge_history(
                 f"task {change.task}: changed while {old.state} ({what}: "
                 f"{_difference(old, new)}), not requeued"
             )
+        if old is not None and _stale_decision(old, new):
+            figures.stale_decisions.add(
+                f"task {change.task}: a {what} by {new.settled_by or 'no worker'} naming epoch "
+                f"{new.settled_epoch} was applied at {_t(change.tx_now)} while the task held "
+                f"epoch {old.epoch} ({_difference(old, new)})"
+            )
+        if change.actor == REQUEUE:
+            operator_requeues += 1
+        elif change.actor == SWEEP_ACTOR:
+            operator_sweeps += 1
+        if what != CLAIM:  # a claim's own check (_claim) judges the lease it takes
+            _ended_without_holder(figures, change, task)
         if what == ENQUEUE:
             task.ready_at = new.visible_at
         elif what == CLAIM:
@@ -158,6 +192,8 @@ def judge_history(
             _granted(figures, change, lease_ttl)
         elif what == HEARTBEAT:
             heartbeats += 1
+            if old is not None and (change.clock or change.tx_now) >= old.visible_at:
+                task.extended_after_lapse = True  # written after the lease lapsed
             _granted(figures, change, lease_ttl)
             if task.lease is not None and task.lease[0] == new.epoch:
                 task.lease = (new.epoch, new.owner, new.visible_at)
@@ -187,8 +223,9 @@ def judge_history(
         elif what == REQUEUE:
             requeues += 1
             if old is not None and old.state != "dead":
-                figures.over_attempts.add(
-                    f"task {change.task}: requeued from {old.state}, not from dead"
+                figures.requeued_not_dead.add(
+                    f"task {change.task}: {_by(change)}requeued from {_state(old, change)}, not "
+                    f"from dead ({_difference(old, new)})"
                 )
             task.lease, task.ready_at = None, new.visible_at
             task.claims_in_life, task.life = 0, task.life + 1
@@ -201,11 +238,15 @@ def judge_history(
         claims=claims,
         heartbeats=heartbeats,
         requeues=requeues,
+        operator_requeues=operator_requeues,
+        operator_sweeps=operator_sweeps,
         effect_requests=len(requests or ()),
         overlapping=figures.overlapping,
         early=figures.early,
         over_attempts=figures.over_attempts,
+        requeued_not_dead=figures.requeued_not_dead,
         epochs_back=figures.epochs_back,
+        stale_decisions=figures.stale_decisions,
         bad_answers=figures.bad_answers,
         dead_not_designed=figures.dead_not_designed,
     )
@@ -276,6 +317,63 @@ def _claim(figures: HistoryFigures, change: Change, task: _Task) -> None:
                 f"{(ready - now).total_seconds():.3f} s before it was ready ({_t(ready)})"
             )
     task.lease = (new.epoch, new.owner, new.visible_at)
+    task.extended_after_lapse = False
+
+
+def _stale_decision(old: Image, new: Image) -> bool:
+    """A decision was applied (the row's settled epoch and owner changed) under another epoch
+    than the one the row held: the settle statement's epoch guard let a stale write through."""
+    decided = (new.settled_epoch, new.settled_by) != (old.settled_epoch, old.settled_by)
+    return decided and new.settled_epoch is not None and new.settled_epoch != old.epoch
+
+
+def _by(change: Change) -> str:
+    return f"an operator's {change.actor} " if change.actor else ""
+
+
+def _state(old: Image, change: Change) -> str:
+    """A task's state before a change, with its lease: 'pending, leased by w1 (epoch 3)'."""
+    if old.state != "pending":
+        return old.state
+    marked = ", cancel-marked" if old.cancel_requested else ""
+    if old.owner is not None and change.tx_now < old.visible_at:
+        return f"pending, leased by {old.owner} (epoch {old.epoch}){marked}"
+    return f"pending, not leased{marked}"
+
+
+def _ended_without_holder(figures: HistoryFigures, change: Change, task: _Task) -> None:
+    """A change that names no worker (no decision's settled_by: an operator's sweep, requeue or
+    cancel, a claim's burial) must not end a lease that was live by the change's own clock:
+    the row's own deadline (visible_at, which the store's statements compare with now()) not
+    yet passed, with an owner. Ending it is the task leaving pending, or its epoch or owner
+    changing. (A worker's decision is _ended_by_holder's; a claim is _claim's.)
+
+    An operator's action (the history names it) reads and writes the row in one transaction
+    (a sweep picks the lapsed leases FOR UPDATE and buries them before it commits), so the rule
+    holds for it as it stands. A claim's burial is written by the statement after the one that
+    picked the task lapsed (on PostgreSQL each commits by itself): the holder's heartbeat may
+    extend the lapsed lease between the two (a heartbeat checks the epoch and the state, not
+    the deadline), and the burial then meets a lease its row calls live. So a burial by no
+    operator is allowed when a heartbeat of the lease was written after the lease had lapsed
+    (by the server's clock at that write: the claim's pick may have come just before it), and
+    only then."""
+    old, new = change.old, change.new
+    if old is None or old.state != "pending" or old.owner is None:
+        return
+    if change.tx_now >= old.visible_at:
+        return  # lapsed by the clock the store's own statement compared it with
+    if not change.actor and change.what == BURY and task.extended_after_lapse:
+        return  # a claim's burial of the lease it found lapsed, after the late heartbeat
+    decided = (new.settled_epoch, new.settled_by) != (old.settled_epoch, old.settled_by)
+    if decided and new.settled_by:
+        return  # a worker's decision
+    if new.state == "pending" and (new.epoch, new.owner) == (old.epoch, old.owner):
+        return  # the lease goes on (a heartbeat, a cancel mark)
+    who = f"an operator's {change.actor}" if change.actor else f"a {change.what} naming no worker"
+    figures.overlapping.add(
+        f"task {change.task}: {who} at {_t(change.tx_now)} ended {old.owner}'s live lease "
+        f"(epoch {old.epoch}, until {_t(old.visible_at)}): {_difference(old, new)}"
+    )
 
 
 def _ended_by_holder(figures: HistoryFigures, change: Change, task: _Task) -> None:

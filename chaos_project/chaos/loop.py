@@ -22,7 +22,11 @@ from typing import Any, Protocol
 
 from django.db import connections
 
+from chaos_project.chaos import history as run_history
 from chaos_project.chaos.fleet import Fleet, WorkerProcess
+from chaos_project.chaos.history import CANCEL as CANCEL_ACTOR
+from chaos_project.chaos.history import REQUEUE as REQUEUE_ACTOR
+from chaos_project.chaos.history import SWEEP as SWEEP_ACTOR
 from chaos_project.chaos.pacing import Pacer
 from chaos_project.chaos.plan import (
     FAILPOINT,
@@ -75,6 +79,22 @@ CANCEL_EVERY_SECS = 0.5
 #: is continued: its late write must meet a task in a new life under a newer epoch.
 REQUEUE_EVERY_SECS = 1.0
 REQUEUE_LIMIT = 2
+#: An operator's requeue of a task that is not dead, every this many seconds of the chaos,
+#: through the same ``dead_requeue``: in turn one leased (its worker at work), one pending and
+#: not leased (ready, delayed or waiting for its retry), one cancel-marked (leased, its burial
+#: to come at its worker's heartbeat) and one done. The store must refuse each (only a dead task
+#: is revived); the history names the requeue's changes, and H3 fails any made to a task that
+#: was not dead before it (one that died between the pick and the requeue is revived, rightly).
+LIVE_REQUEUE_EVERY_SECS = 0.25
+LIVE_REQUEUE_TARGETS = ("leased", "waiting", "cancel-marked", "done")
+#: An operator's sweep (``dead_sweep``, the path of ``rivet_dlq sweep``, the admin and the API)
+#: every this many seconds of the chaos, and at once after every cancel that marked a leased
+#: task: it buries the pending tasks no claim may run (attempts used up, or cancelled) whose
+#: lease lapsed, and must leave every live lease alone. Live leases it meets are there all the
+#: time: a one-shot task's (max_attempts 1) and every task's last attempt, and a cancel-marked
+#: task's until its worker's heartbeat buries it. H1 fails a burial that named no worker and
+#: ended a lease still live by its own transaction's clock.
+SWEEP_EVERY_SECS = 0.5
 
 
 #: A woken zombie's new holders are stopped (pinned) until its late write landed, or this many
@@ -183,6 +203,16 @@ class LoopOutcome:
     """The operator cancels the harness issued, by what ``rivet.cancel`` answered."""
     requeues: dict[str, int] = field(default_factory=lambda: {"dead": 0, "asleep zombie's": 0})
     """The operator requeues the harness made: of a dead task, of a sleeping zombie's task."""
+    requeue_asks: dict[str, int] = field(
+        default_factory=lambda: {**dict.fromkeys(LIVE_REQUEUE_TARGETS, 0), "accepted": 0}
+    )
+    """The operator requeues the harness asked of tasks it saw not dead, by what it saw, and
+    how many of them the store accepted (a task that died meanwhile is revived rightly)."""
+    sweeps: dict[str, int] = field(
+        default_factory=lambda: {"sweeps": 0, "after a cancel mark": 0, "buried": 0}
+    )
+    """The operator sweeps the harness made (of them right after a cancel mark) and the tasks
+    they buried."""
     effect_faults: dict[str, int] = field(default_factory=dict)
     """The recording proxy's effect faults carried out (drop, reset, dup)."""
 
@@ -227,6 +257,9 @@ class ChaosLoop:
         changing it, which the history could not tell from a heartbeat that extends nothing)."""
         self.next_requeue = REQUEUE_EVERY_SECS
         self.requeued: dict[int, int] = {}
+        self.next_live_requeue = LIVE_REQUEUE_EVERY_SECS
+        self.live_requeues_sent = 0
+        self.next_sweep = SWEEP_EVERY_SECS
         self.store = resolve_store("default")
         # A reclaim needs the lease to lapse and a free slot elsewhere; a woken worker needs
         # one guard tick. Both bounds are generous: reaching one is reported, never hidden.
@@ -292,6 +325,12 @@ class ChaosLoop:
             if now >= self.next_requeue:
                 self.next_requeue = now + REQUEUE_EVERY_SECS
                 self.requeue_one()
+            if now >= self.next_live_requeue:
+                self.next_live_requeue = now + LIVE_REQUEUE_EVERY_SECS
+                self.requeue_live_one()
+            if now >= self.next_sweep:
+                self.next_sweep = now + SWEEP_EVERY_SECS
+                self.sweep()
         for source in self.sources:
             source.tick(now)
         return outstanding
@@ -396,11 +435,26 @@ class ChaosLoop:
         self._cancel(task)
 
     def _cancel(self, task: int) -> None:
-        outcome = cancel(task, using="default")
+        with run_history.acting(CANCEL_ACTOR):
+            outcome = cancel(task, using="default")
         if outcome is CancelOutcome.MARKED:
             self.marked.add(task)
         self.outcome.cancels[outcome.value] += 1
         self.fleet.log.add("cancel", task=task, outcome=outcome.value)
+        if outcome is CancelOutcome.MARKED:  # a live lease a sweep must leave alone
+            self.sweep(after_mark=True)
+
+    # -- operator sweeps ----------------------------------------------------------------------
+
+    def sweep(self, *, after_mark: bool = False) -> None:
+        """Sweep the queue as an operator would (see SWEEP_EVERY_SECS)."""
+        with run_history.acting(SWEEP_ACTOR):
+            buried = self.store.dead_sweep(self.queue)
+        self.outcome.sweeps["sweeps"] += 1
+        self.outcome.sweeps["after a cancel mark"] += after_mark
+        self.outcome.sweeps["buried"] += buried
+        if buried:
+            self.fleet.log.add("sweep", buried=buried, after_mark=after_mark)
 
     # -- operator requeues ------------------------------------------------------------------
 
@@ -420,10 +474,34 @@ class ChaosLoop:
                 self._requeue(task, "dead")
                 return
 
+    def requeue_live_one(self) -> None:
+        """Ask the store to requeue a task that is not dead (see LIVE_REQUEUE_EVERY_SECS), the
+        kind of target in turn; a kind with no task now gives its turn to the next."""
+        seen = dict(self._rows(queries.LIVE_REQUEUE_PICK, {"queue": self.queue}))
+        for turn in range(len(LIVE_REQUEUE_TARGETS)):
+            what = LIVE_REQUEUE_TARGETS[
+                (self.live_requeues_sent + turn) % len(LIVE_REQUEUE_TARGETS)
+            ]
+            if what in seen:
+                break
+        else:
+            return
+        self.live_requeues_sent += 1
+        task = seen[what]
+        self.outcome.requeue_asks[what] += 1
+        with run_history.acting(REQUEUE_ACTOR):
+            accepted = self.store.dead_requeue(self.queue, task)
+        if accepted:
+            self.outcome.requeue_asks["accepted"] += 1
+            self.requeued[task] = self.requeued.get(task, 0) + 1
+        self.fleet.log.add("requeue_asked", task=task, seen=what, accepted=accepted)
+
     def _requeue(self, task: int, what: str) -> None:
         if self.requeued.get(task, 0) >= REQUEUE_LIMIT:
             return
-        if self.store.dead_requeue(self.queue, task):
+        with run_history.acting(REQUEUE_ACTOR):
+            revived = self.store.dead_requeue(self.queue, task)
+        if revived:
             self.requeued[task] = self.requeued.get(task, 0) + 1
             self.outcome.requeues[what] += 1
             self.fleet.log.add("requeue", task=task, what=what)

@@ -49,12 +49,25 @@ def report_lines(verdict: Verdict, chaos: Mapping[str, int] | None) -> list[str]
                 "history",
                 h.changes,
                 f"(task changes: {h.claims} claims, {h.heartbeats} heartbeats, {h.requeues} "
-                f"requeues; {h.effect_requests} effect requests)",
+                f"requeues, {h.operator_sweeps} sweep burials; {h.effect_requests} effect "
+                "requests)",
             ),
             line("overlapping leases", h.overlapping.n, proves("H1", "H1 leases never overlap")),
             line("claims too early", h.early.n, proves("H2", "H2 nothing runs early")),
             line("claims past bound", h.over_attempts.n, proves("H3", "H3 attempts bounded")),
+            line(
+                "requeued not dead",
+                h.requeued_not_dead.n,
+                proves(
+                    "H3", f"H3 only a dead task is requeued ({h.operator_requeues} by an operator)"
+                ),
+            ),
             line("epochs not growing", h.epochs_back.n, proves("H4", "H4 epochs only grow")),
+            line(
+                "stale decisions",
+                h.stale_decisions.n,
+                proves("F2", "F2 no decision applied under a lost lease (history)"),
+            ),
             line(
                 "done no success",
                 h.bad_answers.n,
@@ -137,6 +150,8 @@ def run_summary(
         **history_summary(verdict),
         "cancels": dict(getattr(outcome, "cancels", {})),
         "requeues": dict(getattr(outcome, "requeues", {})),
+        "requeue_asks": dict(getattr(outcome, "requeue_asks", {})),
+        "sweeps": dict(getattr(outcome, "sweeps", {})),
         "effect_faults": dict(getattr(outcome, "effect_faults", {})),
         "figures": {
             "tasks_enqueued": f.tasks_enqueued,
@@ -162,15 +177,19 @@ def history_summary(verdict: Verdict) -> dict[str, Any]:
     return {
         "H1": h.overlapping.n,
         "H2": h.early.n,
-        "H3": h.over_attempts.n,
+        "H3": h.over_attempts.n + h.requeued_not_dead.n,
         "H4": h.epochs_back.n,
         "H5": h.bad_answers.n,
         "D1": h.dead_not_designed.n,
+        "F2_history": h.stale_decisions.n,
         "history": {
             "changes": h.changes,
             "claims": h.claims,
             "heartbeats": h.heartbeats,
             "requeues": h.requeues,
+            "operator_requeues": h.operator_requeues,
+            "requeued_not_dead": h.requeued_not_dead.n,
+            "operator_sweeps": h.operator_sweeps,
             "effect_requests": h.effect_requests,
         },
     }
@@ -224,6 +243,22 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
     if requeues:
         detail = ", ".join(f"{n} {what}" for what, n in requeues.items())
         lines.append(f"operator requeues: {sum(requeues.values())} ({detail})")
+    asked = summary.get("requeue_asks")
+    if asked:
+        accepted = asked.get("accepted", 0)
+        detail = ", ".join(f"{n} {what}" for what, n in asked.items() if what != "accepted")
+        lines.append(
+            f"operator requeues of tasks seen not dead: {sum(asked.values()) - accepted} "
+            f"({detail}), {accepted} accepted by the store (the history judges each: a task "
+            "that was still not dead)   <- H3"
+        )
+    sweeps = summary.get("sweeps")
+    if sweeps:
+        lines.append(
+            f"operator sweeps: {sweeps.get('sweeps', 0)} ({sweeps.get('after a cancel mark', 0)} "
+            f"right after a cancel marked a leased task), {sweeps.get('buried', 0)} task(s) "
+            "buried (the history judges each: no live lease)   <- H1"
+        )
     effect_faults = summary.get("effect_faults")
     if effect_faults:
         detail = " / ".join(f"{what} {n}" for what, n in effect_faults.items())

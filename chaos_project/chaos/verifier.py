@@ -22,6 +22,8 @@
     system that was not under the pressure claimed.
 - T1 no tick fired twice and T2 no due tick missing, with schedules (``rivet_chaos
   --schedules N``): see ``chaos_project.chaos.ticks``.
+- F2's history part: no decision applied under an epoch the row no longer held (a stale retry
+  leaves its task pending, where the row check above cannot see it).
 - H1 leases never overlap, H2 nothing runs early, H3 attempts are bounded, H4 epochs only grow,
   H5 every done effect task's answer was a success, D1 no task died unless designed to: read
   from the run's history, not its end state (``chaos_project.chaos.leases``).
@@ -230,7 +232,9 @@ HISTORY_INVARIANTS = (
         "H1",
         "overlapping",
         "claim(s) took a task while another worker's lease on it was live (by the claiming "
-        "transaction's clock): two workers held one lease at once",
+        "transaction's clock), or a live lease was ended by someone other than its holder "
+        "(another worker's decision, an operator's sweep or requeue): two workers held one "
+        "lease at once, or a worker lost one it still held",
     ),
     (
         "H2",
@@ -241,13 +245,26 @@ HISTORY_INVARIANTS = (
         "H3",
         "over_attempts",
         "claim(s) went past max_attempts in one life or took a cancelled task, or a done or "
-        "dead task was claimed or changed, or a requeue revived a task that was not dead",
+        "dead task was claimed or changed",
+    ),
+    (
+        "H3",
+        "requeued_not_dead",
+        "requeue(s) revived a task that was not dead (live: pending, leased or cancel-marked; "
+        "or done): only a dead task is requeued",
     ),
     (
         "H4",
         "epochs_back",
         "change(s) gave a task an epoch not above every epoch it had before: a stale write "
         "of an earlier lease could match the new one",
+    ),
+    (
+        "F2",
+        "stale_decisions",
+        "decision(s) were applied under an epoch the task no longer held (read from the "
+        "history: an ack, retry or burial of a lease another claim had replaced, or a finished "
+        "task's): a stale write went through the fence",
     ),
     (
         "H5",
@@ -265,14 +282,16 @@ HISTORY_INVARIANTS = (
 
 
 def history_violations(history: HistoryFigures | None) -> list[Violation]:
-    """H1-H5 and D1 (none when no history was recorded)."""
+    """H1-H5, D1 and F2's history part (none when no history was recorded)."""
     if history is None:
         return []
     found = []
     for code, name, meaning in HISTORY_INVARIANTS:
         count = getattr(history, name)
         if count.n:
-            found.append(Violation(code, f"{count.n} {meaning}{_named(tuple(count.samples))}"))
+            part = "stale" if code == "F2" else ""
+            text = f"{count.n} {meaning}{_named(tuple(count.samples))}"
+            found.append(Violation(code, text, part=part))
     return found
 
 

@@ -68,6 +68,26 @@ ORDER BY updated_at DESC, id DESC
 LIMIT 20
 """
 
+#: Tasks for an operator's requeue that must be refused, the newest chaos task of each kind:
+#: leased (a live lease, not cancel-marked), waiting (pending with no live lease: ready, delayed
+#: or waiting for its retry), cancel-marked (pending) and done.
+LIVE_REQUEUE_PICK = """
+SELECT DISTINCT ON (seen) seen, id
+FROM (
+    SELECT
+        id,
+        CASE
+            WHEN state = 'done' THEN 'done'
+            WHEN cancel_requested THEN 'cancel-marked'
+            WHEN lease_owner IS NOT NULL AND visible_at > now() THEN 'leased'
+            ELSE 'waiting'
+        END AS seen
+    FROM rivet_task
+    WHERE queue = %(queue)s AND state <> 'dead' AND kind = 'chaos.effect'
+) AS task
+ORDER BY seen, id DESC
+"""
+
 #: The writes the fence refused for these owners: (owner, task, the stale epoch, op).
 FENCED_BY_OWNERS = """
 SELECT owner, task_id, epoch, op FROM rivet_fenced_write WHERE owner = ANY(%(owners)s)

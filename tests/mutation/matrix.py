@@ -118,6 +118,8 @@ def caught_by(summary: dict) -> str:
         code = text.split(":", 1)[0]
         if code == "F2" and "finished by a write naming another epoch" in text:
             parts.append("F2 stale write applied")
+        elif code == "F2" and "applied under an epoch the task no longer held" in text:
+            parts.append("F2 stale decision (history)")
         elif code == "F2" and "zombie(s) woke" in text:
             parts.append("F2 per task")
         elif code == "F2":

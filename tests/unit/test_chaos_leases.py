@@ -45,7 +45,9 @@ class Task:
         self.row = Image(state="pending", attempts=0, epoch=0, owner=None, visible_at=at(delay))
         self._add(None, self.row, at(0))
 
-    def _add(self, old: Image | None, new: Image, now: datetime, result: object = None) -> None:
+    def _add(
+        self, old: Image | None, new: Image, now: datetime, result: object = None, actor: str = ""
+    ) -> None:
         self.changes.append(
             Change(
                 seq=len(self.changes) + 1,
@@ -56,12 +58,13 @@ class Task:
                 old=old,
                 new=new,
                 result=result,
+                actor=actor,
             )
         )
         self.row = new
 
-    def change(self, secs: float, result: object = None, **fields) -> Task:
-        self._add(self.row, dataclasses.replace(self.row, **fields), at(secs), result)
+    def change(self, secs: float, result: object = None, actor: str = "", **fields) -> Task:
+        self._add(self.row, dataclasses.replace(self.row, **fields), at(secs), result, actor)
         return self
 
     def claim(self, secs: float, owner: str, *, epoch: int | None = None) -> Task:
@@ -98,15 +101,23 @@ class Task:
             visible_at=at(secs + delay),
         )
 
-    def bury(self, secs: float, by: str = "") -> Task:
+    def bury(self, secs: float, by: str = "", actor: str = "") -> Task:
         r = self.row
-        return self.change(secs, state="dead", settled_epoch=r.epoch, settled_by=by)
+        return self.change(secs, actor=actor, state="dead", settled_epoch=r.epoch, settled_by=by)
 
-    def requeue(self, secs: float, *, new_epoch: bool = True) -> Task:
+    def requeue(self, secs: float, *, new_epoch: bool = True, actor: str = "") -> Task:
+        """What dead_requeue writes (whatever the task was before it)."""
         r = self.row
         epoch = r.epoch + 1 if new_epoch else r.epoch
         return self.change(
-            secs, state="pending", attempts=0, epoch=epoch, owner=None, visible_at=at(secs)
+            secs,
+            actor=actor,
+            state="pending",
+            attempts=0,
+            epoch=epoch,
+            owner=None,
+            visible_at=at(secs),
+            cancel_requested=False,
         )
 
 
@@ -187,7 +198,7 @@ def test_h1_another_workers_decision_on_a_live_lease_fails():
     t = Task()
     t.claim(0.1, "w1").claim(2.5, "w2")
     t.ack(3.0, owner="w1", epoch=1)  # w1's stale ack landed on w2's live lease
-    assert failed(judged(t, requests=[delivered(2.9)])) == ["H1"]
+    assert failed(judged(t, requests=[delivered(2.9)])) == ["H1", "F2"]  # F2: a stale write
 
 
 def test_h1_a_retry_that_keeps_its_holder_fails():
@@ -290,6 +301,131 @@ def test_h3_a_heartbeat_of_a_done_task_fails():
     figures = judged(t, requests=[delivered(0.4)])
     assert failed(figures) == ["H3"]
     assert "changed while done" in figures.over_attempts.samples[0]
+
+
+def test_h3_an_operator_requeue_of_a_dead_task_holds():
+    t = Task(max_attempts=1)
+    t.claim(0.1, "w1").bury(2.2).requeue(3.0, actor="requeue").claim(3.1, "w2").ack(3.5)
+    figures = judged(t, requests=[delivered(3.4)])
+    assert failed(figures) == []
+    assert (figures.requeues, figures.operator_requeues) == (1, 1)
+
+
+def requeued_while(seen: str) -> Task:
+    """A task an operator's requeue revived while it was ``seen`` (leased, waiting for its
+    retry, cancel-marked and leased, or done), as a store without the requeue's state guard
+    writes it; then claimed and acked in its new life."""
+    t = Task()
+    if seen == "leased":
+        t.claim(0.1, "w1")
+    elif seen == "waiting":
+        t.claim(0.1, "w1").retry(0.2, delay=1.0)
+    elif seen == "cancel-marked":
+        t.claim(0.1, "w1").change(0.2, actor="cancel", cancel_requested=True)
+    else:
+        t.claim(0.1, "w1").ack(0.2)
+    return t.requeue(0.5, actor="requeue").claim(0.6, "w2").ack(1.0)
+
+
+@pytest.mark.parametrize(
+    ("seen", "codes"),
+    [
+        ("leased", ["H1", "H3"]),  # the requeue also took w1's live lease from it
+        ("waiting", ["H3"]),
+        ("cancel-marked", ["H1", "H3"]),
+        ("done", ["H3"]),
+    ],
+)
+def test_h3_an_operator_requeue_of_a_task_not_dead_fails(seen: str, codes: list[str]):
+    t = requeued_while(seen)
+    # the row a requeue of a pending task writes reads like a heartbeat's; the actor says what
+    assert classify(t.changes[-3]) == REQUEUE
+    figures = judged(t, requests=[delivered(0.9)])
+    assert failed(figures) == codes
+    assert figures.requeued_not_dead.n == 1 and figures.over_attempts.n == 0
+    before = {"leased": "leased by w1", "waiting": "not leased", "done": "from done"}
+    sample = figures.requeued_not_dead.samples[0]
+    assert "an operator's requeue requeued from" in sample and before.get(seen, seen) in sample
+
+
+def test_h1_a_burial_naming_no_worker_of_a_live_lease_fails():
+    """An operator's sweep (or a claim's burial) that buries a task whose lease is live by its
+    own transaction's clock: on its last attempt, or cancel-marked."""
+    last = Task(max_attempts=1)
+    last.claim(0.1, "w1").bury(1.0, actor="sweep")  # w1's lease runs until 2.1
+    end = TaskEnd(state="dead", kind="chaos.effect", key=KEY)
+    figures = judged(last, end, requests=[])
+    assert failed(figures) == ["H1"]
+    assert "an operator's sweep" in figures.overlapping.samples[0]
+    assert figures.operator_sweeps == 1
+    marked = Task()
+    marked.claim(0.1, "w1").change(0.2, actor="cancel", cancel_requested=True).bury(1.0)
+    cancelled = dataclasses.replace(end, cancelled=True)
+    figures = judged(marked, cancelled, requests=[])
+    assert failed(figures) == ["H1"]
+    assert "a bury naming no worker" in figures.overlapping.samples[0]
+
+
+def test_h1_a_burial_naming_no_worker_once_the_lease_lapsed_holds():
+    """The sweep's and a claim's burial of a lapsed lease (last attempt, or cancel-marked), and
+    the holder's own burial of its live lease."""
+    end = TaskEnd(state="dead", kind="chaos.effect", key=KEY)
+    last = Task(max_attempts=1)
+    last.claim(0.1, "w1").bury(2.1, actor="sweep")  # at the deadline: lapsed
+    assert failed(judged(last, end, requests=[])) == []
+    marked = Task()
+    marked.claim(0.1, "w1").change(0.2, cancel_requested=True).bury(2.5)
+    assert failed(judged(marked, dataclasses.replace(end, cancelled=True), requests=[])) == []
+    own = Task()
+    own.claim(0.1, "w1").change(0.2, cancel_requested=True).bury(0.5, by="w1")
+    assert failed(judged(own, dataclasses.replace(end, cancelled=True), requests=[])) == []
+
+
+def test_h1_a_claims_burial_after_a_late_heartbeat_holds_and_a_sweeps_fails():
+    """A claim picks a lapsed lease and buries it in its next statement; the holder's late
+    heartbeat may extend the lapsed lease between the two. A sweep picks and buries in one
+    transaction: the same burial by it took a live lease."""
+    end = TaskEnd(state="dead", kind="chaos.effect", key=KEY, cancelled=True)
+    claimed = Task()
+    claimed.claim(0.1, "w1").change(0.2, cancel_requested=True)
+    claimed.beat(2.5).bury(2.6)  # lapsed at 2.1, extended at 2.5 to 4.5
+    assert failed(judged(claimed, end, requests=[])) == []
+    swept = Task()
+    swept.claim(0.1, "w1").change(0.2, cancel_requested=True)
+    swept.beat(2.5).bury(2.6, actor="sweep")
+    assert failed(judged(swept, end, requests=[])) == ["H1"]
+    on_time = Task()  # a beat before the lease lapsed: nothing may bury it until 3.5
+    on_time.claim(0.1, "w1").change(0.2, cancel_requested=True).beat(1.5).bury(2.6)
+    assert failed(judged(on_time, end, requests=[])) == ["H1"]
+
+
+def test_h1_a_heartbeat_written_after_the_lapse_lets_a_claims_burial_follow():
+    """A heartbeat whose statement began while the lease was live (now() 2.0, before the 2.1
+    deadline) but was written after it lapsed (at 2.3, after waiting for another row's lock):
+    a claim may have picked the lease lapsed at 2.2, before that write, and buries it after."""
+    end = TaskEnd(state="dead", kind="chaos.effect", key=KEY, cancelled=True)
+    for written, codes in ((2.3, []), (2.05, ["H1"])):
+        t = Task()
+        t.claim(0.1, "w1").change(0.2, cancel_requested=True).beat(2.0)
+        t.changes[-1] = dataclasses.replace(t.changes[-1], clock=at(written))
+        t.bury(2.4)
+        assert failed(judged(t, end, requests=[])) == codes
+
+
+def test_f2_a_stale_retry_applied_to_a_task_nobody_holds_fails():
+    """w1 was lost; w2 claimed the task and retried it (no lease now); w1's late retry under
+    epoch 1 is applied by a store without the retry's epoch guard. The task is pending again,
+    so the end state shows nothing: the history does."""
+    t = Task()
+    t.claim(0.1, "w1").claim(2.2, "w2").retry(2.5, delay=0.4)
+    t.change(3.0, settled_epoch=1, settled_by="w1", visible_at=at(3.4))  # w1's stale retry
+    t.claim(3.5, "w3").ack(4.0)
+    figures = judged(t, requests=[delivered(3.9)])
+    assert failed(figures) == ["F2"]
+    assert "naming epoch 1 was applied" in figures.stale_decisions.samples[0]
+    fenced = Task()  # the store refused it: no change recorded
+    fenced.claim(0.1, "w1").claim(2.2, "w2").retry(2.5, delay=0.4).claim(3.5, "w3").ack(4.0)
+    assert failed(judged(fenced, requests=[delivered(3.9)])) == []
 
 
 def test_h4_an_epoch_that_does_not_grow_after_a_requeue_fails():

@@ -116,6 +116,49 @@ def test_a_stopping_point_stops_the_process_and_it_goes_on_when_continued():
     assert out.decode().strip() == "continued"  # once: the second fire did not stop it
 
 
+def test_a_point_fired_in_another_thread_stops_that_thread_before_it_goes_on():
+    """The guard's heartbeat and a handler's decision fire their points outside the main
+    thread. The thread that fired must be stopped when stop_self returns: a process-directed
+    SIGSTOP was taken by the main thread while the firing thread ran on and sent the write it
+    was to stop before (here: a byte to a pipe; seen in 17 stops of 60 before the fix)."""
+    import select
+    import subprocess
+    import sys
+    import time
+
+    code = (
+        "import os, sys, threading, time\n"
+        "from rivet.failpoints import stop_self\n"
+        "def fire():\n"
+        "    stop_self()\n"
+        "    os.write(int(sys.argv[1]), b'x')\n"
+        "threading.Thread(target=fire).start()\n"
+        "time.sleep(60)\n"
+    )
+    wrote = 0
+    for _ in range(20):
+        read_end, write_end = os.pipe()
+        child = subprocess.Popen(
+            [sys.executable, "-c", code, str(write_end)], pass_fds=(write_end,)
+        )
+        os.close(write_end)
+        try:
+            for _ in range(600):
+                with open(f"/proc/{child.pid}/stat") as stat:
+                    if stat.read().rsplit(")", 1)[1].split()[0] == "T":
+                        break
+                time.sleep(0.01)
+            else:
+                raise AssertionError("the child never stopped")
+            time.sleep(0.05)  # what the firing thread could still send, it has sent now
+            wrote += bool(select.select([read_end], [], [], 0)[0])
+        finally:
+            child.kill()
+            child.wait()
+            os.close(read_end)
+    assert wrote == 0
+
+
 def test_failpoints_are_off_unless_the_project_enables_them(settings):
     from rivet.failpoints import from_settings
 
